@@ -1,0 +1,3 @@
+from coderai.cli import main
+
+raise SystemExit(main())

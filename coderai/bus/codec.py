@@ -1,0 +1,49 @@
+"""Frame layout: [MAGIC, type, body] where MAGIC carries the protocol version, type is one
+byte and body is msgpack. The front's ROUTER prepends the peer identity frame."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from coderai.bus.messages import Message, MsgType, from_body
+from coderai.errors import BusProtocolError, ProtocolVersionMismatch
+
+PROTOCOL_VERSION = 1
+MAGIC = b"CAI%d" % PROTOCOL_VERSION
+_MAGIC_FAMILY = b"CAI"
+_TYPE_FRAMES = {t: bytes([t]) for t in MsgType}
+
+
+def encode(msg: Message) -> list[bytes]:
+    return encode_body(msg.TYPE, msg.body())
+
+
+def encode_body(msg_type: MsgType, body: dict[str, Any]) -> list[bytes]:
+    """Encode a body without building a record: the hot path (CHUNKS) uses this."""
+    return [MAGIC, _TYPE_FRAMES[msg_type], msgpack.packb(body, use_bin_type=True)]
+
+
+def decode(frames: list[bytes]) -> Message:
+    """Validate and decode the three frames of one message; raise BusProtocolError if bad."""
+    if len(frames) != 3:
+        raise BusProtocolError(f"expected 3 frames, got {len(frames)}")
+    magic, type_frame, body = frames
+    if magic != MAGIC:
+        if magic.startswith(_MAGIC_FAMILY):
+            raise ProtocolVersionMismatch(
+                f"peer speaks {magic!r}, this side speaks {MAGIC!r}; upgrade both to one version"
+            )
+        raise BusProtocolError(f"bad magic frame {magic[:16]!r}")
+    if len(type_frame) != 1:
+        raise BusProtocolError(f"type frame has {len(type_frame)} bytes, expected 1")
+    try:
+        msg_type = MsgType(type_frame[0])
+    except ValueError:
+        raise BusProtocolError(f"unknown message type {type_frame[0]}") from None
+    try:
+        payload = msgpack.unpackb(body, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise BusProtocolError(f"{msg_type.name} body is not valid msgpack: {exc}") from None
+    return from_body(msg_type, payload)

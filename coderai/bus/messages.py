@@ -1,0 +1,244 @@
+"""Every message that crosses the bus, declared in one place.
+
+A message is a frozen record; its msgpack body is the dict of its fields. Decoding checks
+each field's type against the record's declaration so that a malformed body is rejected at
+the edge (invariant 4) rather than deep inside a handler. Unknown keys are ignored, which
+lets a newer peer add optional fields without a version bump.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from coderai.errors import BusProtocolError
+
+
+class MsgType(enum.IntEnum):
+    # engine -> front
+    HELLO = 1
+    HEARTBEAT = 2
+    CHUNKS = 3  #: deltas of many jobs from one engine step (or several merged steps)
+    DONE = 4
+    FAIL = 5
+    ACK = 6
+    BYE = 7
+    # front -> engine
+    WELCOME = 16
+    REFUSE = 17  #: HELLO rejected (bad token, protocol version): the engine must exit
+    JOB = 18
+    CANCEL = 19
+    CONTROL = 20
+    PING = 21
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    TYPE: ClassVar[MsgType]
+
+    def body(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Message):
+    TYPE = MsgType.HELLO
+    name: str
+    epoch: int
+    pid: int
+    backend: str
+    capabilities: list[str]
+    slots: int
+    token: str
+    gpus: list[str] = field(default_factory=list)
+    vram_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Message):
+    TYPE = MsgType.HEARTBEAT
+    state: str  #: "ready" | "loading" | "busy" | "draining"
+    free_slots: int
+    loaded: list[str] = field(default_factory=list)
+    loading: dict[str, float] = field(default_factory=dict)  #: model id -> progress 0..1
+    rss: int = 0
+    vram_used: int = 0
+    cooldown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Chunks(Message):
+    """Flat [job_id, text, job_id, text, ...]: one message per engine step for all jobs."""
+
+    TYPE = MsgType.CHUNKS
+    deltas: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Message):
+    TYPE = MsgType.DONE
+    job_id: int
+    finish_reason: str  #: "stop" | "length" | "cancelled"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fail(Message):
+    TYPE = MsgType.FAIL
+    job_id: int
+    kind: str
+    message: str
+    #: tokens already sent for this job; 0 means the job may be re-dispatched elsewhere
+    sent_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Message):
+    TYPE = MsgType.ACK
+    ref: int
+    ok: bool
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Bye(Message):
+    TYPE = MsgType.BYE
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(Message):
+    TYPE = MsgType.WELCOME
+    heartbeat_interval: float
+    liveness: int
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse(Message):
+    TYPE = MsgType.REFUSE
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job(Message):
+    """One generation request. The model spec travels with the job so engines stay stateless."""
+
+    TYPE = MsgType.JOB
+    job_id: int
+    model: dict[str, Any]  #: {"id", "path", "format", "options"}
+    kind: str  #: "chat" | "completion"
+    prompt: str = ""
+    messages: list[Any] = field(default_factory=list)
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(Message):
+    TYPE = MsgType.CANCEL
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Control(Message):
+    TYPE = MsgType.CONTROL
+    ref: int
+    action: str  #: "shutdown" | "drain" | "load" | "unload" | "config"
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Message):
+    TYPE = MsgType.PING
+    ref: int
+
+
+RECORDS: dict[MsgType, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (
+        Hello,
+        Heartbeat,
+        Chunks,
+        Done,
+        Fail,
+        Ack,
+        Bye,
+        Welcome,
+        Refuse,
+        Job,
+        Cancel,
+        Control,
+        Ping,
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldSpec:
+    name: str
+    accepts: tuple[type, ...]
+    required: bool
+
+
+def _runtime_types(hint: Any) -> tuple[type, ...]:
+    """The isinstance() classes that a field's annotation admits (containers unchecked)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        out: tuple[type, ...] = ()
+        for arg in typing.get_args(hint):
+            out += _runtime_types(arg)
+        return out
+    if hint is type(None):
+        return (type(None),)
+    base = origin or hint
+    if base is float:
+        return (float, int)  # msgpack keeps 1.0 as float, but peers may send ints
+    if base is int:
+        return (int,)
+    return (base,)
+
+
+def _specs(cls: type[Message]) -> tuple[_FieldSpec, ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(
+        _FieldSpec(
+            f.name,
+            _runtime_types(hints[f.name]),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+    )
+
+
+_SPECS: dict[MsgType, tuple[_FieldSpec, ...]] = {t: _specs(c) for t, c in RECORDS.items()}
+
+
+def from_body(msg_type: MsgType, body: object) -> Message:
+    """Build the record for a decoded body, or raise BusProtocolError naming the fault."""
+    if not isinstance(body, dict):
+        raise BusProtocolError(f"{msg_type.name} body is {type(body).__name__}, not a map")
+    kwargs: dict[str, Any] = {}
+    for spec in _SPECS[msg_type]:
+        if spec.name not in body:
+            if spec.required:
+                raise BusProtocolError(f"{msg_type.name} lacks field {spec.name!r}")
+            continue
+        value = body[spec.name]
+        # bool is an int subclass; a bool where a number is declared is a peer bug
+        if not isinstance(value, spec.accepts) or (
+            isinstance(value, bool) and bool not in spec.accepts
+        ):
+            raise BusProtocolError(
+                f"{msg_type.name}.{spec.name} is {type(value).__name__}, "
+                f"expected {'/'.join(t.__name__ for t in spec.accepts)}"
+            )
+        kwargs[spec.name] = value
+    return RECORDS[msg_type](**kwargs)

@@ -1,0 +1,52 @@
+"""Socket construction with the options the bus relies on."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import zmq
+
+#: a frame larger than this is refused by libzmq before it reaches Python
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: deep queues: the sender is throttled by credit (front) or merges pending deltas (engine)
+HIGH_WATER_MARK = 100_000
+
+
+def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> zmq.Socket[bytes]:
+    """The front's socket. ROUTER_MANDATORY turns a silent drop (unknown peer, full queue)
+    into an error the caller handles: without it 4-25 % of a fast stream was lost here."""
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
+    sock.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    return sock
+
+
+def connect_dealer(
+    ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, identity: bytes
+) -> zmq.Socket[bytes]:
+    """An engine's socket. A DEALER blocks (never drops) at its high-water mark."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, identity)
+    sock.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
+    sock.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    # long enough for BYE or a last DONE to leave on exit, short enough not to hang exit
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(endpoint)
+    return sock
+
+
+def private_runtime_dir() -> str:
+    """A fresh 0700 directory for ipc sockets: only this user can connect (invariant 5)."""
+    path = tempfile.mkdtemp(prefix="coderai-")
+    os.chmod(path, 0o700)
+    return path
+
+
+def ipc_endpoint(runtime_dir: str, name: str = "bus") -> str:
+    return f"ipc://{os.path.join(runtime_dir, name)}.sock"

@@ -1,0 +1,94 @@
+"""The `coderai` command: `run` starts the front and its engines; `engine` is one engine
+process, started by the front's supervisor rather than by hand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from coderai.config import Catalogue, ModelEntry, catalogue_path, load_catalogue, load_config
+from coderai.errors import ConfigError
+
+log = logging.getLogger("coderai")
+
+DEFAULT_CONFIG = Path("config.json")
+#: served when no catalogue file exists beside the config
+BUILTIN_CATALOGUE = [
+    ModelEntry(id="coderai-fake", format="fake", options={"tokens_per_second": 50}),
+]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="coderai", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("CODERAI_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start the server (front + supervised engines)")
+    run.add_argument("--config", type=Path, help="config.json (default: ./config.json if any)")
+    run.add_argument("--host", help="bind address (overrides server.host)")
+    run.add_argument("--port", type=int, help="port (overrides server.port)")
+
+    engine = sub.add_parser("engine", aliases=["--engine-only"], help="one engine process")
+    engine.add_argument("--name", required=True)
+    engine.add_argument("--connect", required=True, help="the front's bus endpoint")
+    engine.add_argument("--slots", type=int, default=8)
+    engine.add_argument("--epoch", type=int, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+    try:
+        if args.command == "run":
+            return _run(args)
+        return _engine(args)
+    except ConfigError as exc:
+        print(f"coderai: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from coderai.engine.worker import EngineSettings, EngineWorker
+
+    front_pid = os.environ.get("CODERAI_FRONT_PID")
+    capabilities = os.environ.get("CODERAI_ENGINE_CAPABILITIES", "")
+    settings = EngineSettings(
+        name=args.name,
+        connect=args.connect,
+        slots=args.slots,
+        token=os.environ.get("CODERAI_BUS_TOKEN", ""),
+        epoch=args.epoch if args.epoch is not None else int(time.time() * 1000),
+        backend=os.environ.get("CODERAI_ENGINE_BACKEND", "cpu"),
+        capabilities=[c for c in capabilities.split(",") if c],
+        front_pid=int(front_pid) if front_pid else None,
+    )
+    return asyncio.run(EngineWorker(settings).run())
+
+
+def _run(args: argparse.Namespace) -> int:
+    from coderai.front.server import serve
+
+    config_path: Path | None = args.config
+    if config_path is None and DEFAULT_CONFIG.is_file():
+        config_path = DEFAULT_CONFIG
+    config = load_config(config_path)
+    if args.host:
+        config.server.host = args.host
+    if args.port is not None:
+        config.server.port = args.port
+    path = catalogue_path(config, config_path)
+    if path.is_file():
+        catalogue = load_catalogue(path)
+    else:
+        log.info("no catalogue at %s; serving the built-in default model", path)
+        catalogue = Catalogue(list(BUILTIN_CATALOGUE))
+    return asyncio.run(serve(config, catalogue))

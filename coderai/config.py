@@ -1,0 +1,141 @@
+"""Configuration (config.json) and the model catalogue (models.json), validated with pydantic.
+
+The front owns both files; engines receive what they need over the bus.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from coderai.errors import ConfigError
+
+ModelFormat = Literal["fake", "gguf", "transformers"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    #: number of engine processes; 0 = auto (one per GPU, at least one)
+    engines: int = Field(0, ge=0, le=64)
+    #: requests one engine runs at once (its credit on the bus)
+    max_parallel_requests: int = Field(8, ge=1, le=4096)
+    #: requests the front holds while every engine is busy; beyond it, 429
+    max_queue: int = Field(1024, ge=0)
+    #: longest a request may wait in the queue before it is answered 503
+    queue_timeout: float = Field(300.0, gt=0)
+    #: seconds the queue advises clients to wait after a 429
+    retry_after: int = Field(1, ge=1)
+    heartbeat_interval: float = Field(1.0, gt=0)
+    #: missed heartbeats before an engine is presumed dead
+    heartbeat_liveness: int = Field(5, ge=1)
+    default_engine: str | None = None
+
+
+class ModelsConfig(_Strict):
+    #: catalogue path, relative to the config file's folder
+    catalogue: str = "models.json"
+
+
+class Config(BaseModel):
+    # top-level extra sections (auth, thermal, …) belong to features that read them
+    model_config = ConfigDict(extra="allow")
+
+    server: ServerConfig = ServerConfig()
+    models: ModelsConfig = ModelsConfig()
+
+
+class ModelEntry(_Strict):
+    id: str = Field(min_length=1)
+    path: str = ""
+    alias: str | None = None
+    #: pin: the engine name that must serve this model
+    engine: str | None = None
+    format: ModelFormat | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _format_known(self) -> ModelEntry:
+        if self.format is None and not self.path:
+            raise ValueError("an entry needs a path or an explicit format")
+        return self
+
+    def names(self) -> tuple[str, ...]:
+        """The names a client may request this model by."""
+        return (self.id,) if self.alias in (None, self.id) else (self.id, self.alias or "")
+
+    def spec(self, resolved_format: str) -> dict[str, Any]:
+        """What an engine needs to load the model (sent inside each JOB)."""
+        return {
+            "id": self.id,
+            "path": self.path,
+            "format": resolved_format,
+            "options": self.options,
+        }
+
+
+class Catalogue:
+    """The models a front serves, addressable by id or alias."""
+
+    def __init__(self, entries: list[ModelEntry]) -> None:
+        self.entries = entries
+        self._by_name: dict[str, ModelEntry] = {}
+        for entry in entries:
+            for name in entry.names():
+                if name in self._by_name:
+                    raise ConfigError(f"model name {name!r} is used by two catalogue entries")
+                self._by_name[name] = entry
+
+    def resolve(self, name: str) -> ModelEntry | None:
+        return self._by_name.get(name)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _validation_message(path: Path, exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{path}: {where}: {first['msg']}"
+
+
+def load_config(path: Path | None) -> Config:
+    """Read config.json; a missing default file means the documented defaults."""
+    if path is None:
+        return Config()
+    try:
+        return Config.model_validate(_read_json(path))
+    except ValidationError as exc:
+        raise ConfigError(_validation_message(path, exc)) from None
+
+
+def catalogue_path(config: Config, config_path: Path | None) -> Path:
+    base = config_path.parent if config_path is not None else Path.cwd()
+    return base / config.models.catalogue
+
+
+def load_catalogue(path: Path) -> Catalogue:
+    raw = _read_json(path)
+    items = raw.get("models") if isinstance(raw, dict) else raw
+    if not isinstance(items, list):
+        raise ConfigError(f"{path}: expected a list of models (or {{'models': [...]}})")
+    entries = []
+    for i, item in enumerate(items):
+        try:
+            entries.append(ModelEntry.model_validate(item))
+        except ValidationError as exc:
+            raise ConfigError(f"model #{i}: " + _validation_message(path, exc)) from None
+    return Catalogue(entries)

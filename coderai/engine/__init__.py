@@ -1,0 +1,1 @@
+"""Engine processes: DEALER workers that run generation jobs for the front."""

@@ -1,0 +1,61 @@
+"""The contract between the engine's scheduler and a model backend.
+
+A backend loads a model spec into an instance. The scheduler owns the decode loop: each
+step it hands an instance the sequences that are due, and the instance returns one result
+per sequence, so a backend that batches (transformers) and one that does not (fake) share
+the loop, the stop-sequence handling and the cancellation points.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from coderai.bus.messages import Job
+from coderai.engine.stops import StopMatcher
+
+#: what a step yields for one sequence: a token's text, END (end of sequence) or an error
+END = None
+StepResult = str | None | Exception
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One job inside an engine."""
+
+    job: Job
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    #: backend-private decoding state (KV cache handle, RNG, …)
+    state: Any = None
+    stopper: StopMatcher = field(default_factory=lambda: StopMatcher([]))
+
+
+class ModelInstance(abc.ABC):
+    #: seconds between steps; 0 means as fast as the hardware goes
+    step_interval: float = 0.0
+
+    @abc.abstractmethod
+    def start(self, seq: Sequence) -> None:
+        """Prepare a sequence (tokenise, seed); raise JobError for bad parameters."""
+
+    @abc.abstractmethod
+    def step(self, seqs: list[Sequence]) -> list[StepResult]:
+        """Advance each sequence by one token."""
+
+    def release(self, seq: Sequence) -> None:  # noqa: B027 - optional hook
+        """Free a finished sequence's resources."""
+
+
+class Backend(abc.ABC):
+    @abc.abstractmethod
+    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
+        """Load a model (blocking; runs on the engine's loader thread)."""
+
+
+class LoadProgress:
+    """Written by the loader thread, read by the heartbeat: a float store is atomic."""
+
+    def __init__(self) -> None:
+        self.fraction = 0.0

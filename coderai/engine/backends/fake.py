@@ -1,0 +1,122 @@
+"""A deterministic model for tests and dispatcher benchmarks: no weights, no maths.
+
+Its text is a pure function of (prompt, seed), so a test can compute exactly what a stream
+must deliver. Options simulate speed, load time and faults:
+tokens_per_second (0 = as fast as possible), load_seconds, output_tokens (natural length),
+fail_after_tokens, crash_after_tokens (the process exits), hang_after_tokens (the process
+stops responding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from typing import Any
+
+from coderai.bus.messages import Job
+from coderai.engine.backends.base import (
+    END,
+    Backend,
+    LoadProgress,
+    ModelInstance,
+    Sequence,
+    StepResult,
+)
+from coderai.errors import JobError
+
+# a few non-ASCII words and JSON metacharacters keep the escaping paths honest
+WORDS = (
+    " the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ",", ".",
+    " café", " naïve", " 東京", " \"quoted\"", " back\\slash", "\n", " tab\t", " model",
+    " engine", " front", " bus", " token", " stream", " ✓", " data", " zero", " queue",
+    " slot", " credit", " relay", " step",
+)  # fmt: skip
+
+DEFAULT_OUTPUT_TOKENS = 64
+
+
+def render_chat(messages: list[Any]) -> str:
+    """The fake model's chat template."""
+    return "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
+
+
+def job_prompt(job: Job) -> str:
+    return render_chat(job.messages) if job.kind == "chat" else job.prompt
+
+
+def _start_state(prompt: str, seed: int) -> int:
+    digest = hashlib.blake2b(f"{seed}\0{prompt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") | 1
+
+
+def _next_state(x: int) -> int:
+    # xorshift64: cheap and deterministic, enough to spread words
+    x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 7
+    x ^= (x << 17) & 0xFFFFFFFFFFFFFFFF
+    return x
+
+
+def fake_tokens(prompt: str, seed: int, count: int) -> list[str]:
+    """The token texts the fake model produces for a prompt (before stops and limits)."""
+    state = _start_state(prompt, seed)
+    out = []
+    for _ in range(count):
+        state = _next_state(state)
+        out.append(WORDS[state % len(WORDS)])
+    return out
+
+
+def _option(options: dict[str, Any], name: str, default: float) -> float:
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise JobError(f"fake model option {name} must be a number >= 0", kind="bad_model")
+    return float(value)
+
+
+class FakeInstance(ModelInstance):
+    def __init__(self, options: dict[str, Any]) -> None:
+        tps = _option(options, "tokens_per_second", 0)
+        self.step_interval = 1.0 / tps if tps else 0.0
+        self.output_tokens = int(_option(options, "output_tokens", DEFAULT_OUTPUT_TOKENS))
+        self.fail_after = options.get("fail_after_tokens")
+        self.crash_after = options.get("crash_after_tokens")
+        self.hang_after = options.get("hang_after_tokens")
+
+    def start(self, seq: Sequence) -> None:
+        prompt = job_prompt(seq.job)
+        seq.prompt_tokens = max(1, len(prompt.split()))
+        seq.state = _start_state(prompt, seq.job.seed or 0)
+
+    def step(self, seqs: list[Sequence]) -> list[StepResult]:
+        out: list[StepResult] = []
+        for seq in seqs:
+            n = seq.completion_tokens
+            if n == self.crash_after:
+                os._exit(17)
+            if n == self.hang_after:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if n == self.fail_after:
+                out.append(JobError(f"fake model failed after {n} tokens", kind="model_error"))
+                continue
+            if n >= self.output_tokens:
+                out.append(END)
+                continue
+            seq.state = _next_state(seq.state)
+            out.append(WORDS[seq.state % len(WORDS)])
+        return out
+
+
+class FakeBackend(Backend):
+    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
+        options = spec.get("options", {})
+        instance = FakeInstance(options)
+        load_seconds = _option(options, "load_seconds", 0)
+        deadline = time.monotonic() + load_seconds
+        while (left := deadline - time.monotonic()) > 0:
+            progress.fraction = 1.0 - left / load_seconds
+            time.sleep(min(left, 0.05))
+        progress.fraction = 1.0
+        return instance

@@ -1,0 +1,60 @@
+"""Hands results from the scheduler thread to the socket's owner (the event loop).
+
+Deltas are merged per job until the loop takes them, so one CHUNKS message carries every
+job's text produced since the last send. When the front is slow the loop sends less often
+and each message carries more: batching grows with load instead of queues growing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+
+from coderai.bus.codec import encode, encode_body
+from coderai.bus.messages import Message, MsgType
+
+Sender = Callable[[list[bytes]], Awaitable[None]]
+
+
+class Outbox:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._deltas: dict[int, list[str]] = {}
+        self._terminal: list[Message] = []
+        self._woken = False
+        self._ready = asyncio.Event()
+
+    def publish(self, deltas: list[tuple[int, str]], terminal: list[Message]) -> None:
+        """Scheduler thread: add one step's output and wake the loop once."""
+        with self._lock:
+            for job_id, text in deltas:
+                parts = self._deltas.get(job_id)
+                if parts is None:
+                    self._deltas[job_id] = [text]
+                else:
+                    parts.append(text)
+            self._terminal.extend(terminal)
+            if self._woken:
+                return
+            self._woken = True
+        self._loop.call_soon_threadsafe(self._ready.set)
+
+    async def run(self, send: Sender) -> None:
+        """Event loop: send what has accumulated, CHUNKS before the DONE/FAIL they precede."""
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            with self._lock:
+                deltas, self._deltas = self._deltas, {}
+                terminal, self._terminal = self._terminal, []
+                self._woken = False
+            if deltas:
+                flat: list[object] = []
+                for job_id, parts in deltas.items():
+                    flat.append(job_id)
+                    flat.append(parts[0] if len(parts) == 1 else "".join(parts))
+                await send(encode_body(MsgType.CHUNKS, {"deltas": flat}))
+            for msg in terminal:
+                await send(encode(msg))

@@ -1,0 +1,212 @@
+"""The decode loop of an engine, on its own thread so model work never stalls the socket.
+
+Each iteration admits new jobs and cancellations (so a CANCEL takes effect within one step),
+then steps every instance whose turn has come, one token per sequence, and publishes the
+step's deltas as one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from typing import Any
+
+from coderai.bus.messages import Done, Fail, Job, Message
+from coderai.engine.backends.base import END, Backend, ModelInstance, Sequence
+from coderai.engine.outbox import Outbox
+from coderai.engine.pool import ModelPool, instance_key
+from coderai.engine.stops import StopMatcher
+from coderai.errors import JobError
+
+log = logging.getLogger("coderai.engine")
+
+
+class Scheduler:
+    def __init__(self, backends: dict[str, Backend], outbox: Outbox, slots: int) -> None:
+        self.slots = slots
+        self._outbox = outbox
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.pool = ModelPool(backends, on_loaded=lambda key: self._inbox.put(("loaded", key)))
+        self._batches: dict[ModelInstance, list[Sequence]] = {}
+        self._next_step: dict[ModelInstance, float] = {}
+        self._waiting: dict[str, list[Sequence]] = {}  # instance key -> sequences
+        self._jobs: dict[int, Sequence] = {}
+        self._deltas: list[tuple[int, str]] = []
+        self._terminal: list[Message] = []
+        self._stopped = False
+
+    # -- called from the event loop thread -------------------------------------------------
+    def submit(self, job: Job) -> None:
+        self._inbox.put(("job", job))
+
+    def cancel(self, job_id: int) -> None:
+        self._inbox.put(("cancel", job_id))
+
+    def stop(self) -> None:
+        self._inbox.put(("stop", None))
+
+    def busy_slots(self) -> int:
+        return len(self._jobs)
+
+    # -- the scheduler thread -------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self._stopped:
+                self._admit(self._wait_time())
+                self._step_due()
+                self._flush()
+        finally:
+            self.pool.close()
+
+    def _wait_time(self) -> float | None:
+        if not self._batches:
+            return None
+        return max(0.0, min(self._next_step.values()) - time.monotonic())
+
+    def _admit(self, timeout: float | None) -> None:
+        block = timeout is None or timeout > 0
+        while True:
+            try:
+                kind, arg = self._inbox.get(block, timeout)
+            except queue.Empty:
+                return
+            block = False
+            if kind == "job":
+                self._start(arg)
+            elif kind == "cancel":
+                self._cancel(arg)
+            elif kind == "loaded":
+                self._loaded(arg)
+            elif kind == "stop":
+                self._stopped = True
+                return
+
+    def _start(self, job: Job) -> None:
+        if job.job_id in self._jobs:
+            log.warning("job %d submitted twice; ignoring the second", job.job_id)
+            return
+        if len(self._jobs) >= self.slots:
+            # the front dispatches within credit; this guards against a confused front
+            self._fail_new(job.job_id, "busy", "engine has no free slot")
+            return
+        seq = Sequence(job=job, stopper=StopMatcher(job.stop))
+        self._jobs[job.job_id] = seq
+        try:
+            instance = self.pool.get(job.model)
+        except JobError as exc:
+            self._finish_fail(seq, exc.kind, exc.message)
+            return
+        if instance is None:
+            self._waiting.setdefault(instance_key(job.model), []).append(seq)
+        else:
+            self._begin(instance, seq)
+
+    def _loaded(self, key: str) -> None:
+        waiting = self._waiting.pop(key, [])
+        try:
+            instance = self.pool.finish_load(key)
+        except Exception as exc:
+            log.error("model load failed: %s", exc)
+            kind = exc.kind if isinstance(exc, JobError) else "load_failed"
+            for seq in waiting:
+                self._finish_fail(seq, kind, f"model failed to load: {exc}")
+            return
+        for seq in waiting:
+            if seq.job.job_id in self._jobs:
+                self._begin(instance, seq)
+
+    def _begin(self, instance: ModelInstance, seq: Sequence) -> None:
+        try:
+            instance.start(seq)
+        except JobError as exc:
+            self._finish_fail(seq, exc.kind, exc.message)
+            return
+        batch = self._batches.setdefault(instance, [])
+        if not batch:
+            self._next_step[instance] = time.monotonic()
+        batch.append(seq)
+
+    def _cancel(self, job_id: int) -> None:
+        seq = self._jobs.get(job_id)
+        if seq is not None:
+            self._finish(seq, "cancelled")
+
+    def _step_due(self) -> None:
+        now = time.monotonic()
+        for instance, batch in list(self._batches.items()):
+            if self._next_step[instance] > now:
+                continue
+            try:
+                results = instance.step(list(batch))
+            except Exception as exc:  # a backend bug fails its batch, never the engine
+                log.exception("step failed")
+                for seq in list(batch):
+                    self._finish_fail(seq, "backend_error", str(exc))
+                continue
+            for seq, result in zip(list(batch), results, strict=True):
+                self._apply(seq, result)
+            if instance in self._next_step:  # the batch may have just emptied
+                # pace from the schedule, not from now, but never catch up a backlog
+                self._next_step[instance] = max(
+                    self._next_step[instance] + instance.step_interval, now
+                )
+
+    def _apply(self, seq: Sequence, result: str | Exception | None) -> None:
+        if isinstance(result, Exception):
+            kind = result.kind if isinstance(result, JobError) else "backend_error"
+            self._finish_fail(seq, kind, str(result))
+            return
+        if result is END:
+            self._emit(seq, seq.stopper.flush())
+            self._finish(seq, "stop")
+            return
+        seq.completion_tokens += 1
+        text, stopped = seq.stopper.feed(result)
+        if stopped:
+            self._emit(seq, text)
+            self._finish(seq, "stop")
+            return
+        limit = seq.job.max_tokens
+        if limit is not None and seq.completion_tokens >= limit:
+            self._emit(seq, text + seq.stopper.flush())
+            self._finish(seq, "length")
+            return
+        self._emit(seq, text)
+
+    def _emit(self, seq: Sequence, text: str) -> None:
+        if text:
+            self._deltas.append((seq.job.job_id, text))
+
+    def _detach(self, seq: Sequence) -> None:
+        del self._jobs[seq.job.job_id]
+        for instance, batch in list(self._batches.items()):
+            if seq in batch:
+                batch.remove(seq)
+                instance.release(seq)
+                if not batch:
+                    del self._batches[instance]
+                    del self._next_step[instance]
+                return
+        for _key, waiting in list(self._waiting.items()):
+            if seq in waiting:
+                waiting.remove(seq)
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        self._detach(seq)
+        self._terminal.append(
+            Done(seq.job.job_id, reason, seq.prompt_tokens, seq.completion_tokens)
+        )
+
+    def _finish_fail(self, seq: Sequence, kind: str, message: str) -> None:
+        self._detach(seq)
+        self._terminal.append(Fail(seq.job.job_id, kind, message, seq.completion_tokens))
+
+    def _fail_new(self, job_id: int, kind: str, message: str) -> None:
+        self._terminal.append(Fail(job_id, kind, message, 0))
+
+    def _flush(self) -> None:
+        if self._deltas or self._terminal:
+            self._outbox.publish(self._deltas, self._terminal)
+            self._deltas = []
+            self._terminal = []

@@ -1,0 +1,199 @@
+"""The engine process: one DEALER socket owned by the event loop, one scheduler thread.
+
+The loop only moves messages: it validates what arrives, hands jobs to the scheduler and
+sends what the outbox collects, plus heartbeats. Model work happens on other threads, so
+heartbeats keep flowing while a model loads or a step runs long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+
+import psutil
+import zmq
+import zmq.asyncio
+
+from coderai.bus.codec import decode, encode
+from coderai.bus.messages import (
+    Bye,
+    Cancel,
+    Control,
+    Heartbeat,
+    Hello,
+    Job,
+    Message,
+    Ping,
+    Refuse,
+    Welcome,
+)
+from coderai.bus.sockets import connect_dealer
+from coderai.engine.backends import available_backends
+from coderai.engine.outbox import Outbox
+from coderai.engine.scheduler import Scheduler
+from coderai.errors import BusProtocolError
+
+log = logging.getLogger("coderai.engine")
+
+HANDSHAKE_TIMEOUT = 15.0
+EXIT_REFUSED = 3
+EXIT_FRONT_GONE = 4
+EXIT_SCHEDULER_CRASHED = 5
+
+
+@dataclass
+class EngineSettings:
+    name: str
+    connect: str
+    slots: int
+    token: str
+    epoch: int
+    backend: str = "cpu"
+    capabilities: list[str] = field(default_factory=list)
+    front_pid: int | None = None
+
+
+class EngineWorker:
+    def __init__(self, settings: EngineSettings) -> None:
+        self.s = settings
+        backends = available_backends()
+        self.capabilities = settings.capabilities or sorted(backends)
+        self._backends = {k: v for k, v in backends.items() if k in self.capabilities}
+        self.identity = f"{settings.name}:{settings.epoch}".encode()
+        self.dropped_frames = 0
+        self._exit_code = 0
+        self._stop = asyncio.Event()
+        self._heartbeat_interval = 1.0
+        self._proc = psutil.Process()
+
+    async def run(self) -> int:
+        loop = self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        ctx = zmq.asyncio.Context()
+        sock = connect_dealer(ctx, self.s.connect, self.identity)
+        self._sock = sock
+        outbox = Outbox(loop)
+        self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
+        thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
+        try:
+            if not await self._handshake():
+                return EXIT_REFUSED
+            thread.start()
+            tasks = [
+                asyncio.create_task(self._receive()),
+                asyncio.create_task(self._heartbeats()),
+                asyncio.create_task(outbox.run(self._send)),
+            ]
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+            if self._exit_code == 0:
+                with contextlib.suppress(zmq.ZMQError):
+                    await self._send(encode(Bye("shutdown")))
+            return self._exit_code
+        finally:
+            self.scheduler.stop()
+            sock.close(linger=1000)
+            ctx.term()
+
+    def _schedule(self) -> None:
+        try:
+            self.scheduler.run()
+        except BaseException:
+            # a dead decode loop with a live socket would accept jobs and never end them
+            log.exception("the scheduler thread crashed; engine %s exits", self.s.name)
+            self._exit_code = EXIT_SCHEDULER_CRASHED
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def _send(self, frames: list[bytes]) -> None:
+        await self._sock.send_multipart(frames, copy=False)
+
+    async def _handshake(self) -> bool:
+        hello = Hello(
+            name=self.s.name,
+            epoch=self.s.epoch,
+            pid=os.getpid(),
+            backend=self.s.backend,
+            capabilities=self.capabilities,
+            slots=self.s.slots,
+            token=self.s.token,
+        )
+        await self._send(encode(hello))
+        try:
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                while True:
+                    msg = self._decode(await self._sock.recv_multipart())
+                    if isinstance(msg, Welcome):
+                        self._heartbeat_interval = msg.heartbeat_interval
+                        log.info("engine %s joined the bus", self.s.name)
+                        return True
+                    if isinstance(msg, Refuse):
+                        log.error("front refused engine %s: %s", self.s.name, msg.reason)
+                        return False
+        except TimeoutError:
+            log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
+            return False
+
+    def _decode(self, frames: list[bytes]) -> Message | None:
+        try:
+            return decode(frames)
+        except BusProtocolError as exc:
+            self.dropped_frames += 1
+            log.warning("dropped a malformed bus frame (%d so far): %s", self.dropped_frames, exc)
+            return None
+
+    async def _receive(self) -> None:
+        while True:
+            msg = self._decode(await self._sock.recv_multipart())
+            if isinstance(msg, Job):
+                self.scheduler.submit(msg)
+            elif isinstance(msg, Cancel):
+                self.scheduler.cancel(msg.job_id)
+            elif isinstance(msg, Ping):
+                await self._send(encode(self._heartbeat()))
+            elif isinstance(msg, Control):
+                self._control(msg)
+            elif isinstance(msg, Refuse):
+                log.error("front refused engine %s: %s", self.s.name, msg.reason)
+                self._exit_code = EXIT_REFUSED
+                self._stop.set()
+
+    def _control(self, msg: Control) -> None:
+        if msg.action == "shutdown":
+            self._stop.set()
+        else:
+            log.warning("control action %r is not supported by this engine", msg.action)
+
+    def _heartbeat(self) -> Heartbeat:
+        pool = self.scheduler.pool
+        loading = pool.load_progress()
+        free = max(0, self.s.slots - self.scheduler.busy_slots())
+        return Heartbeat(
+            state="loading" if loading else "ready",
+            free_slots=free,
+            loaded=pool.loaded_ids(),
+            loading=loading,
+            rss=self._proc.memory_info().rss,
+        )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            if self._front_gone():
+                log.error(
+                    "front process %s is gone; engine %s exits", self.s.front_pid, self.s.name
+                )
+                self._exit_code = EXIT_FRONT_GONE
+                self._stop.set()
+                return
+            await self._send(encode(self._heartbeat()))
+            await asyncio.sleep(self._heartbeat_interval)
+
+    def _front_gone(self) -> bool:
+        # an orphan is re-parented: never keep holding GPU memory for a dead front
+        return self.s.front_pid is not None and os.getppid() != self.s.front_pid

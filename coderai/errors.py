@@ -1,0 +1,83 @@
+"""One rooted exception tree. Each class carries the HTTP status and OpenAI error type that
+the front answers with; only the front maps them to HTTP."""
+
+from __future__ import annotations
+
+
+class CoderaiError(Exception):
+    status = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def envelope(self) -> dict[str, object]:
+        """The OpenAI error object: {"error": {message, type, param, code}}."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(CoderaiError):
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class ModelNotFound(CoderaiError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class QueueFull(CoderaiError):
+    status = 429
+    error_type = "rate_limit_error"
+    code = "queue_full"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NoEngine(CoderaiError):
+    """No running engine can serve the request (none compatible, or none alive in time)."""
+
+    status = 503
+    error_type = "server_error"
+    code = "no_engine"
+
+
+class EngineFailed(CoderaiError):
+    """The engine accepted the job and then failed it, or died while running it."""
+
+    status = 503
+    error_type = "server_error"
+    code = "engine_failed"
+
+
+class ConfigError(CoderaiError):
+    """A configuration or catalogue file is unreadable or invalid."""
+
+
+class BusProtocolError(CoderaiError):
+    """A bus frame that is malformed, of an unknown type or of another protocol version."""
+
+
+class JobError(CoderaiError):
+    """A job an engine cannot run (bad parameters, model that fails to load)."""
+
+    def __init__(self, message: str, *, kind: str = "job_error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ProtocolVersionMismatch(BusProtocolError):
+    """A peer speaks another version of the bus protocol."""

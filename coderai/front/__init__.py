@@ -1,0 +1,1 @@
+"""The front: aiohttp HTTP/SSE server and bus dispatcher. Never imports the model stack."""

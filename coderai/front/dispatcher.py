@@ -1,0 +1,322 @@
+"""The front's side of the bus: one ROUTER socket, the engine registry, the job table and
+the queue of jobs waiting for credit. Everything here runs on the front's event loop, which
+is the only owner of the socket and of this state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+import zmq
+import zmq.asyncio
+
+from coderai.bus.codec import decode, encode
+from coderai.bus.messages import (
+    Bye,
+    Cancel,
+    Chunks,
+    Done,
+    Fail,
+    Heartbeat,
+    Hello,
+    Message,
+    Refuse,
+    Welcome,
+)
+from coderai.bus.sockets import bind_router
+from coderai.config import ServerConfig
+from coderai.errors import (
+    BusProtocolError,
+    EngineFailed,
+    NoEngine,
+    ProtocolVersionMismatch,
+    QueueFull,
+)
+from coderai.front.jobs import FrontJob
+from coderai.front.placement import choose_engine, compatible
+from coderai.front.registry import EngineRecord, Registry
+
+log = logging.getLogger("coderai.front")
+
+#: FAIL kinds after which a job that produced nothing may run elsewhere
+_RETRYABLE = frozenset({"busy"})
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: ServerConfig,
+        endpoint: str,
+        token: str,
+        engines_starting: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.settings = settings
+        self.endpoint = endpoint
+        self._token = token
+        #: whether engines that have not said HELLO yet are on their way (the supervisor's)
+        self.engines_starting = engines_starting
+        self.registry = Registry()
+        self.queue: deque[FrontJob] = deque()
+        self.dropped_frames = 0
+        self._ids = itertools.count(1)
+        self._ctx = zmq.asyncio.Context()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._sock = bind_router(self._ctx, self.endpoint)
+        self._tasks = [
+            asyncio.create_task(self._receive(), name="bus-receive"),
+            asyncio.create_task(self._reap(), name="bus-reaper"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for job in list(self.queue):
+            job.finish(NoEngine("the server is shutting down"))
+        self.queue.clear()
+        for record in self.registry.all():
+            self._lose(record, "the server is shutting down")
+        if self._sock is not None:
+            self._sock.close(linger=0)
+        self._ctx.term()
+
+    def next_job_id(self) -> int:
+        return next(self._ids)
+
+    # -- requests -------------------------------------------------------------------------
+    def submit(self, job: FrontJob) -> None:
+        """Dispatch now, or queue; raises NoEngine or QueueFull for an immediate answer."""
+        engines = self.registry.all()
+        if not compatible(job.fmt, engines) and not self.engines_starting():
+            if engines:
+                raise NoEngine(f"no running engine can serve model format {job.fmt!r}")
+            raise NoEngine("no engine is running")
+        if not self._queued_for(job.entry.id):
+            engine = self._place(job)
+            if engine is not None:
+                self._dispatch(job, engine)
+                return
+        if len(self.queue) >= self.settings.max_queue:
+            raise QueueFull(
+                f"all engines are busy and {len(self.queue)} requests are queued; retry later",
+                retry_after=self.settings.retry_after,
+            )
+        self.queue.append(job)
+
+    def cancel(self, job: FrontJob) -> None:
+        """The client went away: forget a queued job, or tell its engine to stop."""
+        if job.outcome is not None:
+            return
+        job.abandoned = True
+        if job.engine is None:
+            self._unqueue(job)
+            return
+        self._send(job.engine, Cancel(job.id))
+
+    def _queued_for(self, model_id: str) -> bool:
+        return any(j.entry.id == model_id for j in self.queue)
+
+    def _unqueue(self, job: FrontJob) -> None:
+        with contextlib.suppress(ValueError):
+            self.queue.remove(job)
+
+    def _place(self, job: FrontJob) -> EngineRecord | None:
+        return choose_engine(
+            job.fmt,
+            job.entry.id,
+            job.entry.engine,
+            self.settings.default_engine,
+            self.registry.all(),
+        )
+
+    def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
+        job.engine = engine
+        engine.jobs[job.id] = job
+        self._send(engine, job.message)
+
+    def _pump(self) -> None:
+        """Dispatch queued jobs to free credit, in arrival order per model."""
+        blocked: set[str] = set()
+        for job in list(self.queue):
+            if not any(e.free for e in self.registry.all()):
+                return
+            if job.entry.id in blocked:
+                continue
+            engine = self._place(job)
+            if engine is None:
+                blocked.add(job.entry.id)
+                continue
+            self.queue.remove(job)
+            self._dispatch(job, engine)
+
+    def _send(self, engine: EngineRecord, msg: Message) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.send_multipart([engine.identity, *encode(msg)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            # ROUTER_MANDATORY: the peer is gone (or hopelessly backed up)
+            log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, exc)
+            asyncio.get_running_loop().call_soon(self._lose, engine, "engine unreachable")
+
+    # -- the bus --------------------------------------------------------------------------
+    async def _receive(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart(copy=True)
+            try:
+                self._handle(frames[0], frames[1:])
+            except BusProtocolError as exc:
+                self._drop(frames[0], exc)
+            except Exception:  # invariant 4: one bad message never stops the bus loop
+                log.exception("error handling a bus message from %r", frames[0])
+                self.dropped_frames += 1
+
+    def _drop(self, identity: bytes, exc: BusProtocolError) -> None:
+        self.dropped_frames += 1
+        log.warning(
+            "dropped a bus frame from %r (%d so far): %s", identity, self.dropped_frames, exc
+        )
+        if isinstance(exc, ProtocolVersionMismatch):
+            self._refuse(identity, exc.message)
+
+    def _refuse(self, identity: bytes, reason: str) -> None:
+        assert self._sock is not None
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.send_multipart([identity, *encode(Refuse(reason))], flags=zmq.NOBLOCK)
+
+    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+        msg = decode(frames)
+        record = self.registry.get(identity)
+        if isinstance(msg, Hello):
+            self._hello(identity, msg)
+            return
+        if record is None:
+            raise BusProtocolError(f"{type(msg).__name__} from a peer that has not said HELLO")
+        record.last_seen = time.monotonic()
+        if isinstance(msg, Chunks):
+            self._chunks(record, msg.deltas)
+        elif isinstance(msg, Done):
+            self._ended(record, msg.job_id, msg)
+        elif isinstance(msg, Fail):
+            self._failed(record, msg)
+        elif isinstance(msg, Heartbeat):
+            record.state = msg.state
+            record.loaded = msg.loaded
+            record.loading = msg.loading
+            record.rss = msg.rss
+        elif isinstance(msg, Bye):
+            log.info("engine %s said goodbye: %s", record.name, msg.reason)
+            self._lose(record, f"engine {record.name} left: {msg.reason}")
+
+    def _hello(self, identity: bytes, msg: Hello) -> None:
+        if not hmac.compare_digest(msg.token.encode(), self._token.encode()):
+            log.warning("refused engine %r: wrong bus token", msg.name)
+            self._refuse(identity, "wrong bus token")
+            return
+        if identity != f"{msg.name}:{msg.epoch}".encode():
+            self._refuse(identity, "identity does not match name:epoch")
+            return
+        record = EngineRecord(
+            identity=identity,
+            name=msg.name,
+            epoch=msg.epoch,
+            pid=msg.pid,
+            backend=msg.backend,
+            capabilities=frozenset(msg.capabilities),
+            slots=max(1, msg.slots),
+        )
+        previous = self.registry.add(record)
+        if previous is not None:
+            self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")
+        welcome = Welcome(self.settings.heartbeat_interval, self.settings.heartbeat_liveness)
+        self._send(record, welcome)
+        log.info(
+            "engine %s (pid %d, %s) joined with %d slots, capabilities %s",
+            msg.name, msg.pid, msg.backend, record.slots, ",".join(msg.capabilities),
+        )  # fmt: skip
+        self._pump()
+
+    def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
+        if len(deltas) % 2:
+            raise BusProtocolError("CHUNKS deltas must pair job ids with texts")
+        jobs = record.jobs
+        it = iter(deltas)
+        for job_id, text in zip(it, it, strict=True):
+            job = jobs.get(job_id)  # type: ignore[call-overload]
+            if job is None or job.abandoned:
+                continue
+            if not isinstance(text, str):
+                raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
+            job.push(text)
+
+    def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:
+        job = record.jobs.pop(job_id, None)
+        if job is not None:
+            job.finish(outcome)
+        self._pump()
+
+    def _failed(self, record: EngineRecord, msg: Fail) -> None:
+        job = record.jobs.pop(msg.job_id, None)
+        if job is not None:
+            if msg.kind in _RETRYABLE and not job.started and not job.abandoned:
+                job.engine = None
+                self.queue.appendleft(job)
+            else:
+                job.finish(EngineFailed(f"engine {record.name}: {msg.message}"))
+        self._pump()
+
+    # -- liveness -------------------------------------------------------------------------
+    def engine_exited(self, name: str, pid: int | None) -> None:
+        """The supervisor saw an engine process end (the OS sentinel)."""
+        record = self.registry.by_name(name)
+        if record is not None and (pid is None or record.pid == pid):
+            self._lose(record, f"engine {name} exited")
+
+    def _lose(self, record: EngineRecord, why: str) -> None:
+        """Forget an engine. Jobs that produced nothing run elsewhere; the rest fail."""
+        if self.registry.get(record.identity) is record:
+            self.registry.remove(record)
+        jobs, record.jobs = list(record.jobs.values()), {}
+        requeue = [j for j in jobs if not j.started and not j.abandoned]
+        for job in jobs:
+            if job not in requeue:
+                job.finish(EngineFailed(f"{why} while running this request"))
+        for job in reversed(requeue):
+            job.engine = None
+            self.queue.appendleft(job)
+        if requeue:
+            log.info("%s: re-dispatching %d jobs that had not started", why, len(requeue))
+        self._pump()
+
+    async def _reap(self) -> None:
+        interval = self.settings.heartbeat_interval
+        silence = interval * self.settings.heartbeat_liveness
+        while True:
+            await asyncio.sleep(interval / 2)
+            now = time.monotonic()
+            for record in self.registry.all():
+                if now - record.last_seen > silence:
+                    log.warning("engine %s missed its heartbeats for %.1f s", record.name, silence)
+                    self._lose(record, f"engine {record.name} stopped responding")
+            self._expire_queue(now)
+
+    def _expire_queue(self, now: float) -> None:
+        limit = self.settings.queue_timeout
+        for job in [j for j in self.queue if now - j.enqueued_at > limit]:
+            self.queue.remove(job)
+            job.finish(NoEngine(f"no engine could take this request within {limit:.0f} s"))
+        if self.queue and not self.registry.all() and not self.engines_starting():
+            for job in list(self.queue):
+                job.finish(NoEngine("no engine is running"))
+            self.queue.clear()

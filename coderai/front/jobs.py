@@ -1,0 +1,65 @@
+"""A request's job as the front sees it: where it runs and what has arrived for it.
+
+The bus loop only appends text and sets an event; the request's own handler task renders
+and writes. A slow client therefore never blocks the bus loop, and while it lags its
+pending text is merged into one event instead of queueing one event per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from coderai.bus.messages import Done, Job
+from coderai.config import ModelEntry
+from coderai.errors import CoderaiError
+
+if TYPE_CHECKING:
+    from coderai.front.registry import EngineRecord
+
+Outcome = Done | CoderaiError
+
+
+@dataclass(eq=False)
+class FrontJob:
+    id: int
+    entry: ModelEntry
+    fmt: str
+    message: Job
+    enqueued_at: float = field(default_factory=time.monotonic)
+    engine: EngineRecord | None = None
+    #: the engine that produced the first output; it names the response's engine
+    served_by: str | None = None
+    started: bool = False
+    #: the client went away; output is dropped until the engine confirms the cancel
+    abandoned: bool = False
+    outcome: Outcome | None = None
+    _parts: list[str] = field(default_factory=list)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def push(self, text: str) -> None:
+        if not self.started:
+            self.started = True
+            self.served_by = self.engine.name if self.engine else None
+        self._parts.append(text)
+        self._wake.set()
+
+    def finish(self, outcome: Outcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            if self.served_by is None and self.engine is not None:
+                self.served_by = self.engine.name
+            self._wake.set()
+
+    async def wait(self) -> None:
+        await self._wake.wait()
+        self._wake.clear()
+
+    def take(self) -> str:
+        parts = self._parts
+        if not parts:
+            return ""
+        self._parts = []
+        return parts[0] if len(parts) == 1 else "".join(parts)

@@ -1,0 +1,167 @@
+"""The OpenAI-compatible routes: /v1/chat/completions, /v1/completions, /v1/models."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from coderai.bus.messages import Done, Job
+from coderai.config import Catalogue, ModelEntry
+from coderai.errors import CoderaiError, InvalidRequest, ModelNotFound
+from coderai.front.dispatcher import Dispatcher
+from coderai.front.jobs import FrontJob
+from coderai.front.schemas import ChatRequest, CompletionRequest, parse
+from coderai.front.sse import StreamTemplate, error_event, whole_response
+from coderai.modelfile import detect_format
+
+ENGINE_HEADER = "X-CoderAI-Engine"
+#: the value of ENGINE_HEADER on responses the front answers without an engine
+FRONT = "front"
+
+
+def error_response(error: CoderaiError, engine: str | None = None) -> web.Response:
+    headers = {ENGINE_HEADER: engine or FRONT}
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return web.json_response(error.envelope(), status=error.status, headers=headers)
+
+
+async def read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+
+
+class OpenAIRoutes:
+    def __init__(self, dispatcher: Dispatcher, catalogue: Catalogue) -> None:
+        self.dispatcher = dispatcher
+        self.catalogue = catalogue
+        self._formats: dict[str, str] = {}
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+
+    async def models(self, request: web.Request) -> web.Response:
+        data = [
+            {"id": e.id, "object": "model", "created": 0, "owned_by": "coderai"}
+            for e in self.catalogue.entries
+        ]
+        return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        req: ChatRequest = parse(ChatRequest, await read_json(request))
+        entry = self._entry(req.model)
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        return await self._run(request, req, entry, "chat", messages=messages)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        req: CompletionRequest = parse(CompletionRequest, await read_json(request))
+        entry = self._entry(req.model)
+        return await self._run(request, req, entry, "completion", prompt=req.prompt_text())
+
+    def _entry(self, name: str) -> ModelEntry:
+        entry = self.catalogue.resolve(name)
+        if entry is None:
+            raise ModelNotFound(f"The model {name!r} does not exist", param="model")
+        return entry
+
+    def _format(self, entry: ModelEntry) -> str:
+        if entry.format is not None:
+            return entry.format
+        fmt = self._formats.get(entry.id)
+        if fmt is None:
+            fmt = self._formats[entry.id] = detect_format(entry.path)
+        return fmt
+
+    async def _run(
+        self,
+        request: web.Request,
+        req: ChatRequest | CompletionRequest,
+        entry: ModelEntry,
+        kind: str,
+        **payload: Any,
+    ) -> web.StreamResponse:
+        fmt = self._format(entry)
+        job_id = self.dispatcher.next_job_id()
+        message = Job(
+            job_id=job_id,
+            model=entry.spec(fmt),
+            kind=kind,
+            max_tokens=req.token_limit(),
+            stop=req.stops(),
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            **payload,
+        )
+        job = FrontJob(job_id, entry, fmt, message)
+        self.dispatcher.submit(job)
+        chat = kind == "chat"
+        response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        try:
+            if req.stream:
+                template = StreamTemplate(chat, response_id, created, entry.id, req.include_usage())
+                return await self._stream(request, job, template)
+            return await self._whole(job, chat, response_id, created)
+        finally:
+            # the handler ends early only when the client went away (or a write failed)
+            self.dispatcher.cancel(job)
+
+    async def _whole(
+        self, job: FrontJob, chat: bool, response_id: str, created: int
+    ) -> web.Response:
+        parts = []
+        while job.outcome is None:
+            await job.wait()
+            parts.append(job.take())
+        outcome = job.outcome
+        if isinstance(outcome, CoderaiError):
+            return error_response(outcome, job.served_by)
+        body = whole_response(chat, response_id, created, job.entry.id, "".join(parts), outcome)
+        return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
+
+    async def _stream(
+        self, request: web.Request, job: FrontJob, template: StreamTemplate
+    ) -> web.StreamResponse:
+        # Headers wait for the first output: until then an error can still be a status code,
+        # and the engine header names the engine that really served the stream.
+        while not job.started and job.outcome is None:
+            await job.wait()
+        if isinstance(job.outcome, CoderaiError):
+            return error_response(job.outcome, job.served_by)
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                ENGINE_HEADER: job.served_by or FRONT,
+            }
+        )
+        await response.prepare(request)
+        pending = template.opening()
+        while True:
+            text = job.take()
+            if text:
+                pending += template.content(text)
+            outcome = job.outcome
+            if isinstance(outcome, Done):
+                await response.write(pending + template.closing(outcome))
+                break
+            if isinstance(outcome, CoderaiError):
+                await response.write(pending + error_event(outcome))
+                break
+            if pending:
+                await response.write(pending)
+                pending = b""
+            await job.wait()
+        await response.write_eof()
+        return response

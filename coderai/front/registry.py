@@ -1,0 +1,75 @@
+"""Engines known to the front, keyed by their bus identity (name:epoch)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coderai.front.jobs import FrontJob
+
+
+@dataclass(eq=False)
+class EngineRecord:
+    identity: bytes
+    name: str
+    epoch: int
+    pid: int
+    backend: str
+    capabilities: frozenset[str]
+    slots: int
+    last_seen: float = field(default_factory=time.monotonic)
+    state: str = "ready"
+    loaded: list[str] = field(default_factory=list)
+    loading: dict[str, float] = field(default_factory=dict)
+    rss: int = 0
+    #: jobs dispatched and not yet ended by DONE/FAIL: the front's side of the credit
+    jobs: dict[int, FrontJob] = field(default_factory=dict)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.slots - len(self.jobs))
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "epoch": self.epoch,
+            "pid": self.pid,
+            "backend": self.backend,
+            "capabilities": sorted(self.capabilities),
+            "state": self.state,
+            "slots": self.slots,
+            "free_slots": self.free,
+            "loaded_models": self.loaded,
+            "loading": self.loading,
+            "rss": self.rss,
+        }
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._by_identity: dict[bytes, EngineRecord] = {}
+
+    def add(self, record: EngineRecord) -> EngineRecord | None:
+        """Register an engine; returns the previous incarnation of the same name, if any."""
+        previous = self.by_name(record.name)
+        if previous is not None:
+            self.remove(previous)
+        self._by_identity[record.identity] = record
+        return previous
+
+    def remove(self, record: EngineRecord) -> None:
+        self._by_identity.pop(record.identity, None)
+
+    def get(self, identity: bytes) -> EngineRecord | None:
+        return self._by_identity.get(identity)
+
+    def by_name(self, name: str) -> EngineRecord | None:
+        for record in self._by_identity.values():
+            if record.name == name:
+                return record
+        return None
+
+    def all(self) -> list[EngineRecord]:
+        return list(self._by_identity.values())

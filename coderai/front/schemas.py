@@ -1,0 +1,114 @@
+"""OpenAI request bodies, validated at the edge. Unknown fields are accepted and ignored,
+as OpenAI-compatible servers commonly do, so clients that send extra options keep working;
+options we cannot honour with the requested value are rejected with a clear 400."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from coderai.errors import InvalidRequest
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    model: str = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = None
+    n: int = 1
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError("only n=1 is supported")
+        return n
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(stop, list) and len(stop) > 4:
+            raise ValueError("at most 4 stop sequences are allowed")
+        return stop
+
+    def stops(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def check(self) -> None:
+        if self.stream_options is not None and not self.stream:
+            raise InvalidRequest(
+                "stream_options is only allowed when stream is true", param="stream_options"
+            )
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+    max_tokens: int | None = Field(16, ge=1)  # OpenAI's documented default for completions
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise InvalidRequest("prompt must be a string or a list of one string", param="prompt")
+        return self.prompt[0]
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+
+def parse(model: type[_Sampling], body: Any) -> Any:
+    """Validate a JSON body into a request, mapping the first problem to a 400."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        request = model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise InvalidRequest(f"{'.'.join(loc)}: {message}", param=loc[0] if loc else None) from None
+    request.check()
+    return request

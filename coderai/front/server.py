@@ -1,0 +1,60 @@
+"""`coderai run`: the front process. Binds the bus in a private runtime directory, starts
+the supervised engines and serves HTTP until SIGINT/SIGTERM, then stops it all and
+removes its sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import shutil
+import signal
+
+from aiohttp import web
+
+from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
+from coderai.config import Catalogue, Config
+from coderai.front.app import build_app
+from coderai.front.dispatcher import Dispatcher
+from coderai.front.supervisor import EngineSpec, Supervisor
+
+log = logging.getLogger("coderai.front")
+
+
+def engine_specs(config: Config) -> list[EngineSpec]:
+    # auto (0) is one engine until GPU detection lands
+    count = config.server.engines or 1
+    slots = config.server.max_parallel_requests
+    return [EngineSpec(f"engine-{i}", slots) for i in range(count)]
+
+
+async def serve(config: Config, catalogue: Catalogue) -> int:
+    runtime_dir = private_runtime_dir()
+    try:
+        endpoint = ipc_endpoint(runtime_dir)
+        token = secrets.token_hex(16)
+        supervisor: Supervisor | None = None
+        dispatcher = Dispatcher(
+            config.server,
+            endpoint,
+            token,
+            engines_starting=lambda: bool(supervisor and supervisor.alive()),
+        )
+        supervisor = Supervisor(engine_specs(config), endpoint, token, dispatcher.engine_exited)
+        app = build_app(config, catalogue, dispatcher, supervisor)
+        # a client that disconnects cancels its handler, which cancels its job (invariant 3)
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, config.server.host, config.server.port)
+        await site.start()
+        log.info("CoderAI listening on http://%s:%d", config.server.host, config.server.port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+        await runner.cleanup()
+        return 0
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)

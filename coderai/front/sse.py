@@ -1,0 +1,112 @@
+"""OpenAI response shapes, streamed and whole.
+
+Streaming is the hot path: each job gets a template whose constant JSON around the
+content is encoded once, so an event costs one string escape and two concatenations.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any
+
+from coderai.bus.messages import Done
+from coderai.errors import CoderaiError
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def _dumps(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _split(obj: dict[str, Any], marker: str) -> tuple[bytes, bytes]:
+    """Encode obj once and cut it around the marker string standing in for the content."""
+    encoded = _dumps(obj)
+    before, after = encoded.split(_dumps(marker), 1)
+    return b"data: " + before, after + b"\n\n"
+
+
+class StreamTemplate:
+    """The events of one streamed response (chat.completion.chunk or text_completion)."""
+
+    _MARK = "\x00coderai-content\x00"
+
+    def __init__(
+        self, chat: bool, response_id: str, created: int, model: str, include_usage: bool
+    ) -> None:
+        self.chat = chat
+        self._head: dict[str, Any] = {
+            "id": response_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
+        self._include_usage = include_usage
+        self._prefix, self._suffix = _split(self._event(self._MARK, None), self._MARK)
+
+    def _event(self, content: str | None, finish: str | None) -> dict[str, Any]:
+        choice: dict[str, Any]
+        if self.chat:
+            delta = {} if content is None else {"content": content}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            text = "" if content is None else content
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        event = {**self._head, "choices": [choice]}
+        if self._include_usage:
+            event["usage"] = None
+        return event
+
+    def content(self, text: str) -> bytes:
+        return self._prefix + encode_basestring(text).encode() + self._suffix
+
+    def opening(self) -> bytes:
+        """Chat streams open with the assistant role, as OpenAI's do."""
+        if not self.chat:
+            return b""
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+        event = {**self._head, "choices": [{**choice, "logprobs": None, "finish_reason": None}]}
+        if self._include_usage:
+            event["usage"] = None
+        return b"data: " + _dumps(event) + b"\n\n"
+
+    def closing(self, done: Done) -> bytes:
+        out = b"data: " + _dumps(self._event(None, done.finish_reason)) + b"\n\n"
+        if self._include_usage:
+            usage = {**self._head, "choices": [], "usage": usage_of(done)}
+            out += b"data: " + _dumps(usage) + b"\n\n"
+        return out + DONE_EVENT
+
+
+def error_event(error: CoderaiError) -> bytes:
+    """After the first byte the status is sent; an error travels as an event instead."""
+    return b"data: " + _dumps(error.envelope()) + b"\n\n"
+
+
+def usage_of(done: Done) -> dict[str, int]:
+    return {
+        "prompt_tokens": done.prompt_tokens,
+        "completion_tokens": done.completion_tokens,
+        "total_tokens": done.prompt_tokens + done.completion_tokens,
+    }
+
+
+def whole_response(
+    chat: bool, response_id: str, created: int, model: str, text: str, done: Done
+) -> dict[str, Any]:
+    choice: dict[str, Any]
+    if chat:
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "logprobs": None}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None}
+    choice["finish_reason"] = done.finish_reason
+    return {
+        "id": response_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": usage_of(done),
+    }
