@@ -48,8 +48,8 @@ class Config(BaseModel):
     # top-level extra sections (auth, thermal, …) belong to features that read them
     model_config = ConfigDict(extra="allow")
 
-    server: ServerConfig = ServerConfig()
-    models: ModelsConfig = ModelsConfig()
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
 
 
 class ModelEntry(_Strict):

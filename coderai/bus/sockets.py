@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any, TypeVar
 
 import zmq
+
+S = TypeVar("S", bound=zmq.Socket[Any])
 
 #: a frame larger than this is refused by libzmq before it reaches Python
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -13,7 +16,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 HIGH_WATER_MARK = 100_000
 
 
-def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> zmq.Socket[bytes]:
+def bind_router(ctx: zmq.Context[S], endpoint: str) -> S:
     """The front's socket. ROUTER_MANDATORY turns a silent drop (unknown peer, full queue)
     into an error the caller handles: without it 4-25 % of a fast stream was lost here."""
     sock = ctx.socket(zmq.ROUTER)
@@ -26,9 +29,7 @@ def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> zmq.Socke
     return sock
 
 
-def connect_dealer(
-    ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, identity: bytes
-) -> zmq.Socket[bytes]:
+def connect_dealer(ctx: zmq.Context[S], endpoint: str, identity: bytes) -> S:
     """An engine's socket. A DEALER blocks (never drops) at its high-water mark."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, identity)
@@ -42,8 +43,10 @@ def connect_dealer(
 
 
 def private_runtime_dir() -> str:
-    """A fresh 0700 directory for ipc sockets: only this user can connect (invariant 5)."""
-    path = tempfile.mkdtemp(prefix="coderai-")
+    """A fresh 0700 directory for ipc sockets: only this user can connect (invariant 5).
+    It is made under CODERAI_RUNTIME_DIR, else XDG_RUNTIME_DIR, else the temp folder."""
+    parent = os.environ.get("CODERAI_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
+    path = tempfile.mkdtemp(prefix="coderai-", dir=parent or None)
     os.chmod(path, 0o700)
     return path
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -15,6 +15,8 @@ from coderai.front.supervisor import Supervisor
 
 log = logging.getLogger("coderai.front")
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 DISPATCHER = web.AppKey("dispatcher", Dispatcher)
 SUPERVISOR = web.AppKey("supervisor", Supervisor)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
@@ -22,7 +24,7 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 @web.middleware
-async def openai_errors(request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every /v1 answer is an OpenAI envelope, whatever went wrong and wherever."""
     if not request.path.startswith("/v1/"):
         return await handler(request)

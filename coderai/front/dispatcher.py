@@ -55,13 +55,13 @@ class Dispatcher:
         settings: ServerConfig,
         endpoint: str,
         token: str,
-        engines_starting: Callable[[], bool] = lambda: False,
+        engines_running: Callable[[], set[str]] = set,
     ) -> None:
         self.settings = settings
         self.endpoint = endpoint
         self._token = token
-        #: whether engines that have not said HELLO yet are on their way (the supervisor's)
-        self.engines_starting = engines_starting
+        #: names of engine processes alive, joined or not (the supervisor knows)
+        self.engines_running = engines_running
         self.registry = Registry()
         self.queue: deque[FrontJob] = deque()
         self.dropped_frames = 0
@@ -98,7 +98,7 @@ class Dispatcher:
     def submit(self, job: FrontJob) -> None:
         """Dispatch now, or queue; raises NoEngine or QueueFull for an immediate answer."""
         engines = self.registry.all()
-        if not compatible(job.fmt, engines) and not self.engines_starting():
+        if not compatible(job.fmt, engines) and not self._engines_starting():
             if engines:
                 raise NoEngine(f"no running engine can serve model format {job.fmt!r}")
             raise NoEngine("no engine is running")
@@ -123,6 +123,10 @@ class Dispatcher:
             self._unqueue(job)
             return
         self._send(job.engine, Cancel(job.id))
+
+    def _engines_starting(self) -> bool:
+        """Engine processes alive that have not said HELLO yet: they may serve soon."""
+        return bool(self.engines_running() - {e.name for e in self.registry.all()})
 
     def _queued_for(self, model_id: str) -> bool:
         return any(j.entry.id == model_id for j in self.queue)
@@ -316,7 +320,7 @@ class Dispatcher:
         for job in [j for j in self.queue if now - j.enqueued_at > limit]:
             self.queue.remove(job)
             job.finish(NoEngine(f"no engine could take this request within {limit:.0f} s"))
-        if self.queue and not self.registry.all() and not self.engines_starting():
+        if self.queue and not self.registry.all() and not self._engines_starting():
             for job in list(self.queue):
                 job.finish(NoEngine("no engine is running"))
             self.queue.clear()

@@ -33,14 +33,9 @@ async def serve(config: Config, catalogue: Catalogue) -> int:
     try:
         endpoint = ipc_endpoint(runtime_dir)
         token = secrets.token_hex(16)
-        supervisor: Supervisor | None = None
-        dispatcher = Dispatcher(
-            config.server,
-            endpoint,
-            token,
-            engines_starting=lambda: bool(supervisor and supervisor.alive()),
-        )
+        dispatcher = Dispatcher(config.server, endpoint, token)
         supervisor = Supervisor(engine_specs(config), endpoint, token, dispatcher.engine_exited)
+        dispatcher.engines_running = supervisor.running
         app = build_app(config, catalogue, dispatcher, supervisor)
         # a client that disconnects cancels its handler, which cancels its job (invariant 3)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)

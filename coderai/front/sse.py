@@ -7,7 +7,7 @@ content is encoded once, so an event costs one string escape and two concatenati
 from __future__ import annotations
 
 import json
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any
 
 from coderai.bus.messages import Done

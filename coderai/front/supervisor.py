@@ -51,8 +51,9 @@ class Supervisor:
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._keep(spec)) for spec in self.specs]
 
-    def alive(self) -> bool:
-        return any(p.returncode is None for p in self.procs.values())
+    def running(self) -> set[str]:
+        """Names of engines whose process is alive (joined the bus or not yet)."""
+        return {name for name, p in self.procs.items() if p.returncode is None}
 
     async def _spawn(self, spec: EngineSpec, epoch: int) -> asyncio.subprocess.Process:
         env = {

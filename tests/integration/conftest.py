@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.server import Server
+
+StartServer = Callable[..., Server]
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """Start `coderai run` processes; all are stopped when the test ends."""
+    servers: list[Server] = []
+
+    def start(
+        server: dict[str, Any], models: list[dict[str, Any]], engines: int = 1, **kw: Any
+    ) -> Server:
+        srv = Server(
+            tmp_path / f"server{len(servers)}", {"engines": engines, **server}, models, **kw
+        )
+        servers.append(srv)
+        srv.wait_ready(engines)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()

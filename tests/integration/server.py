@@ -1,0 +1,105 @@
+"""A real `coderai run` in a subprocess, for integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from coderai.engine.backends.fake import fake_tokens, render_chat
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def expected_chat(content: str, tokens: int, seed: int = 0) -> str:
+    """What the fake model streams for one user message (no stop sequences)."""
+    return "".join(fake_tokens(render_chat([{"role": "user", "content": content}]), seed, tokens))
+
+
+class Server:
+    def __init__(
+        self,
+        workdir: Path,
+        server: dict[str, Any],
+        models: list[dict[str, Any]],
+        env: dict[str, str] | None = None,
+        argv: list[str] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.runtime = workdir / "run"
+        self.runtime.mkdir(exist_ok=True)
+        config = {"server": {"port": self.port, **server}}
+        (workdir / "config.json").write_text(json.dumps(config))
+        (workdir / "models.json").write_text(json.dumps({"models": models}))
+        self.log_path = workdir / "server.log"
+        full_env = {**os.environ, "CODERAI_RUNTIME_DIR": str(self.runtime), **(env or {})}
+        cmd = argv or [sys.executable, "-m", "coderai", "run"]
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [*cmd, "--config", str(workdir / "config.json")],
+            cwd=workdir,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.engine_pids: list[int] = []
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def health(self) -> dict[str, Any]:
+        body: dict[str, Any] = httpx.get(self.url + "/healthz", timeout=5).json()
+        return body
+
+    def wait_ready(self, engines: int, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                health = self.health()
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            if len(health["engines"]) >= engines:
+                self.engine_pids = [e["pid"] for e in health["engines"]]
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{engines} engines not ready in {timeout} s:\n{self.log()}")
+
+    def bus_endpoint(self) -> str:
+        (sock,) = self.runtime.glob("coderai-*/bus.sock")
+        return f"ipc://{sock}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in self.engine_pids:
+            if psutil.pid_exists(pid):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    psutil.Process(pid).kill()
+        self._log.close()
