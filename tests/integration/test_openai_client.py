@@ -5,15 +5,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.server import Server, expected_chat
 
-MODELS = [
+MODELS: list[dict[str, Any]] = [
     {"id": "fake", "alias": "fake-alias", "format": "fake", "options": {"output_tokens": 24}},
     {"id": "slow", "format": "fake", "options": {"tokens_per_second": 20, "output_tokens": 400}},
     {"id": "flaky", "format": "fake", "options": {"fail_after_tokens": 3, "tokens_per_second": 50}},
@@ -39,7 +41,7 @@ def client(server: Server) -> Iterator[openai.OpenAI]:
         yield c
 
 
-def _user(text: str) -> list[dict[str, str]]:
+def _user(text: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "user", "content": text}]
 
 
@@ -49,7 +51,7 @@ def test_model_list_is_the_catalogue(client: openai.OpenAI) -> None:
 
 
 def test_chat_whole_response(client: openai.OpenAI) -> None:
-    raw = client.chat.completions.with_raw_response.create(model="fake", messages=_user("hello"))  # type: ignore[call-overload]
+    raw = client.chat.completions.with_raw_response.create(model="fake", messages=_user("hello"))
     completion = raw.parse()
     assert raw.headers["x-coderai-engine"] in {"engine-0", "engine-1"}
     assert completion.object == "chat.completion"
@@ -176,7 +178,7 @@ def test_full_queue_is_429_with_retry_after(tmp_path: Path) -> None:
     srv = Server(tmp_path, {"engines": 1, "max_parallel_requests": 1, "max_queue": 1}, [slow])
     try:
         srv.wait_ready(1)
-        body = {"model": "slow", "prompt": "x", "max_tokens": 40, "stream": True}
+        body = {"model": "slow", "prompt": "x", "max_tokens": 10, "stream": True}
         started = threading.Barrier(3)
         statuses: list[int] = []
 
@@ -191,9 +193,11 @@ def test_full_queue_is_429_with_retry_after(tmp_path: Path) -> None:
         _wait_until(lambda: srv.health()["engines"][0]["free_slots"] == 0)
         threads[1].start()
         _wait_until(lambda: srv.health()["queued"] == 1)
-        with openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0) as c:
-            with pytest.raises(openai.RateLimitError) as info:
-                c.completions.create(model="slow", prompt="x", max_tokens=5)
+        with (
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0) as c,
+            pytest.raises(openai.RateLimitError) as info,
+        ):
+            c.completions.create(model="slow", prompt="x", max_tokens=5)
         assert info.value.response.headers["retry-after"] == "1"
         assert info.value.response.headers["x-coderai-engine"] == "front"
         started.wait(timeout=30)

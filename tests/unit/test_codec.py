@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from coderai.bus.codec import MAGIC, decode, encode, encode_body
+from coderai.bus.messages import (
+    RECORDS,
+    Cancel,
+    Chunks,
+    Done,
+    Fail,
+    Heartbeat,
+    Hello,
+    Job,
+    Message,
+    MsgType,
+)
+from coderai.errors import BusProtocolError, ProtocolVersionMismatch
+
+SAMPLES: list[Message] = [
+    Hello("engine-0", 3, 1234, "cpu", ["fake", "gguf"], 8, "secret", ["GPU-1"], 1 << 30),
+    Heartbeat("loading", 3, ["a"], {"b": 0.5}, 100, 0, False),
+    Chunks([1, "hello", 2, " wörld"]),
+    Done(7, "stop", 3, 9),
+    Fail(7, "model_error", "boom", 2),
+    Job(9, {"id": "m", "path": "", "format": "fake", "options": {}}, "chat", "", [], 5, ["\n"]),
+    Cancel(9),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
+def test_every_message_survives_a_round_trip(msg: Message) -> None:
+    assert decode(encode(msg)) == msg
+
+
+def test_every_type_has_a_record() -> None:
+    assert set(RECORDS) == set(MsgType)
+
+
+def test_optional_fields_take_their_defaults() -> None:
+    msg = decode(encode_body(MsgType.HEARTBEAT, {"state": "ready", "free_slots": 2}))
+    assert msg == Heartbeat("ready", 2)
+
+
+def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
+    msg = decode(encode_body(MsgType.CANCEL, {"job_id": 4, "reason": "new field"}))
+    assert msg == Cancel(4)
+
+
+def test_a_float_field_accepts_an_integer() -> None:
+    body = Job(1, {}, "completion", "p").body() | {"temperature": 0}
+    msg = decode(encode_body(MsgType.JOB, body))
+    assert isinstance(msg, Job)
+    assert msg.temperature == 0
+
+
+@pytest.mark.parametrize(
+    ("frames", "fault"),
+    [
+        ([MAGIC, b"\x04"], "expected 3 frames"),
+        ([b"HTTP", b"\x04", b"\x80"], "bad magic"),
+        ([MAGIC, b"\x04\x04", b"\x80"], "type frame"),
+        ([MAGIC, b"\x63", b"\x80"], "unknown message type"),
+        ([MAGIC, b"\x04", b"\xc1"], "not valid msgpack"),
+        ([MAGIC, b"\x04", msgpack.packb([1, 2])], "not a map"),
+        ([MAGIC, b"\x04", msgpack.packb({"job_id": 1})], "lacks field"),
+        (
+            [MAGIC, b"\x04", msgpack.packb({"job_id": "1", "finish_reason": "stop",
+                                            "prompt_tokens": 1, "completion_tokens": 1})],
+            "DONE.job_id is str",
+        ),
+        (
+            [MAGIC, b"\x04", msgpack.packb({"job_id": True, "finish_reason": "stop",
+                                            "prompt_tokens": 1, "completion_tokens": 1})],
+            "DONE.job_id is bool",
+        ),
+    ],
+)  # fmt: skip
+def test_malformed_frames_are_rejected_with_the_reason(frames: list[bytes], fault: str) -> None:
+    with pytest.raises(BusProtocolError, match=fault):
+        decode(frames)
+
+
+def test_another_protocol_version_is_a_distinct_error() -> None:
+    with pytest.raises(ProtocolVersionMismatch):
+        decode([b"CAI2", b"\x04", msgpack.packb({})])

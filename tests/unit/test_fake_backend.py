@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import pytest
+
+from coderai.bus.messages import Job
+from coderai.engine.backends.base import END, LoadProgress, Sequence
+from coderai.engine.backends.fake import FakeBackend, fake_tokens, job_prompt
+from coderai.errors import JobError
+
+
+def _job(prompt: str, seed: int | None = None) -> Job:
+    return Job(1, {"id": "f", "format": "fake", "options": {}}, "completion", prompt, seed=seed)
+
+
+def test_text_is_a_pure_function_of_prompt_and_seed() -> None:
+    assert fake_tokens("a", 0, 20) == fake_tokens("a", 0, 20)
+    assert fake_tokens("a", 0, 20) != fake_tokens("b", 0, 20)
+    assert fake_tokens("a", 0, 20) != fake_tokens("a", 1, 20)
+
+
+def test_instance_steps_produce_fake_tokens_then_end() -> None:
+    instance = FakeBackend().load({"options": {"output_tokens": 5}}, LoadProgress())
+    seq = Sequence(job=_job("hello", seed=3))
+    instance.start(seq)
+    produced = []
+    while True:
+        (result,) = instance.step([seq])
+        if result is END:
+            break
+        assert isinstance(result, str)
+        produced.append(result)
+        seq.completion_tokens += 1
+    assert produced == fake_tokens(job_prompt(seq.job), 3, 5)
+
+
+def test_fail_after_tokens_fails_only_that_sequence() -> None:
+    instance = FakeBackend().load({"options": {"fail_after_tokens": 0}}, LoadProgress())
+    seq = Sequence(job=_job("x"))
+    instance.start(seq)
+    (result,) = instance.step([seq])
+    assert isinstance(result, JobError)
+
+
+def test_load_reports_progress_until_done() -> None:
+    progress = LoadProgress()
+    FakeBackend().load({"options": {"load_seconds": 0.1}}, progress)
+    assert progress.fraction == 1.0
+
+
+@pytest.mark.parametrize("bad", [-1, "fast", True])
+def test_bad_options_are_job_errors(bad: object) -> None:
+    with pytest.raises(JobError, match="tokens_per_second"):
+        FakeBackend().load({"options": {"tokens_per_second": bad}}, LoadProgress())

@@ -1,0 +1,106 @@
+"""The engine's decode loop on its own thread, feeding a real Outbox on an event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from coderai.bus.codec import decode
+from coderai.bus.messages import Chunks, Done, Fail, Job, Message
+from coderai.engine.backends.fake import FakeBackend, fake_tokens
+from coderai.engine.outbox import Outbox
+from coderai.engine.scheduler import Scheduler
+
+
+def _job(job_id: int, options: dict[str, object], max_tokens: int | None = None) -> Job:
+    model = {"id": "f", "path": "", "format": "fake", "options": options}
+    return Job(job_id, model, "completion", f"prompt {job_id}", max_tokens=max_tokens)
+
+
+async def _run(
+    jobs: list[Job], until_done: int, cancel_after: float | None = None
+) -> list[Message]:
+    received: list[Message] = []
+    outbox = Outbox(asyncio.get_running_loop())
+    scheduler = Scheduler({"fake": FakeBackend()}, outbox, slots=4)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+
+    async def send(frames: list[bytes]) -> None:
+        received.append(decode(frames))
+
+    sender = asyncio.create_task(outbox.run(send))
+    for job in jobs:
+        scheduler.submit(job)
+    if cancel_after is not None:
+        await asyncio.sleep(cancel_after)
+        scheduler.cancel(jobs[0].job_id)
+    async with asyncio.timeout(10):
+        while sum(isinstance(m, Done | Fail) for m in received) < until_done:
+            await asyncio.sleep(0.005)
+    scheduler.stop()
+    thread.join(5)
+    sender.cancel()
+    return received
+
+
+def _text(messages: list[Message], job_id: int) -> str:
+    out = ""
+    for msg in messages:
+        if isinstance(msg, Chunks):
+            pairs = dict(zip(msg.deltas[::2], msg.deltas[1::2], strict=True))
+            out += pairs.get(job_id, "")
+    return out
+
+
+def test_jobs_run_together_and_each_gets_its_exact_text() -> None:
+    jobs = [_job(i, {"output_tokens": 50}) for i in (1, 2, 3)]
+    received = asyncio.run(_run(jobs, until_done=3))
+    for i in (1, 2, 3):
+        assert _text(received, i) == "".join(fake_tokens(f"prompt {i}", 0, 50))
+    dones = {m.job_id: m for m in received if isinstance(m, Done)}
+    assert {d.finish_reason for d in dones.values()} == {"stop"}
+    # one CHUNKS message carries the deltas of several jobs
+    assert any(isinstance(m, Chunks) and len(m.deltas) > 2 for m in received)
+
+
+def test_max_tokens_ends_with_length() -> None:
+    received = asyncio.run(_run([_job(1, {}, max_tokens=7)], until_done=1))
+    (done,) = [m for m in received if isinstance(m, Done)]
+    assert (done.finish_reason, done.completion_tokens) == ("length", 7)
+
+
+def test_cancel_takes_effect_within_one_step() -> None:
+    tps = 20  # a step every 50 ms
+    job = _job(1, {"tokens_per_second": tps, "output_tokens": 1000})
+    start = time.monotonic()
+    received = asyncio.run(_run([job], until_done=1, cancel_after=0.3))
+    elapsed = time.monotonic() - start
+    (done,) = [m for m in received if isinstance(m, Done)]
+    assert done.finish_reason == "cancelled"
+    # 0.3 s at 20 tokens/s is 6-7 steps; one more step at most after the cancel
+    assert done.completion_tokens <= 0.3 * tps + 2
+    assert elapsed < 0.3 + 2 / tps + 0.5
+
+
+def test_a_failing_job_does_not_harm_its_neighbour() -> None:
+    jobs = [_job(1, {"fail_after_tokens": 2}), _job(2, {"output_tokens": 10})]
+    received = asyncio.run(_run(jobs, until_done=2))
+    (fail,) = [m for m in received if isinstance(m, Fail)]
+    assert (fail.job_id, fail.kind) == (1, "model_error")
+    assert _text(received, 2) == "".join(fake_tokens("prompt 2", 0, 10))
+
+
+def test_unsupported_format_fails_the_job() -> None:
+    job = Job(1, {"id": "g", "path": "x.gguf", "format": "gguf", "options": {}}, "completion", "p")
+    received = asyncio.run(_run([job], until_done=1))
+    (fail,) = [m for m in received if isinstance(m, Fail)]
+    assert fail.kind == "unsupported"
+
+
+def test_more_jobs_than_slots_are_refused_as_busy() -> None:
+    jobs = [_job(i, {"tokens_per_second": 50, "output_tokens": 5}) for i in range(1, 6)]
+    received = asyncio.run(_run(jobs, until_done=5))
+    busy = [m for m in received if isinstance(m, Fail)]
+    assert [(m.job_id, m.kind, m.sent_tokens) for m in busy] == [(5, "busy", 0)]
