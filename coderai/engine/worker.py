@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ from coderai.errors import BusProtocolError
 log = logging.getLogger("coderai.engine")
 
 HANDSHAKE_TIMEOUT = 15.0
+SWITCH_INTERVAL = 0.0005
 EXIT_REFUSED = 3
 EXIT_FRONT_GONE = 4
 EXIT_SCHEDULER_CRASHED = 5
@@ -72,6 +74,9 @@ class EngineWorker:
         self._proc = psutil.Process()
 
     async def run(self) -> int:
+        # A decode step that holds the GIL (pure-Python work) would otherwise keep the
+        # socket's thread waiting up to the default 5 ms switch interval.
+        sys.setswitchinterval(SWITCH_INTERVAL)
         loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
