@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--host", help="bind address (overrides server.host)")
     run.add_argument("--port", type=int, help="port (overrides server.port)")
 
-    engine = sub.add_parser("engine", aliases=["--engine-only"], help="one engine process")
+    engine = sub.add_parser("engine", help="one engine process (started by `coderai run`)")
     engine.add_argument("--name", required=True)
     engine.add_argument("--connect", required=True, help="the front's bus endpoint")
     engine.add_argument("--slots", type=int, default=8)

@@ -56,12 +56,15 @@ class Dispatcher:
         endpoint: str,
         token: str,
         engines_running: Callable[[], set[str]] = set,
+        kill_engine: Callable[[str, int], None] = lambda name, pid: None,
     ) -> None:
         self.settings = settings
         self.endpoint = endpoint
         self._token = token
         #: names of engine processes alive, joined or not (the supervisor knows)
         self.engines_running = engines_running
+        #: ends a silent engine's process so that it is restarted (the supervisor's)
+        self.kill_engine = kill_engine
         self.registry = Registry()
         self.queue: deque[FrontJob] = deque()
         self.dropped_frames = 0
@@ -313,6 +316,7 @@ class Dispatcher:
                 if now - record.last_seen > silence:
                     log.warning("engine %s missed its heartbeats for %.1f s", record.name, silence)
                     self._lose(record, f"engine {record.name} stopped responding")
+                    self.kill_engine(record.name, record.pid)
             self._expire_queue(now)
 
     def _expire_queue(self, now: float) -> None:

@@ -36,6 +36,7 @@ async def serve(config: Config, catalogue: Catalogue) -> int:
         dispatcher = Dispatcher(config.server, endpoint, token)
         supervisor = Supervisor(engine_specs(config), endpoint, token, dispatcher.engine_exited)
         dispatcher.engines_running = supervisor.running
+        dispatcher.kill_engine = supervisor.kill
         app = build_app(config, catalogue, dispatcher, supervisor)
         # a client that disconnects cancels its handler, which cancels its job (invariant 3)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)

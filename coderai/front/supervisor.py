@@ -55,6 +55,14 @@ class Supervisor:
         """Names of engines whose process is alive (joined the bus or not yet)."""
         return {name for name, p in self.procs.items() if p.returncode is None}
 
+    def kill(self, name: str, pid: int) -> None:
+        """End a hung engine (SIGKILL also ends a stopped one); _keep then restarts it."""
+        proc = self.procs.get(name)
+        if proc is not None and proc.pid == pid and proc.returncode is None:
+            log.warning("killing unresponsive engine %s (pid %d)", name, pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
     async def _spawn(self, spec: EngineSpec, epoch: int) -> asyncio.subprocess.Process:
         env = {
             **os.environ,
