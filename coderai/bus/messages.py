@@ -93,8 +93,6 @@ class Fail(Message):
     job_id: int
     kind: str
     message: str
-    #: tokens already sent for this job; 0 means the job may be re-dispatched elsewhere
-    sent_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

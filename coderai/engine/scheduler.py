@@ -83,6 +83,17 @@ class Scheduler:
                 return
 
     def _start(self, job: Job) -> None:
+        try:
+            self._admit_job(job)
+        except Exception as exc:  # a bad job fails that job, never the engine
+            log.warning("job %d rejected: %s", job.job_id, exc)
+            seq = self._jobs.get(job.job_id)
+            if seq is not None:
+                self._finish_fail(seq, "bad_job", f"invalid job: {exc!r}")
+            else:
+                self._fail_new(job.job_id, "bad_job", f"invalid job: {exc!r}")
+
+    def _admit_job(self, job: Job) -> None:
         if job.job_id in self._jobs:
             log.warning("job %d submitted twice; ignoring the second", job.job_id)
             return
@@ -121,6 +132,9 @@ class Scheduler:
             instance.start(seq)
         except JobError as exc:
             self._finish_fail(seq, exc.kind, exc.message)
+            return
+        except Exception as exc:  # e.g. messages without a role: the job is bad
+            self._finish_fail(seq, "bad_job", f"invalid job: {exc!r}")
             return
         batch = self._batches.setdefault(instance, [])
         if not batch:
@@ -200,10 +214,10 @@ class Scheduler:
 
     def _finish_fail(self, seq: Sequence, kind: str, message: str) -> None:
         self._detach(seq)
-        self._terminal.append(Fail(seq.job.job_id, kind, message, seq.completion_tokens))
+        self._terminal.append(Fail(seq.job.job_id, kind, message))
 
     def _fail_new(self, job_id: int, kind: str, message: str) -> None:
-        self._terminal.append(Fail(job_id, kind, message, 0))
+        self._terminal.append(Fail(job_id, kind, message))
 
     def _flush(self) -> None:
         if self._deltas or self._terminal:

@@ -16,6 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+import msgpack
 import psutil
 import zmq
 import zmq.asyncio
@@ -25,10 +26,12 @@ from coderai.bus.messages import (
     Bye,
     Cancel,
     Control,
+    Fail,
     Heartbeat,
     Hello,
     Job,
     Message,
+    MsgType,
     Ping,
     Refuse,
     Welcome,
@@ -155,8 +158,11 @@ class EngineWorker:
 
     async def _receive(self) -> None:
         while True:
-            msg = self._decode(await self._sock.recv_multipart())
-            if isinstance(msg, Job):
+            frames = await self._sock.recv_multipart()
+            msg = self._decode(frames)
+            if msg is None:
+                await self._fail_unreadable_job(frames)
+            elif isinstance(msg, Job):
                 self.scheduler.submit(msg)
             elif isinstance(msg, Cancel):
                 self.scheduler.cancel(msg.job_id)
@@ -168,6 +174,18 @@ class EngineWorker:
                 log.error("front refused engine %s: %s", self.s.name, msg.reason)
                 self._exit_code = EXIT_REFUSED
                 self._stop.set()
+
+    async def _fail_unreadable_job(self, frames: list[bytes]) -> None:
+        """A JOB that fails validation still ends with FAIL when its id can be read, so
+        the front never waits for a job this engine will not run (invariant 2)."""
+        if len(frames) != 3 or frames[1] != bytes([MsgType.JOB]):
+            return
+        try:
+            job_id = msgpack.unpackb(frames[2]).get("job_id")
+        except Exception:
+            return
+        if isinstance(job_id, int) and not isinstance(job_id, bool):
+            await self._send(encode(Fail(job_id, "bad_job", "the JOB message is malformed")))
 
     def _control(self, msg: Control) -> None:
         if msg.action == "shutdown":

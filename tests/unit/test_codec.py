@@ -23,7 +23,7 @@ SAMPLES: list[Message] = [
     Heartbeat("loading", 3, ["a"], {"b": 0.5}, 100, 0, False),
     Chunks([1, "hello", 2, " wörld"]),
     Done(7, "stop", 3, 9),
-    Fail(7, "model_error", "boom", 2),
+    Fail(7, "model_error", "boom"),
     Job(9, {"id": "m", "path": "", "format": "fake", "options": {}}, "chat", "", [], 5, ["\n"]),
     Cancel(9),
 ]
