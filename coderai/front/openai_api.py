@@ -146,22 +146,22 @@ class OpenAIRoutes:
                 ENGINE_HEADER: job.served_by or FRONT,
             }
         )
-        await response.prepare(request)
+        await response.prepare(request)  # aiohttp holds the headers until the first write
         pending = template.opening()
         while True:
             text = job.take()
             if text:
                 pending += template.content(text)
             outcome = job.outcome
+            # the last events, the chunked terminator (and, for a short answer, the
+            # headers) leave in one write
             if isinstance(outcome, Done):
-                await response.write(pending + template.closing(outcome))
-                break
+                await response.write_eof(pending + template.closing(outcome))
+                return response
             if isinstance(outcome, CoderaiError):
-                await response.write(pending + error_event(outcome))
-                break
+                await response.write_eof(pending + error_event(outcome))
+                return response
             if pending:
                 await response.write(pending)
                 pending = b""
             await job.wait()
-        await response.write_eof()
-        return response
