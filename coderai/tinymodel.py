@@ -1,0 +1,175 @@
+"""Tiny real models built offline, for tests and benchmarks of the real backends.
+
+One random Llama (64-wide, 2 layers) with a byte-level BPE tokenizer trained here, saved
+for transformers (config.json + safetensors) and written again as a GGUF file with the same
+weights, so llama.cpp and transformers can be compared token for token. Nothing is
+downloaded. Random weights need care to give varied text (see ../shared/FACTS.md): a wide
+initialisation, untied output weights, and zero output rows for special and raw-byte tokens,
+which otherwise win every argmax.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|user|>", "<|assistant|>", "<|system|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+_CORPUS = """
+The quick brown fox jumps over the lazy dog. A model streams tokens to a client over a bus.
+Engines load weights, the front relays events, and the queue holds what waits for a slot.
+What is the capital of France? Paris is the capital of France. Berlin is in Germany.
+Numbers like 1, 2, 3 and 42 appear in text; so do questions, answers and lists of things.
+Servers answer requests; clients read streams; every token arrives in order, none is lost.
+"""
+HIDDEN = 64
+LAYERS = 2
+HEADS = 4
+KV_HEADS = 2
+VOCAB = 384
+CONTEXT = 512
+
+
+def build(out: Path, seed: int = 0) -> tuple[Path, Path]:
+    """Write <out>/hf (transformers folder) and <out>/tiny.gguf; return both paths."""
+    hf = out / "hf"
+    gguf_path = out / "tiny.gguf"
+    tokenizer = _tokenizer()
+    model = _model(tokenizer, seed)
+    hf.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    _write_gguf(gguf_path, model, tokenizer)
+    return hf, gguf_path
+
+
+def _tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 4, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def _model(tokenizer: Any, seed: int) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=CONTEXT,
+        initializer_range=0.5,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-5,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    vocab = tokenizer.get_vocab()
+    byte_tokens = [vocab[c] for c in _byte_alphabet() if c in vocab]
+    silenced = [vocab[t] for t in SPECIAL_TOKENS] + byte_tokens
+    with torch.no_grad():
+        model.lm_head.weight[silenced] = 0.0
+    model.eval()
+    return model
+
+
+def _byte_alphabet() -> list[str]:
+    from tokenizers import pre_tokenizers
+
+    return list(pre_tokenizers.ByteLevel.alphabet())
+
+
+def _permute(weights: Any, heads: int) -> Any:
+    """llama.cpp stores Q and K with the rotary halves interleaved per head."""
+    rows = weights.shape[0]
+    return (
+        weights.reshape(heads, 2, rows // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
+
+
+def _write_gguf(path: Path, model: Any, tokenizer: Any) -> None:
+    import json
+
+    import gguf
+    import numpy as np
+
+    cfg = model.config
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("coderai-tiny")
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    vocab = tokenizer.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    special = set(SPECIAL_TOKENS)
+    types = [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens]
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+    state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+
+    def add(name: str, array: Any) -> None:
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+
+    add("token_embd.weight", state["model.embed_tokens.weight"])
+    add("output_norm.weight", state["model.norm.weight"])
+    add("output.weight", state["lm_head.weight"])
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        add(f"blk.{i}.attn_norm.weight", state[p + "input_layernorm.weight"])
+        add(f"blk.{i}.attn_q.weight", _permute(state[p + "self_attn.q_proj.weight"], heads))
+        add(f"blk.{i}.attn_k.weight", _permute(state[p + "self_attn.k_proj.weight"], kv_heads))
+        add(f"blk.{i}.attn_v.weight", state[p + "self_attn.v_proj.weight"])
+        add(f"blk.{i}.attn_output.weight", state[p + "self_attn.o_proj.weight"])
+        add(f"blk.{i}.ffn_norm.weight", state[p + "post_attention_layernorm.weight"])
+        add(f"blk.{i}.ffn_gate.weight", state[p + "mlp.gate_proj.weight"])
+        add(f"blk.{i}.ffn_up.weight", state[p + "mlp.up_proj.weight"])
+        add(f"blk.{i}.ffn_down.weight", state[p + "mlp.down_proj.weight"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
