@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _engine(args: argparse.Namespace) -> int:
+    # models are local files: a hub lookup would only stall (~46 s) and then fail
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from coderai.engine.worker import EngineSettings, EngineWorker
 
     front_pid = os.environ.get("CODERAI_FRONT_PID")

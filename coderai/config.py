@@ -27,6 +27,8 @@ class ServerConfig(_Strict):
     engines: int = Field(0, ge=0, le=64)
     #: requests one engine runs at once (its credit on the bus)
     max_parallel_requests: int = Field(8, ge=1, le=4096)
+    #: per engine name, e.g. {"nvidia": 16, "radeon": 2}
+    max_parallel_requests_overrides: dict[str, int] = Field(default_factory=dict)
     #: requests the front holds while every engine is busy; beyond it, 429
     max_queue: int = Field(1024, ge=0)
     #: longest a request may wait in the queue before it is answered 503
@@ -42,6 +44,11 @@ class ServerConfig(_Strict):
 class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
+    #: copies of one model an engine may hold to serve requests in parallel
+    max_model_instances: int = Field(1, ge=1, le=64)
+    max_model_instances_overrides: dict[str, int] = Field(default_factory=dict)
+    #: memory an engine may fill with models before unloading idle ones (0 = what is free)
+    memory_budget_mb: int = Field(0, ge=0)
 
 
 class Config(BaseModel):
@@ -52,6 +59,22 @@ class Config(BaseModel):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
 
 
+def engine_settings(config: Config, name: str) -> dict[str, Any]:
+    """What the front tells one engine in WELCOME, overrides resolved by engine name."""
+    models = config.models
+    return {
+        "max_model_instances": models.max_model_instances_overrides.get(
+            name, models.max_model_instances
+        ),
+        "memory_budget_mb": models.memory_budget_mb,
+    }
+
+
+def engine_slots(config: Config, name: str) -> int:
+    server = config.server
+    return server.max_parallel_requests_overrides.get(name, server.max_parallel_requests)
+
+
 class ModelEntry(_Strict):
     id: str = Field(min_length=1)
     path: str = ""
@@ -60,6 +83,8 @@ class ModelEntry(_Strict):
     engine: str | None = None
     format: ModelFormat | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    #: "load" loads the model as soon as its engine starts; "on-request" at first use
+    load_mode: Literal["on-request", "load"] = "on-request"
 
     @model_validator(mode="after")
     def _format_known(self) -> ModelEntry:

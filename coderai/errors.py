@@ -63,6 +63,23 @@ class EngineFailed(CoderaiError):
     code = "engine_failed"
 
 
+class ModelFileError(CoderaiError):
+    """The model's file is missing, unreadable or not a format we can run."""
+
+    status = 503
+    code = "model_file_error"
+
+
+def from_engine_failure(engine: str, kind: str, message: str) -> CoderaiError:
+    """The HTTP meaning of an engine's FAIL: the request's fault, the model file's, or the
+    engine's."""
+    if kind in ("bad_request", "unsupported"):
+        return InvalidRequest(message)
+    if kind == "model_file":
+        return ModelFileError(message)
+    return EngineFailed(f"engine {engine}: {message}")
+
+
 class ConfigError(CoderaiError):
     """A configuration or catalogue file is unreadable or invalid."""
 

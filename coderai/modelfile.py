@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coderai.errors import CoderaiError
+from coderai.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
-
-
-class ModelFileError(CoderaiError):
-    """The model's file is missing or not a format we can run."""
-
-    status = 503
-    code = "model_file_error"
 
 
 def detect_format(path: str) -> str:
@@ -31,3 +24,11 @@ def detect_format(path: str) -> str:
     if head == GGUF_MAGIC:
         return "gguf"
     raise ModelFileError(f"model file {path} is neither GGUF nor a transformers folder")
+
+
+def required_capability(fmt: str, options: dict[str, object]) -> str:
+    """The engine capability a model needs: its format, except that a GGUF may ask for the
+    transformers backend (options.backend = "transformers") instead of llama.cpp."""
+    if fmt == "gguf" and options.get("backend") == "transformers":
+        return "transformers"
+    return fmt

@@ -27,6 +27,7 @@ class MsgType(enum.IntEnum):
     FAIL = 5
     ACK = 6
     BYE = 7
+    EMBEDDINGS = 8
     # front -> engine
     WELCOME = 16
     REFUSE = 17  #: HELLO rejected (bad token, protocol version): the engine must exit
@@ -96,6 +97,15 @@ class Fail(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class Embeddings(Message):
+    """The vectors of an embedding job, sent just before its DONE."""
+
+    TYPE = MsgType.EMBEDDINGS
+    job_id: int
+    vectors: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Ack(Message):
     TYPE = MsgType.ACK
     ref: int
@@ -114,6 +124,8 @@ class Welcome(Message):
     TYPE = MsgType.WELCOME
     heartbeat_interval: float
     liveness: int
+    #: engine settings resolved by the front: max_model_instances, memory_budget_mb
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +141,7 @@ class Job(Message):
     TYPE = MsgType.JOB
     job_id: int
     model: dict[str, Any]  #: {"id", "path", "format", "options"}
-    kind: str  #: "chat" | "completion"
+    kind: str  #: "chat" | "completion" | "embedding"
     prompt: str = ""
     messages: list[Any] = field(default_factory=list)
     max_tokens: int | None = None
@@ -137,6 +149,7 @@ class Job(Message):
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    inputs: list[str] = field(default_factory=list)  #: texts of an embedding job
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +180,7 @@ RECORDS: dict[MsgType, type[Message]] = {
         Chunks,
         Done,
         Fail,
+        Embeddings,
         Ack,
         Bye,
         Welcome,

@@ -1,21 +1,63 @@
-"""Loaded model instances of one engine. Loading runs on its own thread so that a load
-never stalls the decode loop of models already resident, nor the engine's socket."""
+"""The model instances of one engine.
+
+Loads run on their own thread so a load never stalls the decode loop of resident models
+nor the engine's socket. A model may have up to `max_instances` instances; each takes as
+many sequences as its capacity allows (a llama.cpp context: one; a transformers batch:
+many). Before a load, idle models are unloaded least-recently-used first when the new one
+would not fit; a model that is generating is never unloaded.
+"""
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import psutil
+
 from coderai.engine.backends.base import Backend, LoadProgress, ModelInstance
+from coderai.engine.eviction import ResidentView, plan_evictions
 from coderai.errors import JobError
+from coderai.modelfile import required_capability
+
+log = logging.getLogger("coderai.engine")
+MIB = 1 << 20
 
 
 def instance_key(spec: dict[str, Any]) -> str:
-    """Two specs that differ in any option are two instances."""
+    """Two specs that differ in any option are two different models."""
     return json.dumps(spec, sort_keys=True, default=str)
+
+
+def estimate_bytes(spec: dict[str, Any]) -> int:
+    """Rough memory a model takes once loaded: its weights on disk (or options.memory_mb)."""
+    options = spec.get("options", {})
+    if "memory_mb" in options:
+        return int(float(options["memory_mb"]) * MIB)
+    path = Path(str(spec.get("path") or ""))
+    if not spec.get("path") or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.glob("*.safetensors")) or sum(
+        p.stat().st_size for p in path.glob("*.bin")
+    )
+
+
+@dataclass(eq=False)
+class Resident:
+    key: str
+    model_id: str
+    instance: ModelInstance
+    size: int
+    active: int = 0
+    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -23,43 +65,107 @@ class _Loading:
     model_id: str
     future: Future[ModelInstance]
     progress: LoadProgress
+    size: int
+    started: float = field(default_factory=time.monotonic)
 
 
 class ModelPool:
-    def __init__(self, backends: dict[str, Backend], on_loaded: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        backends: dict[str, Backend],
+        on_loaded: Callable[[str], None],
+        max_instances: int = 1,
+        budget_bytes: int = 0,
+    ) -> None:
         self._backends = backends
         self._on_loaded = on_loaded
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="loader")
-        self.instances: dict[str, tuple[str, ModelInstance]] = {}
+        #: set from the front's WELCOME: instances one model may have in this engine
+        self.max_instances = max_instances
+        #: 0 = the machine's available memory decides what fits
+        self.budget_bytes = budget_bytes
+        self.resident: dict[str, list[Resident]] = {}
         self.loading: dict[str, _Loading] = {}
 
-    def get(self, spec: dict[str, Any]) -> ModelInstance | None:
-        """The resident instance, or None after making sure a load is under way."""
+    def backend_for(self, spec: dict[str, Any]) -> Backend:
+        capability = required_capability(str(spec.get("format")), spec.get("options", {}))
+        backend = self._backends.get(capability)
+        if backend is None:
+            raise JobError(f"this engine cannot run {capability!r} models", kind="unsupported")
+        return backend
+
+    def acquire(self, spec: dict[str, Any]) -> ModelInstance | None:
+        """An instance with room for one more sequence, or None (a load may be under way)."""
         key = instance_key(spec)
-        resident = self.instances.get(key)
-        if resident is not None:
-            return resident[1]
-        if key not in self.loading:
-            backend = self._backends.get(str(spec.get("format")))
-            if backend is None:
-                raise JobError(
-                    f"this engine cannot run format {spec.get('format')!r}", kind="unsupported"
-                )
-            progress = LoadProgress()
-            future = self._executor.submit(backend.load, spec, progress)
-            future.add_done_callback(lambda _f: self._on_loaded(key))
-            self.loading[key] = _Loading(str(spec.get("id")), future, progress)
+        instances = self.resident.get(key, [])
+        roomy = [r for r in instances if r.active < r.instance.capacity]
+        if roomy:
+            chosen = min(roomy, key=lambda r: r.active)
+            chosen.active += 1
+            chosen.last_used = time.monotonic()
+            return chosen.instance
+        if key not in self.loading and len(instances) < max(1, self.max_instances):
+            self._start_load(key, spec)
         return None
 
-    def finish_load(self, key: str) -> ModelInstance:
-        """Called on the scheduler thread once a load ends; raises what the load raised."""
+    def preload(self, spec: dict[str, Any]) -> None:
+        key = instance_key(spec)
+        if not self.resident.get(key) and key not in self.loading:
+            self._start_load(key, spec)
+
+    def release(self, instance: ModelInstance) -> None:
+        for instances in self.resident.values():
+            for resident in instances:
+                if resident.instance is instance:
+                    resident.active -= 1
+                    resident.last_used = time.monotonic()
+                    return
+
+    def _start_load(self, key: str, spec: dict[str, Any]) -> None:
+        backend = self.backend_for(spec)
+        size = estimate_bytes(spec)
+        self._make_room(size)
+        progress = LoadProgress()
+        model_id = str(spec.get("id"))
+        log.info("loading model %s (%.0f MiB)", model_id, size / MIB)
+        future = self._executor.submit(backend.load, spec, progress)
+        future.add_done_callback(lambda _f: self._on_loaded(key))
+        self.loading[key] = _Loading(model_id, future, progress, size)
+
+    def _make_room(self, needed: int) -> None:
+        everyone = [r for rs in self.resident.values() for r in rs]
+        views = [ResidentView(str(id(r)), r.size, r.active > 0, r.last_used) for r in everyone]
+        doomed = set(plan_evictions(views, needed, self._free_bytes()))
+        for resident in everyone:
+            if str(id(resident)) in doomed:
+                log.info("unloading idle model %s to make room", resident.model_id)
+                self.resident[resident.key].remove(resident)
+                if not self.resident[resident.key]:
+                    del self.resident[resident.key]
+        if doomed:
+            gc.collect()
+
+    def _free_bytes(self) -> int:
+        if self.budget_bytes:
+            used = sum(r.size for rs in self.resident.values() for r in rs)
+            used += sum(ld.size for ld in self.loading.values())
+            return self.budget_bytes - used
+        return int(psutil.virtual_memory().available)
+
+    def finish_load(self, key: str) -> None:
+        """Scheduler thread, once a load ends: keep the instance or raise what failed."""
         loading = self.loading.pop(key)
         instance = loading.future.result()
-        self.instances[key] = (loading.model_id, instance)
-        return instance
+        log.info("model %s loaded in %.1f s", loading.model_id, time.monotonic() - loading.started)
+        self.resident.setdefault(key, []).append(
+            Resident(key, loading.model_id, instance, loading.size)
+        )
+
+    def has_resident(self, key: str) -> bool:
+        return bool(self.resident.get(key))
 
     def loaded_ids(self) -> list[str]:
-        return sorted({model_id for model_id, _ in list(self.instances.values())})
+        return sorted({r.model_id for rs in list(self.resident.values()) for r in rs})
 
     def load_progress(self) -> dict[str, float]:
         return {ld.model_id: ld.progress.fraction for ld in list(self.loading.values())}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import deque
 from typing import Any
 
-from coderai.bus.messages import Done, Fail, Job, Message
+from coderai.bus.messages import Done, Embeddings, Fail, Job, Message
 from coderai.engine.backends.base import END, Backend, ModelInstance, Sequence
 from coderai.engine.outbox import Outbox
 from coderai.engine.pool import ModelPool, instance_key
@@ -30,8 +31,11 @@ class Scheduler:
         self.pool = ModelPool(backends, on_loaded=lambda key: self._inbox.put(("loaded", key)))
         self._batches: dict[ModelInstance, list[Sequence]] = {}
         self._next_step: dict[ModelInstance, float] = {}
-        self._waiting: dict[str, list[Sequence]] = {}  # instance key -> sequences
+        #: per instance key, sequences waiting for an instance with room, in arrival order
+        self._waiting: dict[str, deque[tuple[Sequence, dict[str, Any]]]] = {}
         self._jobs: dict[int, Sequence] = {}
+        #: instance keys whose instances gained room this iteration
+        self._freed: set[str] = set()
         self._deltas: list[tuple[int, str]] = []
         self._terminal: list[Message] = []
         self._stopped = False
@@ -39,6 +43,9 @@ class Scheduler:
     # -- called from the event loop thread -------------------------------------------------
     def submit(self, job: Job) -> None:
         self._inbox.put(("job", job))
+
+    def preload(self, spec: dict[str, Any]) -> None:
+        self._inbox.put(("preload", spec))
 
     def cancel(self, job_id: int) -> None:
         self._inbox.put(("cancel", job_id))
@@ -55,9 +62,14 @@ class Scheduler:
             while not self._stopped:
                 self._admit(self._wait_time())
                 self._step_due()
+                self._admit_freed()
                 self._flush()
         finally:
             self.pool.close()
+
+    def _admit_freed(self) -> None:
+        while self._freed:
+            self._admit_waiting(self._freed.pop())
 
     def _wait_time(self) -> float | None:
         if not self._batches:
@@ -78,6 +90,8 @@ class Scheduler:
                 self._cancel(arg)
             elif kind == "loaded":
                 self._loaded(arg)
+            elif kind == "preload":
+                self._preload(arg)
             elif kind == "stop":
                 self._stopped = True
                 return
@@ -104,37 +118,55 @@ class Scheduler:
         seq = Sequence(job=job, stopper=StopMatcher(job.stop))
         self._jobs[job.job_id] = seq
         try:
-            instance = self.pool.get(job.model)
+            spec = self.pool.backend_for(job.model).instance_spec(job.model, job.kind)
+            seq.key = instance_key(spec)
+            self._waiting.setdefault(seq.key, deque()).append((seq, spec))
+            self._admit_waiting(seq.key)
         except JobError as exc:
             self._finish_fail(seq, exc.kind, exc.message)
-            return
-        if instance is None:
-            self._waiting.setdefault(instance_key(job.model), []).append(seq)
-        else:
+
+    def _admit_waiting(self, key: str) -> None:
+        """Start waiting sequences of one model while its instances have room."""
+        waiting = self._waiting.get(key)
+        while waiting:
+            seq, spec = waiting[0]
+            instance = self.pool.acquire(spec)
+            if instance is None:
+                return
+            waiting.popleft()
+            seq.instance = instance
             self._begin(instance, seq)
+        self._waiting.pop(key, None)
+
+    def _preload(self, spec: dict[str, Any]) -> None:
+        try:
+            self.pool.preload(spec)
+        except JobError as exc:
+            log.error("cannot preload model %s: %s", spec.get("id"), exc.message)
 
     def _loaded(self, key: str) -> None:
-        waiting = self._waiting.pop(key, [])
         try:
-            instance = self.pool.finish_load(key)
+            self.pool.finish_load(key)
         except Exception as exc:
             log.error("model load failed: %s", exc)
-            kind = exc.kind if isinstance(exc, JobError) else "load_failed"
-            for seq in waiting:
-                self._finish_fail(seq, kind, f"model failed to load: {exc}")
+            if not self.pool.has_resident(key):
+                kind = exc.kind if isinstance(exc, JobError) else "load_failed"
+                message = exc.message if isinstance(exc, JobError) else str(exc)
+                for seq, _spec in list(self._waiting.pop(key, ())):
+                    self._finish_fail(seq, kind, message)
             return
-        for seq in waiting:
-            if seq.job.job_id in self._jobs:
-                self._begin(instance, seq)
+        self._admit_waiting(key)
 
     def _begin(self, instance: ModelInstance, seq: Sequence) -> None:
         try:
-            instance.start(seq)
+            instance.start(seq) if seq.job.kind != "embedding" else self._embed(instance, seq)
         except JobError as exc:
             self._finish_fail(seq, exc.kind, exc.message)
             return
         except Exception as exc:  # e.g. messages without a role: the job is bad
             self._finish_fail(seq, "bad_job", f"invalid job: {exc!r}")
+            return
+        if seq.job.kind == "embedding":
             return
         batch = self._batches.setdefault(instance, [])
         if not batch:
@@ -194,17 +226,29 @@ class Scheduler:
 
     def _detach(self, seq: Sequence) -> None:
         del self._jobs[seq.job.job_id]
-        for instance, batch in list(self._batches.items()):
-            if seq in batch:
-                batch.remove(seq)
-                instance.release(seq)
-                if not batch:
-                    del self._batches[instance]
-                    del self._next_step[instance]
-                return
-        for _key, waiting in list(self._waiting.items()):
-            if seq in waiting:
-                waiting.remove(seq)
+        instance = seq.instance
+        if instance is None:
+            waiting = self._waiting.get(seq.key, deque())
+            for entry in [e for e in waiting if e[0] is seq]:
+                waiting.remove(entry)
+            return
+        batch = self._batches.get(instance)
+        if batch is not None and seq in batch:
+            batch.remove(seq)
+            if not batch:
+                del self._batches[instance]
+                del self._next_step[instance]
+        instance.release(seq)
+        self.pool.release(instance)
+        seq.instance = None
+        # admitted after this iteration's steps, not from inside them
+        self._freed.add(seq.key)
+
+    def _embed(self, instance: ModelInstance, seq: Sequence) -> None:
+        vectors, tokens = instance.embed(seq.job.inputs)
+        seq.prompt_tokens = tokens
+        self._terminal.append(Embeddings(seq.job.job_id, vectors))
+        self._finish(seq, "stop")
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         self._detach(seq)

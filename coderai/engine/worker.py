@@ -110,6 +110,15 @@ class EngineWorker:
             sock.close(linger=1000)
             ctx.term()
 
+    def _configure(self, config: dict[str, object]) -> None:
+        pool = self.scheduler.pool
+        instances = config.get("max_model_instances")
+        if isinstance(instances, int) and instances > 0:
+            pool.max_instances = instances
+        budget = config.get("memory_budget_mb")
+        if isinstance(budget, int | float) and budget >= 0:
+            pool.budget_bytes = int(budget * (1 << 20))
+
     def _schedule(self) -> None:
         try:
             self.scheduler.run()
@@ -139,6 +148,7 @@ class EngineWorker:
                     msg = self._decode(await self._sock.recv_multipart())
                     if isinstance(msg, Welcome):
                         self._heartbeat_interval = msg.heartbeat_interval
+                        self._configure(msg.config)
                         log.info("engine %s joined the bus", self.s.name)
                         return True
                     if isinstance(msg, Refuse):
@@ -190,6 +200,8 @@ class EngineWorker:
     def _control(self, msg: Control) -> None:
         if msg.action == "shutdown":
             self._stop.set()
+        elif msg.action == "load" and isinstance(msg.args.get("model"), dict):
+            self.scheduler.preload(msg.args["model"])
         else:
             log.warning("control action %r is not supported by this engine", msg.action)
 

@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from coderai.config import Catalogue, Config
+from coderai.config import Config
 from coderai.errors import CoderaiError
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import ENGINE_HEADER, FRONT, OpenAIRoutes, error_response
 from coderai.front.supervisor import Supervisor
 
@@ -58,13 +59,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def build_app(
-    config: Config, catalogue: Catalogue, dispatcher: Dispatcher, supervisor: Supervisor | None
+    config: Config, models: ModelDirectory, dispatcher: Dispatcher, supervisor: Supervisor | None
 ) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=MAX_BODY_BYTES)
     app[DISPATCHER] = dispatcher
     if supervisor is not None:
         app[SUPERVISOR] = supervisor
-    OpenAIRoutes(dispatcher, catalogue).add_to(app)
+    OpenAIRoutes(dispatcher, models).add_to(app)
     app.router.add_get("/healthz", healthz)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

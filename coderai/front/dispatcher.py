@@ -13,6 +13,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any, cast
 
 import zmq
 import zmq.asyncio
@@ -22,7 +23,9 @@ from coderai.bus.messages import (
     Bye,
     Cancel,
     Chunks,
+    Control,
     Done,
+    Embeddings,
     Fail,
     Heartbeat,
     Hello,
@@ -38,6 +41,7 @@ from coderai.errors import (
     NoEngine,
     ProtocolVersionMismatch,
     QueueFull,
+    from_engine_failure,
 )
 from coderai.front.jobs import FrontJob
 from coderai.front.placement import choose_engine, compatible
@@ -59,6 +63,7 @@ class Dispatcher:
         token: str,
         engines_running: Callable[[], set[str]] = set,
         kill_engine: Callable[[str, int], None] = lambda name, pid: None,
+        engine_config: Callable[[str], dict[str, Any]] = lambda name: {},
     ) -> None:
         self.settings = settings
         self.endpoint = endpoint
@@ -67,6 +72,10 @@ class Dispatcher:
         self.engines_running = engines_running
         #: ends a silent engine's process so that it is restarted (the supervisor's)
         self.kill_engine = kill_engine
+        #: settings sent in WELCOME, by engine name
+        self.engine_config = engine_config
+        #: called when an engine has joined (to preload its models)
+        self.on_join: Callable[[EngineRecord], None] = lambda record: None
         self.registry = Registry()
         self.queue: deque[FrontJob] = deque()
         self.dropped_frames = 0
@@ -103,9 +112,9 @@ class Dispatcher:
     def submit(self, job: FrontJob) -> None:
         """Dispatch now, or queue; raises NoEngine or QueueFull for an immediate answer."""
         engines = self.registry.all()
-        if not compatible(job.fmt, engines) and not self._engines_starting():
+        if not compatible(job.capability, engines) and not self._engines_starting():
             if engines:
-                raise NoEngine(f"no running engine can serve model format {job.fmt!r}")
+                raise NoEngine(f"no running engine can serve {job.capability!r} models")
             raise NoEngine("no engine is running")
         if not self._queued_for(job.entry.id):
             engine = self._place(job)
@@ -118,6 +127,9 @@ class Dispatcher:
                 retry_after=self.settings.retry_after,
             )
         self.queue.append(job)
+
+    def control(self, engine: EngineRecord, action: str, args: dict[str, Any]) -> None:
+        self._send(engine, Control(next(self._ids), action, args))
 
     def cancel(self, job: FrontJob) -> None:
         """The client went away: forget a queued job, or tell its engine to stop."""
@@ -142,7 +154,7 @@ class Dispatcher:
 
     def _place(self, job: FrontJob) -> EngineRecord | None:
         return choose_engine(
-            job.fmt,
+            job.capability,
             job.entry.id,
             job.entry.engine,
             self.settings.default_engine,
@@ -187,7 +199,7 @@ class Dispatcher:
             # Drain what else is waiting without a trip through the event loop per
             # message; the bound keeps HTTP handlers running under a flood.
             for _ in range(DRAIN_BATCH):
-                ready = sock.recv_multipart(flags=zmq.NOBLOCK)
+                ready = cast("asyncio.Future[list[bytes]]", sock.recv_multipart(zmq.NOBLOCK))
                 if isinstance(ready.exception(), zmq.Again):
                     break
                 self._take(ready.result())
@@ -225,6 +237,10 @@ class Dispatcher:
         record.last_seen = time.monotonic()
         if isinstance(msg, Chunks):
             self._chunks(record, msg.deltas)
+        elif isinstance(msg, Embeddings):
+            job = record.jobs.get(msg.job_id)
+            if job is not None:
+                job.vectors = msg.vectors
         elif isinstance(msg, Done):
             self._ended(record, msg.job_id, msg)
         elif isinstance(msg, Fail):
@@ -258,12 +274,17 @@ class Dispatcher:
         previous = self.registry.add(record)
         if previous is not None:
             self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")
-        welcome = Welcome(self.settings.heartbeat_interval, self.settings.heartbeat_liveness)
+        welcome = Welcome(
+            self.settings.heartbeat_interval,
+            self.settings.heartbeat_liveness,
+            self.engine_config(msg.name),
+        )
         self._send(record, welcome)
         log.info(
             "engine %s (pid %d, %s) joined with %d slots, capabilities %s",
             msg.name, msg.pid, msg.backend, record.slots, ",".join(msg.capabilities),
         )  # fmt: skip
+        self.on_join(record)
         self._pump()
 
     def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
@@ -292,7 +313,7 @@ class Dispatcher:
                 job.engine = None
                 self.queue.appendleft(job)
             else:
-                job.finish(EngineFailed(f"engine {record.name}: {msg.message}"))
+                job.finish(from_engine_failure(record.name, msg.kind, msg.message))
         self._pump()
 
     # -- liveness -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
@@ -26,7 +26,8 @@ Outcome = Done | CoderaiError
 class FrontJob:
     id: int
     entry: ModelEntry
-    fmt: str
+    #: what an engine must be able to run: "fake", "gguf" or "transformers"
+    capability: str
     message: Job
     enqueued_at: float = field(default_factory=time.monotonic)
     engine: EngineRecord | None = None
@@ -36,6 +37,8 @@ class FrontJob:
     #: the client went away; output is dropped until the engine confirms the cancel
     abandoned: bool = False
     outcome: Outcome | None = None
+    #: an embedding job's vectors, which arrive just before its DONE
+    vectors: list[Any] | None = None
     _parts: list[str] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 

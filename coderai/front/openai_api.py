@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 import uuid
 from typing import Any
@@ -10,17 +12,25 @@ from typing import Any
 from aiohttp import web
 
 from coderai.bus.messages import Done, Job
-from coderai.config import Catalogue, ModelEntry
-from coderai.errors import CoderaiError, InvalidRequest, ModelNotFound
+from coderai.config import ModelEntry
+from coderai.errors import CoderaiError, InvalidRequest
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
-from coderai.front.schemas import ChatRequest, CompletionRequest, parse
+from coderai.front.models import ModelDirectory
+from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
-from coderai.modelfile import detect_format
+from coderai.modelfile import required_capability
 
 ENGINE_HEADER = "X-CoderAI-Engine"
 #: the value of ENGINE_HEADER on responses the front answers without an engine
 FRONT = "front"
+
+
+def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
+    """OpenAI's base64 form is the little-endian float32 bytes of the vector."""
+    if encoding == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return vector
 
 
 def error_response(error: CoderaiError, engine: str | None = None) -> web.Response:
@@ -40,47 +50,61 @@ async def read_json(request: web.Request) -> Any:
 
 
 class OpenAIRoutes:
-    def __init__(self, dispatcher: Dispatcher, catalogue: Catalogue) -> None:
+    def __init__(self, dispatcher: Dispatcher, models: ModelDirectory) -> None:
         self.dispatcher = dispatcher
-        self.catalogue = catalogue
-        self._formats: dict[str, str] = {}
+        self.directory = models
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
-        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_get("/v1/models", self.list_models)
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def list_models(self, request: web.Request) -> web.Response:
         data = [
             {"id": e.id, "object": "model", "created": 0, "owned_by": "coderai"}
-            for e in self.catalogue.entries
+            for e in self.directory.catalogue.entries
         ]
         return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
-        entry = self._entry(req.model)
+        entry = self.directory.entry(req.model)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         return await self._run(request, req, entry, "chat", messages=messages)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
-        entry = self._entry(req.model)
+        entry = self.directory.entry(req.model)
         return await self._run(request, req, entry, "completion", prompt=req.prompt_text())
 
-    def _entry(self, name: str) -> ModelEntry:
-        entry = self.catalogue.resolve(name)
-        if entry is None:
-            raise ModelNotFound(f"The model {name!r} does not exist", param="model")
-        return entry
+    async def embeddings(self, request: web.Request) -> web.Response:
+        req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
+        entry = self.directory.entry(req.model)
+        job = self._submit(entry, "embedding", inputs=req.texts())
+        try:
+            while job.outcome is None:
+                await job.wait()
+        finally:
+            self.dispatcher.cancel(job)
+        outcome = job.outcome
+        if isinstance(outcome, CoderaiError):
+            return error_response(outcome, job.served_by)
+        data = [
+            {"object": "embedding", "index": i, "embedding": encode_vector(v, req.encoding_format)}
+            for i, v in enumerate(job.vectors or [])
+        ]
+        usage = {"prompt_tokens": outcome.prompt_tokens, "total_tokens": outcome.prompt_tokens}
+        body = {"object": "list", "data": data, "model": entry.id, "usage": usage}
+        return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
 
-    def _format(self, entry: ModelEntry) -> str:
-        if entry.format is not None:
-            return entry.format
-        fmt = self._formats.get(entry.id)
-        if fmt is None:
-            fmt = self._formats[entry.id] = detect_format(entry.path)
-        return fmt
+    def _submit(self, entry: ModelEntry, kind: str, **fields: Any) -> FrontJob:
+        fmt = self.directory.format_of(entry)
+        job_id = self.dispatcher.next_job_id()
+        message = Job(job_id=job_id, model=entry.spec(fmt), kind=kind, **fields)
+        job = FrontJob(job_id, entry, required_capability(fmt, entry.options), message)
+        self.dispatcher.submit(job)
+        return job
 
     async def _run(
         self,
@@ -90,12 +114,9 @@ class OpenAIRoutes:
         kind: str,
         **payload: Any,
     ) -> web.StreamResponse:
-        fmt = self._format(entry)
-        job_id = self.dispatcher.next_job_id()
-        message = Job(
-            job_id=job_id,
-            model=entry.spec(fmt),
-            kind=kind,
+        job = self._submit(
+            entry,
+            kind,
             max_tokens=req.token_limit(),
             stop=req.stops(),
             temperature=req.temperature,
@@ -103,8 +124,6 @@ class OpenAIRoutes:
             seed=req.seed,
             **payload,
         )
-        job = FrontJob(job_id, entry, fmt, message)
-        self.dispatcher.submit(job)
         chat = kind == "chat"
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())

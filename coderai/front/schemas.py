@@ -99,7 +99,23 @@ class CompletionRequest(_Sampling):
         return self.max_tokens
 
 
-def parse(model: type[_Sampling], body: Any) -> Any:
+class EmbeddingRequest(_Body):
+    model: str = Field(min_length=1)
+    input: str | list[str]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+    def check(self) -> None:
+        if self.dimensions is not None:
+            raise InvalidRequest("dimensions is not supported", param="dimensions")
+        if isinstance(self.input, list) and not self.input:
+            raise InvalidRequest("input must not be empty", param="input")
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
     """Validate a JSON body into a request, mapping the first problem to a 400."""
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")

@@ -13,9 +13,11 @@ import signal
 from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
-from coderai.config import Catalogue, Config
+from coderai.config import Catalogue, Config, engine_settings, engine_slots
 from coderai.front.app import build_app
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.models import ModelDirectory
+from coderai.front.registry import EngineRecord
 from coderai.front.supervisor import EngineSpec, Supervisor
 
 log = logging.getLogger("coderai.front")
@@ -23,9 +25,8 @@ log = logging.getLogger("coderai.front")
 
 def engine_specs(config: Config) -> list[EngineSpec]:
     # auto (0) is one engine until GPU detection lands
-    count = config.server.engines or 1
-    slots = config.server.max_parallel_requests
-    return [EngineSpec(f"engine-{i}", slots) for i in range(count)]
+    names = [f"engine-{i}" for i in range(config.server.engines or 1)]
+    return [EngineSpec(name, engine_slots(config, name)) for name in names]
 
 
 async def serve(config: Config, catalogue: Catalogue) -> int:
@@ -33,11 +34,21 @@ async def serve(config: Config, catalogue: Catalogue) -> int:
     try:
         endpoint = ipc_endpoint(runtime_dir)
         token = secrets.token_hex(16)
-        dispatcher = Dispatcher(config.server, endpoint, token)
+        models = ModelDirectory(catalogue, config.server.default_engine)
+        dispatcher = Dispatcher(
+            config.server, endpoint, token, engine_config=lambda name: engine_settings(config, name)
+        )
         supervisor = Supervisor(engine_specs(config), endpoint, token, dispatcher.engine_exited)
         dispatcher.engines_running = supervisor.running
         dispatcher.kill_engine = supervisor.kill
-        app = build_app(config, catalogue, dispatcher, supervisor)
+
+        def preload(engine: EngineRecord) -> None:
+            for entry in models.preloads_for(engine, dispatcher.registry.all()):
+                log.info("asking engine %s to load %s now", engine.name, entry.id)
+                dispatcher.control(engine, "load", {"model": entry.spec(models.format_of(entry))})
+
+        dispatcher.on_join = preload
+        app = build_app(config, models, dispatcher, supervisor)
         # a client that disconnects cancels its handler, which cancels its job (invariant 3)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await runner.setup()

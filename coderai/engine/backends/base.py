@@ -14,6 +14,7 @@ from typing import Any
 
 from coderai.bus.messages import Job
 from coderai.engine.stops import StopMatcher
+from coderai.errors import JobError
 
 #: what a step yields for one sequence: a token's text, END (end of sequence) or an error
 END = None
@@ -30,11 +31,16 @@ class Sequence:
     #: backend-private decoding state (KV cache handle, RNG, …)
     state: Any = None
     stopper: StopMatcher = field(default_factory=lambda: StopMatcher([]))
+    #: the instance running it, and that instance's pool key
+    instance: ModelInstance | None = None
+    key: str = ""
 
 
 class ModelInstance(abc.ABC):
     #: seconds between steps; 0 means as fast as the hardware goes
     step_interval: float = 0.0
+    #: sequences this instance decodes at once
+    capacity: int = 1 << 30
 
     @abc.abstractmethod
     def start(self, seq: Sequence) -> None:
@@ -47,8 +53,17 @@ class ModelInstance(abc.ABC):
     def release(self, seq: Sequence) -> None:  # noqa: B027 - optional hook
         """Free a finished sequence's resources."""
 
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """One vector per text, and the tokens read."""
+        raise JobError("this model does not produce embeddings", kind="unsupported")
+
 
 class Backend(abc.ABC):
+    def instance_spec(self, spec: dict[str, Any], kind: str) -> dict[str, Any]:
+        """The spec of the instance that serves a job of this kind (a backend may need a
+        differently configured instance for embeddings)."""
+        return spec
+
     @abc.abstractmethod
     def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
         """Load a model (blocking; runs on the engine's loader thread)."""

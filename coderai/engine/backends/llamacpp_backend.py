@@ -1,0 +1,153 @@
+"""llama.cpp backend (llama-cpp-python): GGUF files on the CPU or offloaded to a GPU.
+
+A llama.cpp context holds one sequence's KV cache, so an instance runs one sequence at a
+time (capacity 1); parallel requests to one model use more instances
+(models.max_model_instances) or wait for this one.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coderai.engine.backends.base import (
+    END,
+    Backend,
+    LoadProgress,
+    ModelInstance,
+    Sequence,
+    StepResult,
+)
+from coderai.errors import JobError
+
+log = logging.getLogger("coderai.engine")
+
+#: ggml type ids for the KV cache option
+_KV_TYPES = {"f32": 0, "f16": 1}
+_POOLING_MEAN = 1
+
+
+@dataclass
+class _Row:
+    tokens: list[int]
+    decoder: codecs.IncrementalDecoder
+    generator: Any = None
+
+
+class LlamaCppBackend(Backend):
+    def instance_spec(self, spec: dict[str, Any], kind: str) -> dict[str, Any]:
+        # llama.cpp computes embeddings only in a context created for them
+        return {**spec, "embedding": True} if kind == "embedding" else spec
+
+    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
+        import llama_cpp
+
+        path = Path(spec["path"])
+        options: dict[str, Any] = spec.get("options", {})
+        if not path.is_file():
+            raise JobError(f"model file {path} does not exist", kind="model_file")
+        kv = options.get("kv_cache", "f16")
+        if kv not in _KV_TYPES:
+            raise JobError(f"kv_cache must be one of {', '.join(_KV_TYPES)}", kind="bad_model")
+        gpu_layers = options.get("n_gpu_layers")
+        if gpu_layers is None:
+            gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
+        kwargs: dict[str, Any] = {
+            "model_path": str(path),
+            "n_ctx": int(options.get("n_ctx", 2048)),
+            "n_gpu_layers": int(gpu_layers),
+            "type_k": _KV_TYPES[kv],
+            "type_v": _KV_TYPES[kv],
+            "verbose": False,
+        }
+        if spec.get("embedding"):
+            kwargs.update(embedding=True, pooling_type=_POOLING_MEAN)
+        progress.fraction = 0.1
+        try:
+            llm = llama_cpp.Llama(**kwargs)
+        except (ValueError, RuntimeError) as exc:
+            # llama.cpp says only "Failed to load model"; the file is what the user needs
+            raise JobError(
+                f"llama.cpp cannot load model file {path}: {exc}", kind="model_file"
+            ) from None
+        progress.fraction = 1.0
+        return LlamaCppInstance(llm)
+
+
+class LlamaCppInstance(ModelInstance):
+    capacity = 1
+
+    def __init__(self, llm: Any) -> None:
+        from llama_cpp import llama_chat_format
+
+        self.llm = llm
+        meta: dict[str, str] = llm.metadata
+        self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
+        template = meta.get("tokenizer.chat_template")
+        self.formatter = None
+        if template:
+            vocab = llm._model.vocab
+            bos = llm._model.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
+            eos = llm._model.token_get_text(llm.token_eos()) if llm.token_eos() >= 0 else ""
+            del vocab
+            self.formatter = llama_chat_format.Jinja2ChatFormatter(template, eos, bos)
+
+    def prompt_tokens(self, seq: Sequence) -> list[int]:
+        job = seq.job
+        if job.kind == "chat":
+            if self.formatter is None:
+                raise JobError("this GGUF has no chat template; use /v1/completions",
+                               kind="bad_request")  # fmt: skip
+            formatted = self.formatter(messages=job.messages)
+            add_bos = self.add_bos and not formatted.added_special
+            return list(self.llm.tokenize(formatted.prompt.encode(), add_bos=add_bos, special=True))
+        return list(self.llm.tokenize(job.prompt.encode(), add_bos=self.add_bos))
+
+    def start(self, seq: Sequence) -> None:
+        tokens = self.prompt_tokens(seq)
+        if not tokens:
+            raise JobError("the prompt is empty", kind="bad_request")
+        if len(tokens) >= self.llm.n_ctx():
+            raise JobError(
+                f"the prompt has {len(tokens)} tokens; n_ctx is {self.llm.n_ctx()}",
+                kind="bad_request",
+            )
+        seq.prompt_tokens = len(tokens)
+        seq.state = _Row(tokens, codecs.getincrementaldecoder("utf-8")(errors="replace"))
+
+    def step(self, seqs: list[Sequence]) -> list[StepResult]:
+        return [self._next(seq) for seq in seqs]
+
+    def _next(self, seq: Sequence) -> StepResult:
+        import llama_cpp
+
+        row: _Row = seq.state
+        job = seq.job
+        if row.generator is None:
+            if job.seed is not None:
+                self.llm.set_seed(job.seed)
+            row.generator = self.llm.generate(
+                row.tokens,
+                top_k=0,
+                top_p=job.top_p,
+                min_p=0.0,
+                temp=job.temperature,
+                repeat_penalty=1.0,
+            )
+        token = next(row.generator)
+        if llama_cpp.llama_token_is_eog(self.llm._model.vocab, token):
+            return END
+        piece: str = row.decoder.decode(self.llm.detokenize([token]))
+        return piece
+
+    def release(self, seq: Sequence) -> None:
+        row: _Row | None = seq.state
+        if row is not None and row.generator is not None:
+            row.generator.close()
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        vectors, tokens = self.llm.embed(texts, return_count=True)
+        return [list(map(float, v)) for v in vectors], int(tokens)
