@@ -11,16 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from coderai.config import Catalogue, ModelEntry, catalogue_path, load_catalogue, load_config
+from coderai.config import Catalogue, catalogue_path, load_catalogue, load_config
+from coderai.defaults import default_entries
 from coderai.errors import ConfigError
 
 log = logging.getLogger("coderai")
 
 DEFAULT_CONFIG = Path("config.json")
-#: served when no catalogue file exists beside the config
-BUILTIN_CATALOGUE = [
-    ModelEntry(id="coderai-fake", format="fake", options={"tokens_per_second": 50}),
-]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,6 +89,9 @@ def _run(args: argparse.Namespace) -> int:
     if path.is_file():
         catalogue = load_catalogue(path)
     else:
-        log.info("no catalogue at %s; serving the built-in default model", path)
-        catalogue = Catalogue(list(BUILTIN_CATALOGUE))
+        catalogue = Catalogue(default_entries())
+        log.info(
+            "no catalogue at %s; serving the embedded default: %s",
+            path, ", ".join(e.id for e in catalogue.entries),
+        )  # fmt: skip
     return asyncio.run(serve(config, catalogue))

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from coderai.tinymodel import build
 from tests.integration.server import Server
 
 StartServer = Callable[..., Server]
@@ -29,3 +30,9 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     yield start
     for srv in servers:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny random Llama as a transformers folder and as GGUF (same weights)."""
+    return build(tmp_path_factory.mktemp("tiny"))

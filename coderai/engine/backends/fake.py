@@ -3,8 +3,9 @@
 Its text is a pure function of (prompt, seed), so a test can compute exactly what a stream
 must deliver. Options simulate speed, load time and faults:
 tokens_per_second (0 = as fast as possible), load_seconds, output_tokens (natural length),
-fail_after_tokens, crash_after_tokens (the process exits), hang_after_tokens (the process
-stops responding).
+capacity (sequences one instance runs at once, like a llama.cpp context), memory_mb (the
+size the pool accounts for it), fail_after_tokens, crash_after_tokens (the process exits),
+hang_after_tokens (the process stops responding).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class FakeInstance(ModelInstance):
         tps = _option(options, "tokens_per_second", 0)
         self.step_interval = 1.0 / tps if tps else 0.0
         self.output_tokens = int(_option(options, "output_tokens", DEFAULT_OUTPUT_TOKENS))
+        self.capacity = int(_option(options, "capacity", 1 << 30)) or 1
         self.fail_after = options.get("fail_after_tokens")
         self.crash_after = options.get("crash_after_tokens")
         self.hang_after = options.get("hang_after_tokens")

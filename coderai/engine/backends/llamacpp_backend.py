@@ -8,7 +8,9 @@ time (capacity 1); parallel requests to one model use more instances
 from __future__ import annotations
 
 import codecs
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ log = logging.getLogger("coderai.engine")
 #: ggml type ids for the KV cache option
 _KV_TYPES = {"f32": 0, "f16": 1}
 _POOLING_MEAN = 1
+DEFAULT_CONTEXT = 4096
 
 
 @dataclass
@@ -57,7 +60,7 @@ class LlamaCppBackend(Backend):
             gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
         kwargs: dict[str, Any] = {
             "model_path": str(path),
-            "n_ctx": int(options.get("n_ctx", 2048)),
+            "n_ctx": int(options.get("n_ctx") or _default_context(path)),
             "n_gpu_layers": int(gpu_layers),
             "type_k": _KV_TYPES[kv],
             "type_v": _KV_TYPES[kv],
@@ -67,7 +70,8 @@ class LlamaCppBackend(Backend):
             kwargs.update(embedding=True, pooling_type=_POOLING_MEAN)
         progress.fraction = 0.1
         try:
-            llm = llama_cpp.Llama(**kwargs)
+            with _extra_buffer_types(bool(options.get("extra_buffer_types", False))):
+                llm = llama_cpp.Llama(**kwargs)
         except (ValueError, RuntimeError) as exc:
             # llama.cpp says only "Failed to load model"; the file is what the user needs
             raise JobError(
@@ -75,6 +79,43 @@ class LlamaCppBackend(Backend):
             ) from None
         progress.fraction = 1.0
         return LlamaCppInstance(llm)
+
+
+def _default_context(path: Path) -> int:
+    """The model's trained context, capped: a 128k-token KV cache would not fit by default."""
+    import llama_cpp
+
+    probe = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        meta = probe.metadata
+        trained = int(meta.get(f"{meta.get('general.architecture', 'llama')}.context_length", 0))
+    finally:
+        probe.close()
+    return min(trained or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
+
+
+@contextlib.contextmanager
+def _extra_buffer_types(enabled: bool) -> Iterator[None]:
+    """llama.cpp's CPU "extra buffer types" (AMX / repacked weights) crashed the first
+    decode of SmolLM2's Q4_1 weights on this project's Xeon machines (SIGSEGV in
+    llama_decode), so they are off unless a model entry sets extra_buffer_types. The
+    Python binding builds its model parameters from llama_model_default_params() and
+    exposes no switch, so the default is adjusted around the constructor; only the loader
+    thread constructs models."""
+    import llama_cpp.llama as binding
+
+    original = binding.llama_cpp.llama_model_default_params
+
+    def params() -> Any:
+        p = original()
+        p.use_extra_bufts = enabled
+        return p
+
+    binding.llama_cpp.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        binding.llama_cpp.llama_model_default_params = original
 
 
 class LlamaCppInstance(ModelInstance):
@@ -138,7 +179,7 @@ class LlamaCppInstance(ModelInstance):
                 repeat_penalty=1.0,
             )
         token = next(row.generator)
-        if llama_cpp.llama_token_is_eog(self.llm._model.vocab, token):
+        if llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token):
             return END
         piece: str = row.decoder.decode(self.llm.detokenize([token]))
         return piece

@@ -117,6 +117,11 @@ def _source(path: Path) -> tuple[str, str | None, Path | None]:
 
 def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    # The GGUF weights were dequantised on load, but transformers still marks the model
+    # as gguf-quantised and refuses to save it; what is saved is plain weights.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -164,6 +169,19 @@ class TransformersInstance(ModelInstance):
         seq.prompt_tokens = len(ids)
         decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)  # noqa: E731
         seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode))
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """Mean of the last hidden states over each text's tokens."""
+        import torch
+
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        with torch.inference_mode():
+            enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(self.device)
+            out = self.model(**enc, output_hidden_states=True)
+            mask = enc["attention_mask"].unsqueeze(-1).to(out.hidden_states[-1].dtype)
+            vectors = (out.hidden_states[-1] * mask).sum(dim=1) / mask.sum(dim=1)
+        return vectors.float().cpu().tolist(), int(enc["attention_mask"].sum())
 
     # -- decoding ---------------------------------------------------------------------------
     def step(self, seqs: list[Sequence]) -> list[StepResult]:

@@ -1,0 +1,186 @@
+"""The transformers and llama.cpp backends behind the full stack, on tiny real models."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+
+from coderai.bus.messages import Job
+from coderai.engine.backends.base import END, LoadProgress, ModelInstance, Sequence
+from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+from coderai.engine.backends.transformers_backend import TransformersBackend
+from tests.integration.server import Server
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Hello there",
+    "Numbers like 1, 2 and 42",
+    "Servers answer requests",
+    "é and 東京",
+]
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def models(
+    tiny_models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> list[dict[str, Any]]:
+    hf, gguf = tiny_models
+    broken = tmp_path_factory.mktemp("broken")
+    corrupt = broken / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\x00" * 64)
+    return [
+        {"id": "tiny-hf", "path": str(hf)},
+        {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
+        {"id": "tiny-gguf-tf", "path": str(gguf), "options": {"backend": "transformers"}},
+        {"id": "missing", "path": str(broken / "nowhere.gguf")},
+        {"id": "corrupt", "path": str(corrupt)},
+    ]
+
+
+@pytest.fixture(scope="module")
+def server(
+    models: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    cache = tmp_path_factory.mktemp("cache")
+    srv = Server(
+        tmp_path_factory.mktemp("real"),
+        {"engines": 1, "max_parallel_requests": 16},
+        models,
+        env={"CODERAI_CACHE_DIR": str(cache)},
+    )
+    try:
+        srv.wait_ready(1)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def chat(srv: Server, model: str, content: str, **extra: Any) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": content}],
+            "temperature": 0, "max_tokens": TOKENS, **extra}  # fmt: skip
+    return httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=120)
+
+
+def text_of(r: httpx.Response) -> str:
+    assert r.status_code == 200, r.text
+    content: str = r.json()["choices"][0]["message"]["content"]
+    return content
+
+
+def direct(instance: ModelInstance, content: str) -> str:
+    """The same request run on the backend in this process, with no bus in between."""
+    job = Job(1, {}, "chat", messages=[{"role": "user", "content": content}], temperature=0)
+    seq = Sequence(job=job)
+    instance.start(seq)
+    out = ""
+    for _ in range(TOKENS):
+        (result,) = instance.step([seq])
+        if result is END:
+            break
+        assert isinstance(result, str)
+        out += result
+    instance.release(seq)
+    return out
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_greedy_text_through_the_stack_equals_the_backend_called_directly(
+    server: Server, models: list[dict[str, Any]], model: str
+) -> None:
+    spec = next(m for m in models if m["id"] == model)
+    backend = TransformersBackend() if model == "tiny-hf" else LlamaCppBackend()
+    instance = backend.load({**spec, "options": spec.get("options", {})}, LoadProgress())
+    for prompt in PROMPTS:
+        assert text_of(chat(server, model, prompt)) == direct(instance, prompt)
+
+
+def test_transformers_and_llamacpp_give_the_same_greedy_text(server: Server) -> None:
+    for prompt in PROMPTS:
+        via_transformers = text_of(chat(server, "tiny-hf", prompt))
+        assert len(via_transformers) > 10
+        assert text_of(chat(server, "tiny-gguf", prompt)) == via_transformers
+
+
+def test_a_gguf_file_runs_on_the_transformers_backend_too(server: Server) -> None:
+    assert text_of(chat(server, "tiny-gguf-tf", PROMPTS[0])) == text_of(
+        chat(server, "tiny-hf", PROMPTS[0])
+    )
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_streamed_text_equals_the_whole_response(server: Server, model: str) -> None:
+    whole = text_of(chat(server, model, "stream please"))
+    body = {"model": model, "messages": [{"role": "user", "content": "stream please"}],
+            "temperature": 0, "max_tokens": TOKENS, "stream": True}  # fmt: skip
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        lines = [line for line in r.iter_lines() if line.startswith("data: {")]
+    import json
+
+    parts = [json.loads(line[6:])["choices"][0]["delta"].get("content") or "" for line in lines]
+    assert "".join(parts) == whole
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_stop_sequences_cut_real_model_text(server: Server, model: str) -> None:
+    full = text_of(chat(server, model, PROMPTS[1]))
+    stop = full[8:12]
+    cut = chat(server, model, PROMPTS[1], stop=[stop]).json()["choices"][0]
+    assert cut["message"]["content"] == full[: full.index(stop)]
+    assert cut["finish_reason"] == "stop"
+
+
+def test_eight_concurrent_requests_share_one_transformers_instance(server: Server) -> None:
+    sequential = [
+        text_of(chat(server, "tiny-hf", f"{p} #{i}")) for i, p in enumerate(PROMPTS + PROMPTS[:3])
+    ]
+
+    async def together() -> list[str]:
+        async with aiohttp.ClientSession() as session:
+
+            async def one(i: int, p: str) -> str:
+                body = {"model": "tiny-hf", "messages": [{"role": "user", "content": f"{p} #{i}"}],
+                        "temperature": 0, "max_tokens": TOKENS}  # fmt: skip
+                async with session.post(server.url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+                    data = await r.json()
+                    return str(data["choices"][0]["message"]["content"])
+
+            return await asyncio.gather(*(one(i, p) for i, p in enumerate(PROMPTS + PROMPTS[:3])))
+
+    assert asyncio.run(together()) == sequential
+
+
+@pytest.mark.parametrize(("model", "dims"), [("tiny-hf", 64), ("tiny-gguf", 64)])
+def test_embeddings(server: Server, model: str, dims: int) -> None:
+    r = httpx.post(
+        server.url + "/v1/embeddings",
+        json={"model": model, "input": ["hello", "world"]},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [d["index"] for d in body["data"]] == [0, 1]
+    assert all(len(d["embedding"]) == dims for d in body["data"])
+    assert body["data"][0]["embedding"] != body["data"][1]["embedding"]
+    assert body["usage"]["prompt_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("model", "file"), [("missing", "nowhere.gguf"), ("corrupt", "corrupt.gguf")]
+)
+def test_a_broken_model_file_is_named_and_the_engine_keeps_serving(
+    server: Server, model: str, file: str
+) -> None:
+    pid = server.health()["engines"][0]["pid"]
+    r = chat(server, model, "hi")
+    assert r.status_code == 503
+    assert file in r.json()["error"]["message"]
+    assert text_of(chat(server, "tiny-hf", "still there?"))
+    assert server.health()["engines"][0]["pid"] == pid
