@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import importlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,20 +103,19 @@ def _extra_buffer_types(enabled: bool) -> Iterator[None]:
     Python binding builds its model parameters from llama_model_default_params() and
     exposes no switch, so the default is adjusted around the constructor; only the loader
     thread constructs models."""
-    import llama_cpp.llama as binding
-
-    original = binding.llama_cpp.llama_model_default_params
+    binding: Any = importlib.import_module("llama_cpp.llama_cpp")  # what llama.py calls
+    original = binding.llama_model_default_params
 
     def params() -> Any:
         p = original()
         p.use_extra_bufts = enabled
         return p
 
-    binding.llama_cpp.llama_model_default_params = params
+    binding.llama_model_default_params = params
     try:
         yield
     finally:
-        binding.llama_cpp.llama_model_default_params = original
+        binding.llama_model_default_params = original
 
 
 class LlamaCppInstance(ModelInstance):
