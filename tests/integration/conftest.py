@@ -18,7 +18,7 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     servers: list[Server] = []
 
     def start(
-        server: dict[str, Any], models: list[dict[str, Any]], engines: int = 1, **kw: Any
+        server: dict[str, Any], models: list[dict[str, Any]] | None, engines: int = 1, **kw: Any
     ) -> Server:
         srv = Server(
             tmp_path / f"server{len(servers)}", {"engines": engines, **server}, models, **kw

@@ -37,18 +37,20 @@ class Server:
         self,
         workdir: Path,
         server: dict[str, Any],
-        models: list[dict[str, Any]],
+        models: list[dict[str, Any]] | None,
         env: dict[str, str] | None = None,
         argv: list[str] | None = None,
+        models_config: dict[str, Any] | None = None,
     ) -> None:
         self.port = free_port()
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.runtime = workdir / "run"
         self.runtime.mkdir(exist_ok=True)
-        config = {"server": {"port": self.port, **server}}
+        config = {"server": {"port": self.port, **server}, "models": models_config or {}}
         (workdir / "config.json").write_text(json.dumps(config))
-        (workdir / "models.json").write_text(json.dumps({"models": models}))
+        if models is not None:  # None: no catalogue, the embedded default is served
+            (workdir / "models.json").write_text(json.dumps({"models": models}))
         self.log_path = workdir / "server.log"
         full_env = {**os.environ, "CODERAI_RUNTIME_DIR": str(self.runtime), **(env or {})}
         cmd = argv or [sys.executable, "-m", "coderai", "run"]

@@ -1,0 +1,116 @@
+"""Model pool rules of one engine, observed through the front with fake models."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from tests.integration.conftest import StartServer
+from tests.integration.server import Server
+
+QUICK = {"heartbeat_interval": 0.2}
+
+
+def fake(model_id: str, **options: Any) -> dict[str, Any]:
+    return {"id": model_id, "format": "fake", "options": options}
+
+
+def ask(srv: Server, model: str, tokens: int = 3) -> httpx.Response:
+    body = {"model": model, "prompt": "x", "max_tokens": tokens}
+    return httpx.post(srv.url + "/v1/completions", json=body, timeout=30)
+
+
+def loaded(srv: Server) -> list[str]:
+    return list(srv.health()["engines"][0]["loaded_models"])
+
+
+def wait_for(cond: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_idle_models_are_unloaded_least_recently_used_first(start_server: StartServer) -> None:
+    models = [fake("a", memory_mb=40), fake("b", memory_mb=40), fake("c", memory_mb=40)]
+    # a budget for two of the three
+    srv = start_server(QUICK, models, models_config={"memory_budget_mb": 100})
+    for name in ("a", "b"):
+        assert ask(srv, name).status_code == 200
+    wait_for(lambda: loaded(srv) == ["a", "b"])
+    assert ask(srv, "a").status_code == 200  # a is now more recent than b
+    assert ask(srv, "c").status_code == 200
+    wait_for(lambda: loaded(srv) == ["a", "c"])
+
+
+def test_a_generating_model_is_never_unloaded(start_server: StartServer) -> None:
+    models = [fake("busy", memory_mb=80, tokens_per_second=20), fake("other", memory_mb=80)]
+    srv = start_server(QUICK, models, models_config={"memory_budget_mb": 100})
+    body = {"model": "busy", "prompt": "x", "max_tokens": 20, "stream": True}
+    with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=30) as r:
+        lines = r.iter_lines()
+        next(line for line in lines if '"text"' in line)
+        assert ask(srv, "other").status_code == 200  # loads beside it, over budget
+        wait_for(lambda: loaded(srv) == ["busy", "other"])
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+
+
+def _overlap(srv: Server, model: str) -> bool:
+    """Whether two streams of one model ran at the same time."""
+    body = {"model": model, "prompt": "x", "max_tokens": 10, "stream": True}
+    spans: list[tuple[float, float]] = []
+
+    def one() -> None:
+        with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=30) as r:
+            first = None
+            for line in r.iter_lines():
+                if '"text"' in line and first is None:
+                    first = time.monotonic()
+            assert first is not None
+            spans.append((first, time.monotonic()))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (s1, e1), (s2, e2) = sorted(spans)
+    return s2 < e1
+
+
+def test_one_single_sequence_instance_serves_requests_one_after_another(
+    start_server: StartServer,
+) -> None:
+    srv = start_server(QUICK, [fake("solo", capacity=1, tokens_per_second=20)])
+    assert not _overlap(srv, "solo")
+
+
+def test_max_model_instances_lets_requests_run_in_parallel(start_server: StartServer) -> None:
+    models = [fake("duo", capacity=1, tokens_per_second=20)]
+    srv = start_server(QUICK, models, models_config={"max_model_instances": 2})
+    assert _overlap(srv, "duo")
+
+
+def test_overrides_are_resolved_per_engine(start_server: StartServer) -> None:
+    models = [fake("duo", capacity=1, tokens_per_second=20)]
+    srv = start_server(
+        QUICK, models, models_config={"max_model_instances": 2,
+                                   "max_model_instances_overrides": {"engine-0": 1}},
+    )  # fmt: skip
+    assert not _overlap(srv, "duo")
+
+
+def test_load_mode_load_loads_at_start_and_reports_progress(start_server: StartServer) -> None:
+    models = [{**fake("eager", load_seconds=1.5), "load_mode": "load"}, fake("lazy")]
+    srv = start_server(QUICK, models)
+    seen: list[dict[str, Any]] = []
+    wait_for(lambda: seen.append(srv.health()["engines"][0]) or seen[-1]["loading"] != {})
+    assert seen[-1]["state"] == "loading"
+    assert 0.0 <= seen[-1]["loading"]["eager"] < 1.0
+    wait_for(lambda: loaded(srv) == ["eager"])
+    assert "lazy" not in loaded(srv)
+    assert "loading model eager" in srv.log()
