@@ -78,8 +78,8 @@ def _overlap(srv: Server, model: str) -> bool:
         t.start()
     for t in threads:
         t.join()
-    (s1, e1), (s2, e2) = sorted(spans)
-    return s2 < e1
+    (_, first_end), (second_start, _) = sorted(spans)
+    return second_start < first_end
 
 
 def test_one_single_sequence_instance_serves_requests_one_after_another(
@@ -108,7 +108,12 @@ def test_load_mode_load_loads_at_start_and_reports_progress(start_server: StartS
     models = [{**fake("eager", load_seconds=1.5), "load_mode": "load"}, fake("lazy")]
     srv = start_server(QUICK, models)
     seen: list[dict[str, Any]] = []
-    wait_for(lambda: seen.append(srv.health()["engines"][0]) or seen[-1]["loading"] != {})
+
+    def loading() -> bool:
+        seen.append(srv.health()["engines"][0])
+        return bool(seen[-1]["loading"])
+
+    wait_for(loading)
     assert seen[-1]["state"] == "loading"
     assert 0.0 <= seen[-1]["loading"]["eager"] < 1.0
     wait_for(lambda: loaded(srv) == ["eager"])
