@@ -208,6 +208,8 @@ class EngineWorker:
     def _heartbeat(self) -> Heartbeat:
         pool = self.scheduler.pool
         loading = pool.load_progress()
+        for model_id, fraction in loading.items():
+            log.info("loading model %s: %d%%", model_id, fraction * 100)
         free = max(0, self.s.slots - self.scheduler.busy_slots())
         return Heartbeat(
             state="loading" if loading else "ready",
