@@ -27,17 +27,17 @@ def test_a_folder_with_config_json_is_a_transformers_model(tmp_path: Path) -> No
 def test_other_files_are_refused_naming_the_file(tmp_path: Path, content: bytes) -> None:
     other = tmp_path / "model.gguf"
     other.write_bytes(content)
-    with pytest.raises(ModelFileError, match="model.gguf"):
+    with pytest.raises(ModelFileError, match=r"model\.gguf"):
         detect_format(str(other))
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match="absent.gguf"):
+    with pytest.raises(ModelFileError, match=r"absent\.gguf"):
         detect_format(str(tmp_path / "absent.gguf"))
 
 
 def test_a_folder_without_config_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ModelFileError, match="config.json"):
+    with pytest.raises(ModelFileError, match=r"config\.json"):
         detect_format(str(tmp_path))
 
 
