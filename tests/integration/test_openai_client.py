@@ -217,3 +217,15 @@ def _wait_until(cond: object, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met")
         time.sleep(0.02)
+
+
+def test_embeddings_from_a_model_without_them_is_400(server: Server) -> None:
+    r = httpx.post(server.url + "/v1/embeddings", json={"model": "fake", "input": "hi"})
+    assert r.status_code == 400
+    assert "embeddings" in r.json()["error"]["message"]
+
+
+def test_embeddings_request_is_validated(server: Server) -> None:
+    r = httpx.post(server.url + "/v1/embeddings", json={"model": "fake", "input": []})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "input"
