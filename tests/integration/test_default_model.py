@@ -13,9 +13,11 @@ def test_the_embedded_default_model_answers_a_real_question(start_server: StartS
         assert [m.id for m in client.models.list()] == ["SmolLM2-135M-Instruct"]
         answer = client.chat.completions.create(
             model="SmolLM2-135M-Instruct",
+            # The bare question is a near-tie for this 4-bit 135M model (first-token logits
+            # 24.74 "L" vs 24.65 "The" here) and its greedy answer differs between llama.cpp
+            # CPU builds; asking for one word gives "Paris" on every build tried.
             messages=[
-                {"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": "What is the capital of France?"},
+                {"role": "user", "content": "What is the capital of France? Answer with one word."}
             ],
             temperature=0,
             max_tokens=30,
