@@ -74,20 +74,21 @@ def text_of(r: httpx.Response) -> str:
     return content
 
 
-def direct(instance: ModelInstance, content: str) -> str:
-    """The same request run on the backend in this process, with no bus in between."""
+def direct(instance: ModelInstance, content: str) -> tuple[str, int, int]:
+    """The same request run on the backend in this process, with no bus in between:
+    (text, prompt tokens, completion tokens)."""
     job = Job(1, {}, "chat", messages=[{"role": "user", "content": content}], temperature=0)
     seq = Sequence(job=job)
     instance.start(seq)
-    out = ""
-    for _ in range(TOKENS):
+    pieces: list[str] = []
+    while len(pieces) < TOKENS:
         (result,) = instance.step([seq])
         if result is END:
             break
         assert isinstance(result, str)
-        out += result
+        pieces.append(result)
     instance.release(seq)
-    return out
+    return "".join(pieces), seq.prompt_tokens, len(pieces)
 
 
 @pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
@@ -98,7 +99,11 @@ def test_greedy_text_through_the_stack_equals_the_backend_called_directly(
     backend = TransformersBackend() if model == "tiny-hf" else LlamaCppBackend()
     instance = backend.load({**spec, "options": spec.get("options", {})}, LoadProgress())
     for prompt in PROMPTS:
-        assert text_of(chat(server, model, prompt)) == direct(instance, prompt)
+        r = chat(server, model, prompt)
+        usage = r.json()["usage"]
+        assert (text_of(r), usage["prompt_tokens"], usage["completion_tokens"]) == direct(
+            instance, prompt
+        )
 
 
 def test_transformers_and_llamacpp_give_the_same_greedy_text(server: Server) -> None:

@@ -130,10 +130,8 @@ class LlamaCppInstance(ModelInstance):
         template = meta.get("tokenizer.chat_template")
         self.formatter = None
         if template:
-            vocab = llm._model.vocab
             bos = llm._model.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
             eos = llm._model.token_get_text(llm.token_eos()) if llm.token_eos() >= 0 else ""
-            del vocab
             self.formatter = llama_chat_format.Jinja2ChatFormatter(template, eos, bos)
 
     def prompt_tokens(self, seq: Sequence) -> list[int]:
