@@ -70,6 +70,7 @@ def _engine(args: argparse.Namespace) -> int:
         backend=os.environ.get("CODERAI_ENGINE_BACKEND", "cpu"),
         capabilities=[c for c in capabilities.split(",") if c],
         front_pid=int(front_pid) if front_pid else None,
+        gpus=[g for g in os.environ.get("CODERAI_ENGINE_GPUS", "").split(",") if g],
     )
     return asyncio.run(EngineWorker(settings).run())
 

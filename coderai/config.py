@@ -20,11 +20,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+EngineBackend = Literal["nvidia", "vulkan", "cpu"]
+
+
+class EngineSpecConfig(_Strict):
+    """One declared engine (server.engine_specs), for machines auto-detection gets wrong."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    backend: EngineBackend
+    #: applied at spawn; an empty string is a value ("" hides every CUDA card)
+    env: dict[str, str] = Field(default_factory=dict)
+    capabilities: list[str] | None = None
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     #: number of engine processes; 0 = auto (one per GPU, at least one)
     engines: int = Field(0, ge=0, le=64)
+    #: one engine per listed NVIDIA GPU (index or UUID); overrides `engines`
+    engine_gpus: list[int | str] | None = None
+    #: explicit engines; override `engine_gpus` and `engines`
+    engine_specs: list[EngineSpecConfig] | None = None
     #: requests one engine runs at once (its credit on the bus)
     max_parallel_requests: int = Field(8, ge=1, le=4096)
     #: per engine name, e.g. {"nvidia": 16, "radeon": 2}
@@ -51,12 +68,25 @@ class ModelsConfig(_Strict):
     memory_budget_mb: int = Field(0, ge=0)
 
 
+class AuthConfig(_Strict):
+    #: bearer key for /admin/api/*; when unset, a random one is made and logged at start
+    admin_key: str | None = Field(None, min_length=8)
+
+
 class Config(BaseModel):
-    # top-level extra sections (auth, thermal, …) belong to features that read them
+    # top-level extra sections (thermal, …) belong to features that read them
     model_config = ConfigDict(extra="allow")
 
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+
+    @model_validator(mode="after")
+    def _unique_engine_names(self) -> Config:
+        names = [s.name for s in self.server.engine_specs or []]
+        if len(names) != len(set(names)):
+            raise ValueError("server.engine_specs has two engines with one name")
+        return self
 
 
 def engine_settings(config: Config, name: str) -> dict[str, Any]:

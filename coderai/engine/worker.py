@@ -61,13 +61,18 @@ class EngineSettings:
     backend: str = "cpu"
     capabilities: list[str] = field(default_factory=list)
     front_pid: int | None = None
+    gpus: list[str] = field(default_factory=list)
 
 
 class EngineWorker:
     def __init__(self, settings: EngineSettings) -> None:
         self.s = settings
         backends = available_backends()
-        self.capabilities = settings.capabilities or sorted(backends)
+        wanted = settings.capabilities or sorted(backends)
+        missing = [c for c in wanted if c not in backends]
+        if missing:
+            log.warning("engine %s lacks the libraries for %s", settings.name, ", ".join(missing))
+        self.capabilities = [c for c in wanted if c in backends]
         self._backends = {k: v for k, v in backends.items() if k in self.capabilities}
         self.identity = f"{settings.name}:{settings.epoch}".encode()
         self.dropped_frames = 0
@@ -140,6 +145,7 @@ class EngineWorker:
             capabilities=self.capabilities,
             slots=self.s.slots,
             token=self.s.token,
+            gpus=self.s.gpus,
         )
         await self._send(encode(hello))
         try:

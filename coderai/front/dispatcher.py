@@ -44,7 +44,7 @@ from coderai.errors import (
     from_engine_failure,
 )
 from coderai.front.jobs import FrontJob
-from coderai.front.placement import choose_engine, compatible
+from coderai.front.placement import compatible, route
 from coderai.front.registry import EngineRecord, Registry
 
 log = logging.getLogger("coderai.front")
@@ -78,6 +78,7 @@ class Dispatcher:
         self.on_join: Callable[[EngineRecord], None] = lambda record: None
         self.registry = Registry()
         self.queue: deque[FrontJob] = deque()
+        self._pin_noted: set[tuple[str, str]] = set()
         self.dropped_frames = 0
         self._ids = itertools.count(1)
         self._ctx = zmq.asyncio.Context()
@@ -153,13 +154,25 @@ class Dispatcher:
             self.queue.remove(job)
 
     def _place(self, job: FrontJob) -> EngineRecord | None:
-        return choose_engine(
+        """The engine to dispatch to now, or None to wait for one's credit."""
+        target = route(
             job.capability,
             job.entry.id,
-            job.entry.engine,
+            job.owner,
             self.settings.default_engine,
             self.registry.all(),
         )
+        if target is None:
+            return None
+        pin = job.entry.engine
+        if pin is not None and target.name != pin and (job.entry.id, pin) not in self._pin_noted:
+            # one line per model and engine, however many requests follow
+            self._pin_noted.add((job.entry.id, pin))
+            log.warning(
+                "model %s is pinned to engine %s, which cannot serve it now; using %s",
+                job.entry.id, pin, target.name,
+            )  # fmt: skip
+        return target if target.free else None
 
     def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
         job.engine = engine
@@ -270,6 +283,7 @@ class Dispatcher:
             backend=msg.backend,
             capabilities=frozenset(msg.capabilities),
             slots=max(1, msg.slots),
+            gpus=msg.gpus,
         )
         previous = self.registry.add(record)
         if previous is not None:

@@ -29,6 +29,8 @@ class FrontJob:
     #: what an engine must be able to run: "fake", "gguf" or "transformers"
     capability: str
     message: Job
+    #: the engine that owns this model (placement), if any
+    owner: str | None = None
     enqueued_at: float = field(default_factory=time.monotonic)
     engine: EngineRecord | None = None
     #: the engine that produced the first output; it names the response's engine

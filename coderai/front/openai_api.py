@@ -102,7 +102,8 @@ class OpenAIRoutes:
         fmt = self.directory.format_of(entry)
         job_id = self.dispatcher.next_job_id()
         message = Job(job_id=job_id, model=entry.spec(fmt), kind=kind, **fields)
-        job = FrontJob(job_id, entry, required_capability(fmt, entry.options), message)
+        capability = required_capability(fmt, entry.options)
+        job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry))
         self.dispatcher.submit(job)
         return job
 

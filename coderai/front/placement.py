@@ -1,40 +1,106 @@
-"""Which engine runs a job: pure functions over the registry's records."""
+"""Which engine runs a model: pure functions over plain records.
+
+Ownership is decided once per catalogue and engine set: each routable id (alias, else
+path, else id) gets one owner engine, by pin, then the default engine, then balanced
+round-robin over the engines that can run its format. At request time the owner serves
+when it is up and able; otherwise the request goes to an engine that already has the model,
+then the default engine, then the least loaded compatible engine.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from coderai.front.registry import EngineRecord
 
 
-def compatible(fmt: str, engines: Iterable[EngineRecord]) -> list[EngineRecord]:
-    return [e for e in engines if fmt in e.capabilities]
+@dataclass(frozen=True)
+class ModelView:
+    model_id: str
+    route_key: str
+    #: what an engine must run; None when the model's file cannot be read yet
+    capability: str | None
+    pin: str | None = None
 
 
-def choose_engine(
-    fmt: str,
+@dataclass(frozen=True)
+class EngineView:
+    name: str
+    capabilities: frozenset[str]
+
+
+@dataclass
+class Assignment:
+    #: route key -> owner engine name
+    owners: dict[str, str] = field(default_factory=dict)
+    #: model id -> why its pin is not honoured (or why it has no owner)
+    warnings: dict[str, str] = field(default_factory=dict)
+
+
+def assign_owners(
+    models: list[ModelView], engines: list[EngineView], default_engine: str | None
+) -> Assignment:
+    out = Assignment()
+    names = {e.name: e for e in engines}
+    load = {e.name: 0 for e in engines}
+    for model in models:
+        if model.route_key in out.owners or model.capability is None:
+            continue  # entries sharing a path (and no alias) share one owner
+        able = [e for e in engines if model.capability in e.capabilities]
+        if model.pin is not None:
+            pinned = names.get(model.pin)
+            if pinned is None:
+                out.warnings[model.model_id] = (
+                    f"pinned engine {model.pin!r} does not exist"
+                    f" (engines: {', '.join(names) or 'none'})"
+                )
+            elif model.capability not in pinned.capabilities:
+                out.warnings[model.model_id] = (
+                    f"pinned engine {model.pin!r} cannot run {model.capability} models"
+                )
+            else:
+                _own(out, load, model, model.pin)
+                continue
+        if not able:
+            out.warnings.setdefault(model.model_id, f"no engine can run {model.capability} models")
+            continue
+        if default_engine in {e.name for e in able}:
+            _own(out, load, model, str(default_engine))
+            continue
+        # balanced: the able engine with the fewest models so far (first on ties)
+        _own(out, load, model, min(able, key=lambda e: load[e.name]).name)
+    return out
+
+
+def _own(out: Assignment, load: dict[str, int], model: ModelView, engine: str) -> None:
+    out.owners[model.route_key] = engine
+    load[engine] += 1
+
+
+def compatible(capability: str, engines: Iterable[EngineRecord]) -> list[EngineRecord]:
+    return [e for e in engines if capability in e.capabilities]
+
+
+def route(
+    capability: str,
     model_id: str,
-    pin: str | None,
+    owner: str | None,
     default_engine: str | None,
     engines: Iterable[EngineRecord],
 ) -> EngineRecord | None:
-    """The engine to dispatch to now, or None if every compatible one is out of credit.
-
-    Precedence: the model's pin (if that engine can run the format), then an engine that
-    already has the model resident, then the default engine, then the least loaded.
-    """
-    candidates = compatible(fmt, engines)
-    if pin is not None:
-        pinned = [e for e in candidates if e.name == pin]
-        if pinned:
-            return pinned[0] if pinned[0].free else None
-    free = [e for e in candidates if e.free]
-    if not free:
+    """The engine a request for this model should wait for, whether or not it has a free
+    slot now; None when no running engine can run it."""
+    able = compatible(capability, engines)
+    if not able:
         return None
-    resident = [e for e in free if model_id in e.loaded]
+    for engine in able:
+        if engine.name == owner:
+            return engine
+    resident = [e for e in able if model_id in e.loaded or model_id in e.loading]
     if resident:
         return max(resident, key=lambda e: e.free)
-    for engine in free:
+    for engine in able:
         if engine.name == default_engine:
             return engine
-    return max(free, key=lambda e: (e.free, -len(e.loaded)))
+    return max(able, key=lambda e: (e.free, -len(e.loaded)))

@@ -19,6 +19,7 @@ class EngineRecord:
     backend: str
     capabilities: frozenset[str]
     slots: int
+    gpus: list[str] = field(default_factory=list)
     last_seen: float = field(default_factory=time.monotonic)
     state: str = "ready"
     loaded: list[str] = field(default_factory=list)
@@ -38,6 +39,7 @@ class EngineRecord:
             "pid": self.pid,
             "backend": self.backend,
             "capabilities": sorted(self.capabilities),
+            "gpus": self.gpus,
             "state": self.state,
             "slots": self.slots,
             "free_slots": self.free,

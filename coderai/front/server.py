@@ -13,20 +13,16 @@ import signal
 from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
-from coderai.config import Catalogue, Config, engine_settings, engine_slots
+from coderai.config import Catalogue, Config, engine_settings
 from coderai.front.app import build_app
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.engine_plan import plan_engines
+from coderai.front.gpus import NvmlSensor
 from coderai.front.models import ModelDirectory
 from coderai.front.registry import EngineRecord
-from coderai.front.supervisor import EngineSpec, Supervisor
+from coderai.front.supervisor import Supervisor
 
 log = logging.getLogger("coderai.front")
-
-
-def engine_specs(config: Config) -> list[EngineSpec]:
-    # auto (0) is one engine until GPU detection lands
-    names = [f"engine-{i}" for i in range(config.server.engines or 1)]
-    return [EngineSpec(name, engine_slots(config, name)) for name in names]
 
 
 async def serve(config: Config, catalogue: Catalogue) -> int:
@@ -34,16 +30,17 @@ async def serve(config: Config, catalogue: Catalogue) -> int:
     try:
         endpoint = ipc_endpoint(runtime_dir)
         token = secrets.token_hex(16)
-        models = ModelDirectory(catalogue, config.server.default_engine)
+        plans = plan_engines(config, NvmlSensor().nvidia_gpus())
+        models = ModelDirectory(catalogue, plans, config.server.default_engine)
         dispatcher = Dispatcher(
             config.server, endpoint, token, engine_config=lambda name: engine_settings(config, name)
         )
-        supervisor = Supervisor(engine_specs(config), endpoint, token, dispatcher.engine_exited)
+        supervisor = Supervisor(plans, endpoint, token, dispatcher.engine_exited)
         dispatcher.engines_running = supervisor.running
         dispatcher.kill_engine = supervisor.kill
 
         def preload(engine: EngineRecord) -> None:
-            for entry in models.preloads_for(engine, dispatcher.registry.all()):
+            for entry in models.preloads_for(engine):
                 log.info("asking engine %s to load %s now", engine.name, entry.id)
                 dispatcher.control(engine, "load", {"model": entry.spec(models.format_of(entry))})
 

@@ -9,7 +9,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from coderai.front.engine_plan import EnginePlan
 
 log = logging.getLogger("coderai.supervisor")
 
@@ -25,16 +26,10 @@ def backoff_delay(consecutive_failures: int) -> float:
     return float(min(30.0, 0.5 * 2 ** (consecutive_failures - 2)))
 
 
-@dataclass
-class EngineSpec:
-    name: str
-    slots: int
-
-
 class Supervisor:
     def __init__(
         self,
-        specs: list[EngineSpec],
+        specs: list[EnginePlan],
         endpoint: str,
         token: str,
         on_exit: Callable[[str, int | None], None],
@@ -63,9 +58,10 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
 
-    async def _spawn(self, spec: EngineSpec, epoch: int) -> asyncio.subprocess.Process:
+    async def _spawn(self, spec: EnginePlan, epoch: int) -> asyncio.subprocess.Process:
         env = {
             **os.environ,
+            **spec.spawn_env(),
             "CODERAI_BUS_TOKEN": self._token,
             "CODERAI_FRONT_PID": str(os.getpid()),
         }
@@ -80,7 +76,7 @@ class Supervisor:
             start_new_session=True,
         )  # fmt: skip
 
-    async def _keep(self, spec: EngineSpec) -> None:
+    async def _keep(self, spec: EnginePlan) -> None:
         failures = 0
         epoch = 0
         while not self._stopping:

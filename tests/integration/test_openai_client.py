@@ -25,9 +25,9 @@ MODELS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    # engines advertise only the fake backend, so the GGUF entry has no engine: a 503
-    env = {"CODERAI_ENGINE_CAPABILITIES": "fake"}
-    srv = Server(tmp_path_factory.mktemp("openai"), {"engines": 2}, MODELS, env=env)
+    # engines declared able to run only the fake backend: the GGUF entry has no engine
+    specs = [{"name": f"engine-{i}", "backend": "cpu", "capabilities": ["fake"]} for i in (0, 1)]
+    srv = Server(tmp_path_factory.mktemp("openai"), {"engine_specs": specs}, MODELS)
     try:
         srv.wait_ready(2)
         yield srv
@@ -147,7 +147,7 @@ def test_model_no_engine_can_run_is_503(client: openai.OpenAI) -> None:
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(model="weights.gguf", messages=_user("x"))
     assert info.value.status_code == 503
-    assert "gguf" in info.value.message
+    assert "no running engine can serve 'gguf' models" in info.value.message
 
 
 def test_failure_before_any_token_is_a_status(client: openai.OpenAI) -> None:

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
-from coderai.front.placement import choose_engine
+from coderai.front.placement import EngineView, ModelView, assign_owners, route
 from coderai.front.registry import EngineRecord
 
+BOTH = frozenset({"transformers", "gguf"})
+GGUF = frozenset({"gguf"})
 
-def engine(name: str, caps: tuple[str, ...] = ("fake",), slots: int = 2, busy: int = 0,
+
+def engine(name: str, caps: tuple[str, ...] = ("gguf",), slots: int = 2, busy: int = 0,
            loaded: tuple[str, ...] = ()) -> EngineRecord:  # fmt: skip
     record = EngineRecord(name.encode(), name, 1, 1, "cpu", frozenset(caps), slots)
     record.jobs = {i: None for i in range(busy)}  # type: ignore[misc]
@@ -12,50 +15,106 @@ def engine(name: str, caps: tuple[str, ...] = ("fake",), slots: int = 2, busy: i
     return record
 
 
-def test_only_engines_that_run_the_format_are_chosen() -> None:
-    engines = [engine("a", ("gguf",)), engine("b", ("fake",))]
-    chosen = choose_engine("fake", "m", None, None, engines)
+def model(model_id: str, capability: str | None = "gguf", pin: str | None = None,
+          key: str | None = None) -> ModelView:  # fmt: skip
+    return ModelView(model_id, key or model_id, capability, pin)
+
+
+NVIDIA_RADEON = [EngineView("nvidia", BOTH), EngineView("radeon", GGUF)]
+
+
+# -- ownership -------------------------------------------------------------------------------
+def test_unpinned_models_are_balanced_over_compatible_engines() -> None:
+    models = [model("a"), model("b"), model("c"), model("d")]
+    owners = assign_owners(models, NVIDIA_RADEON, None).owners
+    assert owners == {"a": "nvidia", "b": "radeon", "c": "nvidia", "d": "radeon"}
+
+
+def test_transformers_models_only_go_to_transformers_engines() -> None:
+    models = [model("t1", "transformers"), model("t2", "transformers"), model("g")]
+    owners = assign_owners(models, NVIDIA_RADEON, None).owners
+    assert owners == {"t1": "nvidia", "t2": "nvidia", "g": "radeon"}
+
+
+def test_a_pin_decides_the_owner() -> None:
+    owners = assign_owners([model("a", pin="radeon")], NVIDIA_RADEON, "nvidia").owners
+    assert owners == {"a": "radeon"}
+
+
+def test_the_default_engine_owns_unpinned_models_it_can_run() -> None:
+    models = [model("a"), model("b"), model("t", "transformers")]
+    owners = assign_owners(models, NVIDIA_RADEON, "radeon").owners
+    assert owners == {"a": "radeon", "b": "radeon", "t": "nvidia"}
+
+
+def test_a_pin_to_an_unknown_engine_is_reported_and_falls_back() -> None:
+    result = assign_owners([model("a", pin="amd")], NVIDIA_RADEON, None)
+    assert result.owners == {"a": "nvidia"}
+    assert "'amd' does not exist" in result.warnings["a"]
+
+
+def test_a_pin_to_an_engine_that_cannot_run_the_format_is_reported() -> None:
+    result = assign_owners([model("t", "transformers", pin="radeon")], NVIDIA_RADEON, None)
+    assert result.owners == {"t": "nvidia"}
+    assert "cannot run transformers" in result.warnings["t"]
+
+
+def test_aliases_sharing_a_path_get_one_owner() -> None:
+    models = [model("a", key="/m.gguf"), model("b", key="/m.gguf"), model("c")]
+    owners = assign_owners(models, NVIDIA_RADEON, None).owners
+    assert owners == {"/m.gguf": "nvidia", "c": "radeon"}
+
+
+def test_distinct_aliases_of_one_file_may_live_on_two_engines() -> None:
+    models = [model("a", key="fast"), model("b", key="long-context")]
+    assert assign_owners(models, NVIDIA_RADEON, None).owners == {
+        "fast": "nvidia",
+        "long-context": "radeon",
+    }
+
+
+def test_a_model_no_engine_can_run_has_no_owner_and_a_warning() -> None:
+    result = assign_owners([model("x", "fake")], NVIDIA_RADEON, None)
+    assert result.owners == {}
+    assert "no engine" in result.warnings["x"]
+
+
+def test_one_cpu_engine_owns_everything() -> None:
+    models = [model("a"), model("t", "transformers")]
+    owners = assign_owners(models, [EngineView("engine-0", BOTH)], None).owners
+    assert owners == {"a": "engine-0", "t": "engine-0"}
+
+
+# -- request-time routing ----------------------------------------------------------------------
+def test_the_owner_serves_even_when_busy() -> None:
+    engines = [engine("a", busy=2), engine("b")]
+    chosen = route("gguf", "m", "a", None, engines)
+    assert chosen is not None and chosen.name == "a"
+
+
+def test_an_owner_that_is_down_falls_back_to_an_engine_holding_the_model() -> None:
+    engines = [engine("b"), engine("c", loaded=("m",))]
+    chosen = route("gguf", "m", "a", "b", engines)
+    assert chosen is not None and chosen.name == "c"
+
+
+def test_then_the_default_engine() -> None:
+    engines = [engine("b", busy=1), engine("c")]
+    chosen = route("gguf", "m", None, "b", engines)
+    assert chosen is not None and chosen.name == "b"
+
+
+def test_then_the_least_loaded() -> None:
+    engines = [engine("b", busy=1), engine("c")]
+    chosen = route("gguf", "m", None, None, engines)
+    assert chosen is not None and chosen.name == "c"
+
+
+def test_an_owner_that_cannot_run_the_format_is_skipped() -> None:
+    engines = [engine("a", caps=("transformers",)), engine("b")]
+    chosen = route("gguf", "m", "a", None, engines)
     assert chosen is not None and chosen.name == "b"
 
 
 def test_no_compatible_engine_gives_none() -> None:
-    assert choose_engine("transformers", "m", None, None, [engine("a", ("gguf",))]) is None
-
-
-def test_pin_wins_over_load() -> None:
-    engines = [engine("a"), engine("b", busy=1)]
-    chosen = choose_engine("fake", "m", "b", None, engines)
-    assert chosen is not None and chosen.name == "b"
-
-
-def test_a_full_pinned_engine_means_wait() -> None:
-    engines = [engine("a"), engine("b", busy=2)]
-    assert choose_engine("fake", "m", "b", None, engines) is None
-
-
-def test_a_pin_that_cannot_run_the_format_is_ignored() -> None:
-    engines = [engine("a"), engine("b", ("gguf",))]
-    chosen = choose_engine("fake", "m", "b", None, engines)
-    assert chosen is not None and chosen.name == "a"
-
-
-def test_resident_model_beats_default_engine() -> None:
-    engines = [engine("a"), engine("b", loaded=("m",))]
-    chosen = choose_engine("fake", "m", None, "a", engines)
-    assert chosen is not None and chosen.name == "b"
-
-
-def test_default_engine_beats_least_loaded() -> None:
-    engines = [engine("a", busy=1), engine("b")]
-    chosen = choose_engine("fake", "m", None, "a", engines)
-    assert chosen is not None and chosen.name == "a"
-
-
-def test_least_loaded_otherwise() -> None:
-    engines = [engine("a", busy=1), engine("b")]
-    chosen = choose_engine("fake", "m", None, None, engines)
-    assert chosen is not None and chosen.name == "b"
-
-
-def test_all_full_gives_none() -> None:
-    assert choose_engine("fake", "m", None, None, [engine("a", busy=2)]) is None
+    assert route("transformers", "m", None, None, [engine("a")]) is None
