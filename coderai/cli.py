@@ -95,4 +95,4 @@ def _run(args: argparse.Namespace) -> int:
             "no catalogue at %s; serving the embedded default: %s",
             path, ", ".join(e.id for e in catalogue.entries),
         )  # fmt: skip
-    return asyncio.run(serve(config, catalogue))
+    return asyncio.run(serve(config, catalogue, path))

@@ -6,6 +6,7 @@ The front owns both files; engines receive what they need over the bus.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -183,14 +184,35 @@ def catalogue_path(config: Config, config_path: Path | None) -> Path:
 
 
 def load_catalogue(path: Path) -> Catalogue:
-    raw = _read_json(path)
-    items = raw.get("models") if isinstance(raw, dict) else raw
+    return catalogue_from(_read_json(path), str(path))
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """temp file + fsync + rename (invariant 6): a reader sees the old file or the new one,
+    never half of one, even if the process dies mid-write."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def catalogue_from(data: Any, source: str) -> Catalogue:
+    """Validate a catalogue given as data (a list, or {"models": [...]})."""
+    items = data.get("models") if isinstance(data, dict) else data
     if not isinstance(items, list):
-        raise ConfigError(f"{path}: expected a list of models (or {{'models': [...]}})")
+        raise ConfigError(f"{source}: expected a list of models (or {{'models': [...]}})")
     entries = []
     for i, item in enumerate(items):
         try:
             entries.append(ModelEntry.model_validate(item))
         except ValidationError as exc:
-            raise ConfigError(f"model #{i}: " + _validation_message(path, exc)) from None
+            raise ConfigError(f"model #{i}: " + _validation_message(Path(source), exc)) from None
     return Catalogue(entries)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 from aiohttp import web
 
-from coderai.config import Config
 from coderai.errors import CoderaiError
+from coderai.front.admin_api import AdminRoutes, admin_auth
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import ENGINE_HEADER, FRONT, OpenAIRoutes, error_response
@@ -59,13 +60,20 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def build_app(
-    config: Config, models: ModelDirectory, dispatcher: Dispatcher, supervisor: Supervisor | None
+    models: ModelDirectory,
+    dispatcher: Dispatcher,
+    supervisor: Supervisor | None,
+    admin_key: str,
+    catalogue_file: Path | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[openai_errors], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[openai_errors, admin_auth(admin_key)], client_max_size=MAX_BODY_BYTES
+    )
     app[DISPATCHER] = dispatcher
     if supervisor is not None:
         app[SUPERVISOR] = supervisor
     OpenAIRoutes(dispatcher, models).add_to(app)
+    AdminRoutes(dispatcher, models, supervisor, catalogue_file).add_to(app)
     app.router.add_get("/healthz", healthz)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

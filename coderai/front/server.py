@@ -9,6 +9,7 @@ import logging
 import secrets
 import shutil
 import signal
+from pathlib import Path
 
 from aiohttp import web
 
@@ -25,7 +26,7 @@ from coderai.front.supervisor import Supervisor
 log = logging.getLogger("coderai.front")
 
 
-async def serve(config: Config, catalogue: Catalogue) -> int:
+async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | None = None) -> int:
     runtime_dir = private_runtime_dir()
     try:
         endpoint = ipc_endpoint(runtime_dir)
@@ -45,7 +46,11 @@ async def serve(config: Config, catalogue: Catalogue) -> int:
                 dispatcher.control(engine, "load", {"model": entry.spec(models.format_of(entry))})
 
         dispatcher.on_join = preload
-        app = build_app(config, models, dispatcher, supervisor)
+        admin_key = config.auth.admin_key
+        if admin_key is None:
+            admin_key = secrets.token_urlsafe(24)
+            log.warning("no auth.admin_key configured; this run's admin API key: %s", admin_key)
+        app = build_app(models, dispatcher, supervisor, admin_key, catalogue_file)
         # a client that disconnects cancels its handler, which cancels its job (invariant 3)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await runner.setup()

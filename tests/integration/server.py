@@ -41,13 +41,18 @@ class Server:
         env: dict[str, str] | None = None,
         argv: list[str] | None = None,
         models_config: dict[str, Any] | None = None,
+        extra_config: dict[str, Any] | None = None,
     ) -> None:
         self.port = free_port()
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.runtime = workdir / "run"
         self.runtime.mkdir(exist_ok=True)
-        config = {"server": {"port": self.port, **server}, "models": models_config or {}}
+        config = {
+            "server": {"port": self.port, **server},
+            "models": models_config or {},
+            **(extra_config or {}),
+        }
         (workdir / "config.json").write_text(json.dumps(config))
         if models is not None:  # None: no catalogue, the embedded default is served
             (workdir / "models.json").write_text(json.dumps({"models": models}))

@@ -1,0 +1,118 @@
+"""/admin/api: engines and models as the front sees them, behind a bearer key."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from coderai.config import catalogue_from, write_json_atomically
+from coderai.errors import CoderaiError, ConfigError, InvalidRequest
+from coderai.front.dispatcher import Dispatcher
+from coderai.front.models import ModelDirectory
+from coderai.front.openai_api import read_json
+from coderai.front.supervisor import Supervisor
+
+log = logging.getLogger("coderai.front")
+
+PREFIX = "/admin/api/"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Unauthorized(CoderaiError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_admin_key"
+
+
+def admin_auth(key: str) -> Middleware:
+    expected = f"Bearer {key}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith(PREFIX):
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                error = Unauthorized("send the admin key as 'Authorization: Bearer <key>'")
+                return web.json_response(
+                    error.envelope(), status=401, headers={"WWW-Authenticate": "Bearer"}
+                )
+            try:
+                return await handler(request)
+            except CoderaiError as exc:
+                return web.json_response(exc.envelope(), status=exc.status)
+        return await handler(request)
+
+    return check
+
+
+class AdminRoutes:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        directory: ModelDirectory,
+        supervisor: Supervisor | None,
+        catalogue_file: Path | None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.directory = directory
+        self.supervisor = supervisor
+        self.catalogue_file = catalogue_file
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get(PREFIX + "engines", self.engines)
+        app.router.add_get(PREFIX + "models", self.models)
+        app.router.add_put(PREFIX + "models", self.save_models)
+
+    async def engines(self, request: web.Request) -> web.Response:
+        running = self.supervisor.running() if self.supervisor else set()
+        out = []
+        for plan in self.directory.plans:
+            record = self.dispatcher.registry.by_name(plan.name)
+            item: dict[str, object] = {
+                "name": plan.name,
+                "backend": plan.backend,
+                "capabilities": list(plan.capabilities),
+                "gpus": list(plan.gpus),
+                "slots": plan.slots,
+                "restarts": self.supervisor.restarts.get(plan.name, 0) if self.supervisor else 0,
+            }
+            if record is not None:
+                item.update(record.describe())
+            else:
+                item.update(
+                    state="starting" if plan.name in running else "down",
+                    free_slots=0,
+                    loaded_models=[],
+                )
+            out.append(item)
+        return web.json_response({"engines": out})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(self._models_body())
+
+    def _models_body(self) -> dict[str, object]:
+        models = self.directory.describe()
+        warnings = [f"{m['id']}: {m['warning']}" for m in models if m["warning"]]
+        return {"models": models, "warnings": warnings}
+
+    async def save_models(self, request: web.Request) -> web.Response:
+        """Replace the catalogue: validated, written atomically, owners reassigned; the
+        answer carries the warnings about pins that cannot be honoured."""
+        data = await read_json(request)
+        try:
+            catalogue = catalogue_from(data, "request body")
+        except ConfigError as exc:
+            raise InvalidRequest(exc.message) from None
+        if self.catalogue_file is None:
+            raise InvalidRequest("this server has no catalogue file to save to")
+        write_json_atomically(self.catalogue_file, {"models": [
+            e.model_dump(exclude_defaults=True) for e in catalogue.entries
+        ]})  # fmt: skip
+        self.directory.load(catalogue)
+        log.info("catalogue saved to %s (%d models)", self.catalogue_file, len(catalogue.entries))
+        return web.json_response(self._models_body())
