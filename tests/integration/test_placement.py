@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -108,7 +109,7 @@ def test_a_model_loading_on_one_engine_never_delays_another_engines_stream(
     arrivals, during = asyncio.run(run())
     alpha = next(e for e in during["engines"] if e["name"] == "alpha")
     assert "slow-load" in alpha["loading"], "the load overlapped the stream"
-    gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals[1:])]  # from the second event
     assert len(gaps) > 150
     assert max(gaps) < 0.05, f"longest gap {max(gaps) * 1000:.0f} ms"
 
