@@ -51,7 +51,7 @@ class BenchServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                if len(self.health()["engines"]) == engines:
+                if sum("pid" in e for e in self.health()["engines"]) == engines:
                     return
             except OSError:
                 pass
@@ -59,7 +59,7 @@ class BenchServer:
         raise RuntimeError((self.dir / "server.log").read_text())
 
     def engine_processes(self) -> list[psutil.Process]:
-        return [psutil.Process(int(e["pid"])) for e in self.health()["engines"]]
+        return [psutil.Process(int(e["pid"])) for e in self.health()["engines"] if "pid" in e]
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="config.json (default: ./config.json if any)")
     run.add_argument("--host", help="bind address (overrides server.host)")
     run.add_argument("--port", type=int, help="port (overrides server.port)")
+    run.add_argument(
+        "--single-process",
+        action="store_true",
+        help="front and one engine in one process (no isolation; server.single_process)",
+    )
 
     engine = sub.add_parser("engine", help="one engine process (started by `coderai run`)")
     engine.add_argument("--name", required=True)
@@ -86,6 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         config.server.host = args.host
     if args.port is not None:
         config.server.port = args.port
+    if args.single_process:
+        config.server.single_process = True
     path = catalogue_path(config, config_path)
     if path.is_file():
         catalogue = load_catalogue(path)

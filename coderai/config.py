@@ -56,6 +56,14 @@ class ServerConfig(_Strict):
     heartbeat_interval: float = Field(1.0, gt=0)
     #: missed heartbeats before an engine is presumed dead
     heartbeat_liveness: int = Field(5, ge=1)
+    #: the same while the engine reports a model load (a load may hold the GIL for a while)
+    heartbeat_liveness_loading: int = Field(30, ge=1)
+    #: how long a drained engine's requests may run before they are cancelled with an error
+    drain_grace_seconds: float = Field(30.0, ge=0)
+    #: how long in-flight requests may finish after SIGTERM/SIGINT
+    shutdown_grace_seconds: float = Field(10.0, ge=0)
+    #: run the front and one engine in one process (no isolation; for small machines)
+    single_process: bool = False
     default_engine: str | None = None
 
 

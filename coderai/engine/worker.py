@@ -65,8 +65,12 @@ class EngineSettings:
 
 
 class EngineWorker:
-    def __init__(self, settings: EngineSettings) -> None:
+    def __init__(
+        self, settings: EngineSettings, context: zmq.asyncio.Context | None = None
+    ) -> None:
         self.s = settings
+        #: a context shared with an in-process front (inproc://); None: this process's own
+        self._shared_context = context
         backends = available_backends()
         wanted = settings.capabilities or sorted(backends)
         missing = [c for c in wanted if c not in backends]
@@ -77,7 +81,7 @@ class EngineWorker:
         self.identity = f"{settings.name}:{settings.epoch}".encode()
         self.dropped_frames = 0
         self._exit_code = 0
-        self._stop = asyncio.Event()
+        self._stop: asyncio.Event
         self._heartbeat_interval = 1.0
         self._proc = psutil.Process()
 
@@ -86,9 +90,11 @@ class EngineWorker:
         # socket's thread waiting up to the default 5 ms switch interval.
         sys.setswitchinterval(SWITCH_INTERVAL)
         loop = self._loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stop.set)
-        ctx = zmq.asyncio.Context()
+        self._stop = asyncio.Event()
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._stop.set)
+        ctx = self._shared_context or zmq.asyncio.Context()
         sock = connect_dealer(ctx, self.s.connect, self.identity)
         self._sock = sock
         outbox = Outbox(loop)
@@ -113,7 +119,14 @@ class EngineWorker:
         finally:
             self.scheduler.stop()
             sock.close(linger=1000)
-            ctx.term()
+            if self._shared_context is None:
+                ctx.term()
+
+    def request_stop(self) -> None:
+        """From another thread: leave the bus and end run()."""
+        loop = getattr(self, "_loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop.set)
 
     def _configure(self, config: dict[str, object]) -> None:
         pool = self.scheduler.pool

@@ -6,21 +6,28 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from coderai.config import catalogue_from, write_json_atomically
 from coderai.errors import CoderaiError, ConfigError, InvalidRequest
-from coderai.front.dispatcher import Dispatcher
-from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import read_json
-from coderai.front.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from coderai.front.app import Front
 
 log = logging.getLogger("coderai.front")
 
 PREFIX = "/admin/api/"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class NotFound(CoderaiError):
+    status = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
 
 
 class Unauthorized(CoderaiError):
@@ -51,22 +58,42 @@ def admin_auth(key: str) -> Middleware:
 
 
 class AdminRoutes:
-    def __init__(
-        self,
-        dispatcher: Dispatcher,
-        directory: ModelDirectory,
-        supervisor: Supervisor | None,
-        catalogue_file: Path | None,
-    ) -> None:
-        self.dispatcher = dispatcher
-        self.directory = directory
-        self.supervisor = supervisor
+    def __init__(self, front: Front, catalogue_file: Path | None, drain_grace: float) -> None:
+        self.dispatcher = front.dispatcher
+        self.directory = front.directory
+        self.supervisor = front.supervisor
         self.catalogue_file = catalogue_file
+        self.drain_grace = drain_grace
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(PREFIX + "engines", self.engines)
+        app.router.add_post(PREFIX + "engines/{name}/drain", self.drain)
+        app.router.add_post(PREFIX + "engines/{name}/restart", self.restart)
         app.router.add_get(PREFIX + "models", self.models)
         app.router.add_put(PREFIX + "models", self.save_models)
+
+    def _engine_name(self, request: web.Request) -> str:
+        name = request.match_info["name"]
+        if name not in {p.name for p in self.directory.plans}:
+            raise NotFound(f"no engine named {name!r}")
+        return name
+
+    async def drain(self, request: web.Request) -> web.Response:
+        """No new jobs for the engine; running ones get the grace period, then an error."""
+        name = self._engine_name(request)
+        cancelled = await self.dispatcher.drain(name, self.drain_grace)
+        log.info("engine %s drained (%d requests cancelled)", name, cancelled)
+        return web.json_response({"engine": name, "state": "draining", "cancelled": cancelled})
+
+    async def restart(self, request: web.Request) -> web.Response:
+        """Drain, then stop and start the engine again while the others serve."""
+        name = self._engine_name(request)
+        if self.supervisor is None:
+            raise InvalidRequest("this server does not supervise engine processes")
+        cancelled = await self.dispatcher.drain(name, self.drain_grace)
+        await self.supervisor.restart(name)
+        log.info("engine %s restarted (%d requests cancelled)", name, cancelled)
+        return web.json_response({"engine": name, "state": "restarting", "cancelled": cancelled})
 
     async def engines(self, request: web.Request) -> web.Response:
         running = self.supervisor.running() if self.supervisor else set()

@@ -1,16 +1,19 @@
-"""Assembles the front: the aiohttp application, the dispatcher and the supervisor."""
+"""Assembles the front: the aiohttp application around the dispatcher and the supervisor."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 from aiohttp import web
 
 from coderai.errors import CoderaiError
 from coderai.front.admin_api import AdminRoutes, admin_auth
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.health import health_report
+from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import ENGINE_HEADER, FRONT, OpenAIRoutes, error_response
 from coderai.front.supervisor import Supervisor
@@ -18,71 +21,98 @@ from coderai.front.supervisor import Supervisor
 log = logging.getLogger("coderai.front")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-DISPATCHER = web.AppKey("dispatcher", Dispatcher)
-SUPERVISOR = web.AppKey("supervisor", Supervisor)
+METRICS = web.AppKey("metrics", Metrics)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 @web.middleware
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every /v1 answer is an OpenAI envelope, whatever went wrong and wherever."""
+    """Every /v1 answer is an OpenAI envelope, whatever went wrong and wherever; each is
+    counted by route and status."""
     if not request.path.startswith("/v1/"):
         return await handler(request)
     try:
         response = await handler(request)
     except CoderaiError as exc:
-        return error_response(exc)
+        response = error_response(exc)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         error = CoderaiError(exc.reason)
         error.status = exc.status
         error.error_type = "invalid_request_error" if exc.status < 500 else "server_error"
-        return error_response(error)
+        response = error_response(error)
     if not response.prepared and ENGINE_HEADER not in response.headers:
         response.headers[ENGINE_HEADER] = FRONT
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "other"
+    request.app[METRICS].requests.labels(route, str(response.status)).inc()
     return response
 
 
-async def healthz(request: web.Request) -> web.Response:
-    dispatcher = request.app[DISPATCHER]
-    engines = [e.describe() for e in dispatcher.registry.all()]
-    ready = any(e["state"] != "dead" for e in engines)
-    body = {
-        "status": "ok" if ready else "unavailable",
-        "engines": sorted(engines, key=lambda e: str(e["name"])),
-        "queued": len(dispatcher.queue),
-        "dropped_bus_frames": dispatcher.dropped_frames,
-    }
-    return web.json_response(body, status=200 if ready else 503)
+class EngineRunner(Protocol):
+    """What starts and stops the engines: the supervisor, or the in-process engine."""
+
+    def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class Front:
+    """The front's parts, for the routes that report on all of them."""
+
+    def __init__(
+        self,
+        directory: ModelDirectory,
+        dispatcher: Dispatcher,
+        runner: EngineRunner,
+        metrics: Metrics,
+    ) -> None:
+        self.directory = directory
+        self.dispatcher = dispatcher
+        self.runner = runner
+        #: restarts, back-off and flapping exist only for supervised processes
+        self.supervisor = runner if isinstance(runner, Supervisor) else None
+        self.metrics = metrics
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        dispatcher = self.dispatcher
+        status, body = health_report(
+            [plan.name for plan in self.directory.plans],
+            {e.name: e for e in dispatcher.registry.all()},
+            dispatcher.draining,
+            self.supervisor.status if self.supervisor else {},
+        )
+        body["queued"] = len(dispatcher.queue)
+        body["dropped_bus_frames"] = dispatcher.dropped_frames
+        return web.json_response(body, status=status)
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), content_type="text/plain; version=0.0.4")
 
 
 def build_app(
-    models: ModelDirectory,
-    dispatcher: Dispatcher,
-    supervisor: Supervisor | None,
+    front: Front,
     admin_key: str,
     catalogue_file: Path | None = None,
+    drain_grace: float = 30.0,
 ) -> web.Application:
     app = web.Application(
         middlewares=[openai_errors, admin_auth(admin_key)], client_max_size=MAX_BODY_BYTES
     )
-    app[DISPATCHER] = dispatcher
-    if supervisor is not None:
-        app[SUPERVISOR] = supervisor
-    OpenAIRoutes(dispatcher, models).add_to(app)
-    AdminRoutes(dispatcher, models, supervisor, catalogue_file).add_to(app)
-    app.router.add_get("/healthz", healthz)
+    app[METRICS] = front.metrics
+    dispatcher, supervisor = front.dispatcher, front.supervisor
+    front.metrics.watch(dispatcher, lambda: supervisor.restarts if supervisor else {})
+    OpenAIRoutes(dispatcher, front.directory, front.metrics).add_to(app)
+    AdminRoutes(front, catalogue_file, drain_grace).add_to(app)
+    app.router.add_get("/healthz", front.healthz)
+    app.router.add_get("/metrics", front.metrics_text)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await dispatcher.start()
-        if supervisor is not None:
-            supervisor.start()
+        front.runner.start()
         yield
-        if supervisor is not None:
-            await supervisor.stop()
+        await front.runner.stop()
         await dispatcher.stop()
 
     app.cleanup_ctx.append(lifecycle)

@@ -79,15 +79,17 @@ class Dispatcher:
         self.registry = Registry()
         self.queue: deque[FrontJob] = deque()
         self._pin_noted: set[tuple[str, str]] = set()
+        #: engines taking no new jobs until their next incarnation joins
+        self.draining: set[str] = set()
         self.dropped_frames = 0
         self._ids = itertools.count(1)
-        self._ctx = zmq.asyncio.Context()
+        self.context = zmq.asyncio.Context()
         self._sock: zmq.asyncio.Socket | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        self._sock = bind_router(self._ctx, self.endpoint)
+        self._sock = bind_router(self.context, self.endpoint)
         self._tasks = [
             asyncio.create_task(self._receive(), name="bus-receive"),
             asyncio.create_task(self._reap(), name="bus-reaper"),
@@ -104,7 +106,7 @@ class Dispatcher:
             self._lose(record, "the server is shutting down")
         if self._sock is not None:
             self._sock.close(linger=0)
-        self._ctx.term()
+        self.context.term()
 
     def next_job_id(self) -> int:
         return next(self._ids)
@@ -112,7 +114,7 @@ class Dispatcher:
     # -- requests -------------------------------------------------------------------------
     def submit(self, job: FrontJob) -> None:
         """Dispatch now, or queue; raises NoEngine or QueueFull for an immediate answer."""
-        engines = self.registry.all()
+        engines = self.serving()
         if not compatible(job.capability, engines) and not self._engines_starting():
             if engines:
                 raise NoEngine(f"no running engine can serve {job.capability!r} models")
@@ -128,6 +130,26 @@ class Dispatcher:
                 retry_after=self.settings.retry_after,
             )
         self.queue.append(job)
+
+    async def drain(self, name: str, grace: float) -> int:
+        """Stop giving an engine jobs, let its running ones finish for `grace` seconds,
+        then cancel the rest with an error. Returns how many were cancelled."""
+        self.draining.add(name)
+        self._pump()  # queued jobs for this engine's models go elsewhere
+        record = self.registry.by_name(name)
+        if record is None:
+            return 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while record.jobs and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        cancelled = 0
+        for job in list(record.jobs.values()):
+            if job.outcome is None:
+                cancelled += 1
+                job.finish(EngineFailed(f"engine {name} was drained before this request ended"))
+                self._send(record, Cancel(job.id))
+        return cancelled
 
     def control(self, engine: EngineRecord, action: str, args: dict[str, Any]) -> None:
         self._send(engine, Control(next(self._ids), action, args))
@@ -153,6 +175,10 @@ class Dispatcher:
         with contextlib.suppress(ValueError):
             self.queue.remove(job)
 
+    def serving(self) -> list[EngineRecord]:
+        """Engines that take new jobs."""
+        return [e for e in self.registry.all() if e.name not in self.draining]
+
     def _place(self, job: FrontJob) -> EngineRecord | None:
         """The engine to dispatch to now, or None to wait for one's credit."""
         target = route(
@@ -160,7 +186,7 @@ class Dispatcher:
             job.entry.id,
             job.owner,
             self.settings.default_engine,
-            self.registry.all(),
+            self.serving(),
         )
         if target is None:
             return None
@@ -183,7 +209,7 @@ class Dispatcher:
         """Dispatch queued jobs to free credit, in arrival order per model."""
         blocked: set[str] = set()
         for job in list(self.queue):
-            if not any(e.free for e in self.registry.all()):
+            if not any(e.free for e in self.serving()):
                 return
             if job.entry.id in blocked:
                 continue
@@ -263,6 +289,7 @@ class Dispatcher:
             record.loaded = msg.loaded
             record.loading = msg.loading
             record.rss = msg.rss
+            record.cooldown = msg.cooldown
         elif isinstance(msg, Bye):
             log.info("engine %s said goodbye: %s", record.name, msg.reason)
             self._lose(record, f"engine {record.name} left: {msg.reason}")
@@ -285,6 +312,7 @@ class Dispatcher:
             slots=max(1, msg.slots),
             gpus=msg.gpus,
         )
+        self.draining.discard(msg.name)  # a new incarnation starts afresh
         previous = self.registry.add(record)
         if previous is not None:
             self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")
@@ -355,11 +383,16 @@ class Dispatcher:
 
     async def _reap(self) -> None:
         interval = self.settings.heartbeat_interval
-        silence = interval * self.settings.heartbeat_liveness
         while True:
             await asyncio.sleep(interval / 2)
             now = time.monotonic()
             for record in self.registry.all():
+                beats = (
+                    self.settings.heartbeat_liveness_loading
+                    if record.loading
+                    else self.settings.heartbeat_liveness
+                )
+                silence = interval * beats
                 if now - record.last_seen > silence:
                     log.warning("engine %s missed its heartbeats for %.1f s", record.name, silence)
                     self._lose(record, f"engine {record.name} stopped responding")

@@ -16,6 +16,7 @@ from coderai.config import ModelEntry
 from coderai.errors import CoderaiError, InvalidRequest
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
+from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
@@ -50,9 +51,10 @@ async def read_json(request: web.Request) -> Any:
 
 
 class OpenAIRoutes:
-    def __init__(self, dispatcher: Dispatcher, models: ModelDirectory) -> None:
+    def __init__(self, dispatcher: Dispatcher, models: ModelDirectory, metrics: Metrics) -> None:
         self.dispatcher = dispatcher
         self.directory = models
+        self.metrics = metrics
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -168,10 +170,17 @@ class OpenAIRoutes:
         )
         await response.prepare(request)  # aiohttp holds the headers until the first write
         pending = template.opening()
+        last_write: float | None = None
         while True:
             text = job.take()
             if text:
                 pending += template.content(text)
+                now = time.monotonic()
+                if last_write is None:
+                    self.metrics.ttft.observe(now - job.enqueued_at)
+                else:
+                    self.metrics.itl.observe(now - last_write)
+                last_write = now
             outcome = job.outcome
             # the last events, the chunked terminator (and, for a short answer, the
             # headers) leave in one write

@@ -25,6 +25,7 @@ class EngineRecord:
     loaded: list[str] = field(default_factory=list)
     loading: dict[str, float] = field(default_factory=dict)
     rss: int = 0
+    cooldown: bool = False
     #: jobs dispatched and not yet ended by DONE/FAIL: the front's side of the credit
     jobs: dict[int, FrontJob] = field(default_factory=dict)
 

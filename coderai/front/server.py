@@ -1,6 +1,7 @@
 """`coderai run`: the front process. Binds the bus in a private runtime directory, starts
-the supervised engines and serves HTTP until SIGINT/SIGTERM, then stops it all and
-removes its sockets."""
+the engines (supervised processes, or one in-process engine with --single-process) and
+serves HTTP until SIGINT/SIGTERM; then lets in-flight requests finish for a grace period,
+stops the engines and removes its sockets."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
 from coderai.config import Catalogue, Config, engine_settings
-from coderai.front.app import build_app
+from coderai.front.app import EngineRunner, Front, build_app
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import plan_engines
 from coderai.front.gpus import NvmlSensor
+from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.registry import EngineRecord
 from coderai.front.supervisor import Supervisor
@@ -29,30 +31,20 @@ log = logging.getLogger("coderai.front")
 async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | None = None) -> int:
     runtime_dir = private_runtime_dir()
     try:
-        endpoint = ipc_endpoint(runtime_dir)
-        token = secrets.token_hex(16)
-        plans = plan_engines(config, NvmlSensor().nvidia_gpus())
-        models = ModelDirectory(catalogue, plans, config.server.default_engine)
-        dispatcher = Dispatcher(
-            config.server, endpoint, token, engine_config=lambda name: engine_settings(config, name)
-        )
-        supervisor = Supervisor(plans, endpoint, token, dispatcher.engine_exited)
-        dispatcher.engines_running = supervisor.running
-        dispatcher.kill_engine = supervisor.kill
-
-        def preload(engine: EngineRecord) -> None:
-            for entry in models.preloads_for(engine):
-                log.info("asking engine %s to load %s now", engine.name, entry.id)
-                dispatcher.control(engine, "load", {"model": entry.spec(models.format_of(entry))})
-
-        dispatcher.on_join = preload
+        front = _assemble(config, catalogue, runtime_dir)
         admin_key = config.auth.admin_key
         if admin_key is None:
             admin_key = secrets.token_urlsafe(24)
             log.warning("no auth.admin_key configured; this run's admin API key: %s", admin_key)
-        app = build_app(models, dispatcher, supervisor, admin_key, catalogue_file)
-        # a client that disconnects cancels its handler, which cancels its job (invariant 3)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        app = build_app(front, admin_key, catalogue_file, config.server.drain_grace_seconds)
+        # A client that disconnects cancels its handler, which cancels its job (invariant
+        # 3); at shutdown, requests in flight get the grace period to finish.
+        runner = web.AppRunner(
+            app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=config.server.shutdown_grace_seconds,
+        )
         await runner.setup()
         site = web.TCPSite(runner, config.server.host, config.server.port)
         await site.start()
@@ -62,8 +54,45 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        log.info("shutting down")
+        log.info("shutting down (up to %.0f s for requests in flight)",
+                 config.server.shutdown_grace_seconds)  # fmt: skip
         await runner.cleanup()
         return 0
     finally:
         shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+def _assemble(config: Config, catalogue: Catalogue, runtime_dir: str) -> Front:
+    token = secrets.token_hex(16)
+    plans = plan_engines(config, NvmlSensor().nvidia_gpus())
+    if config.server.single_process:
+        plans = plans[:1]
+    directory = ModelDirectory(catalogue, plans, config.server.default_engine)
+
+    def settings(name: str) -> dict[str, object]:
+        return engine_settings(config, name)
+
+    engine_runner: EngineRunner
+    if config.server.single_process:
+        from coderai.front.inprocess import ENDPOINT, InProcessEngine
+
+        dispatcher = Dispatcher(config.server, ENDPOINT, token, engine_config=settings)
+        in_process = InProcessEngine(plans[0], dispatcher.context, token)
+        dispatcher.engines_running = in_process.running
+        engine_runner = in_process
+        log.info("single-process mode: engine %s runs inside the front", plans[0].name)
+    else:
+        endpoint = ipc_endpoint(runtime_dir)
+        dispatcher = Dispatcher(config.server, endpoint, token, engine_config=settings)
+        supervisor = Supervisor(plans, endpoint, token, dispatcher.engine_exited)
+        dispatcher.engines_running = supervisor.running
+        dispatcher.kill_engine = supervisor.kill
+        engine_runner = supervisor
+
+    def preload(engine: EngineRecord) -> None:
+        for entry in directory.preloads_for(engine):
+            log.info("asking engine %s to load %s now", engine.name, entry.id)
+            dispatcher.control(engine, "load", {"model": entry.spec(directory.format_of(entry))})
+
+    dispatcher.on_join = preload
+    return Front(directory, dispatcher, engine_runner, Metrics())

@@ -1,4 +1,9 @@
-"""Starts the engine processes, restarts those that exit, and stops them all at shutdown."""
+"""Starts the engine processes, restarts those that exit, and stops them all at shutdown.
+
+An engine that keeps dying right after start is flapping: it is backed off with growing
+delays and reported (in the log and /healthz), never respawned in a tight loop. A restart
+asked for (admin API) is not a failure.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from coderai.front.engine_plan import EnginePlan
 
@@ -16,14 +22,39 @@ log = logging.getLogger("coderai.supervisor")
 
 #: an engine that lived less than this counts as failing at start, for back-off
 STARTUP_FAILURE_SECONDS = 10.0
+#: consecutive failures at start after which an engine is reported as flapping
+FLAPPING_AFTER = 3
 STOP_GRACE_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 60.0
 
 
 def backoff_delay(consecutive_failures: int) -> float:
-    """Seconds to wait before respawning: immediate once, then doubling up to 30 s."""
+    """Seconds to wait before respawning: at once after one failure, then doubling."""
     if consecutive_failures <= 1:
         return 0.0
-    return float(min(30.0, 0.5 * 2 ** (consecutive_failures - 2)))
+    return float(min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** (consecutive_failures - 2)))
+
+
+def count_failure(previous: int, lived_seconds: float, requested: bool) -> int:
+    """Consecutive failures at start after an exit (a requested restart resets them)."""
+    if requested:
+        return 0
+    return previous + 1 if lived_seconds < STARTUP_FAILURE_SECONDS else 1
+
+
+@dataclass
+class EngineStatus:
+    #: starting | running | restarting | backoff | stopped
+    state: str = "starting"
+    failures: int = 0
+    restarts: int = 0
+    last_exit: int | None = None
+    retry_at: float | None = None
+    restart_requested: bool = False
+
+    @property
+    def flapping(self) -> bool:
+        return self.failures >= FLAPPING_AFTER
 
 
 class Supervisor:
@@ -39,9 +70,13 @@ class Supervisor:
         self._token = token
         self._on_exit = on_exit
         self.procs: dict[str, asyncio.subprocess.Process] = {}
-        self.restarts: dict[str, int] = {spec.name: 0 for spec in specs}
+        self.status: dict[str, EngineStatus] = {spec.name: EngineStatus() for spec in specs}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        return {name: s.restarts for name, s in self.status.items()}
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._keep(spec)) for spec in self.specs]
@@ -57,6 +92,14 @@ class Supervisor:
             log.warning("killing unresponsive engine %s (pid %d)", name, pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+
+    async def restart(self, name: str) -> None:
+        """Stop an engine (TERM, then KILL after the grace period) and start it again."""
+        proc = self.procs.get(name)
+        if proc is None or proc.returncode is not None:
+            return
+        self.status[name].restart_requested = True
+        await _terminate([proc])
 
     async def _spawn(self, spec: EnginePlan, epoch: int) -> asyncio.subprocess.Process:
         env = {
@@ -77,44 +120,62 @@ class Supervisor:
         )  # fmt: skip
 
     async def _keep(self, spec: EnginePlan) -> None:
-        failures = 0
+        status = self.status[spec.name]
         epoch = 0
         while not self._stopping:
             epoch += 1
             started = time.monotonic()
             proc = await self._spawn(spec, epoch)
             self.procs[spec.name] = proc
+            status.state, status.retry_at = "running", None
             log.info("started engine %s (pid %d)", spec.name, proc.pid)
             code = await proc.wait()
             self._on_exit(spec.name, proc.pid)
             if self._stopping:
+                status.state = "stopped"
                 return
-            failures = failures + 1 if time.monotonic() - started < STARTUP_FAILURE_SECONDS else 1
-            delay = backoff_delay(failures)
-            self.restarts[spec.name] += 1
-            log.warning(
-                "engine %s (pid %d) exited with %s; restarting in %.1f s",
-                spec.name, proc.pid, code, delay,
-            )  # fmt: skip
+            status.failures = count_failure(
+                status.failures, time.monotonic() - started, status.restart_requested
+            )
+            status.restart_requested = False
+            status.restarts += 1
+            status.last_exit = code
+            delay = backoff_delay(status.failures)
+            status.state = "backoff" if delay else "restarting"
+            status.retry_at = time.monotonic() + delay
+            if status.flapping:
+                log.error(
+                    "engine %s is flapping: %d exits in a row within %.0f s of start "
+                    "(last exit code %s); next try in %.1f s",
+                    spec.name, status.failures, STARTUP_FAILURE_SECONDS, code, delay,
+                )  # fmt: skip
+            else:
+                log.warning(
+                    "engine %s (pid %d) exited with %s; restarting in %.1f s",
+                    spec.name, proc.pid, code, delay,
+                )  # fmt: skip
             await asyncio.sleep(delay)
 
     async def stop(self) -> None:
         """TERM every engine, KILL what is left after the grace period."""
         self._stopping = True
-        running = [p for p in self.procs.values() if p.returncode is None]
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-        try:
-            async with asyncio.timeout(STOP_GRACE_SECONDS):
-                await asyncio.gather(*(p.wait() for p in running))
-        except TimeoutError:
-            for proc in running:
-                if proc.returncode is None:
-                    log.warning("engine pid %d ignored SIGTERM; killing it", proc.pid)
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.kill()
-            await asyncio.gather(*(p.wait() for p in running))
+        await _terminate([p for p in self.procs.values() if p.returncode is None])
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _terminate(procs: list[asyncio.subprocess.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    try:
+        async with asyncio.timeout(STOP_GRACE_SECONDS):
+            await asyncio.gather(*(p.wait() for p in procs))
+    except TimeoutError:
+        for proc in procs:
+            if proc.returncode is None:
+                log.warning("engine pid %d ignored SIGTERM; killing it", proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+        await asyncio.gather(*(p.wait() for p in procs))

@@ -87,8 +87,9 @@ class Server:
             except httpx.TransportError:
                 time.sleep(0.1)
                 continue
-            if len(health["engines"]) >= engines:
-                self.engine_pids = [e["pid"] for e in health["engines"]]
+            joined = [e for e in health["engines"] if "pid" in e]
+            if len(joined) >= engines:
+                self.engine_pids = [e["pid"] for e in joined]
                 return
             time.sleep(0.1)
         raise TimeoutError(f"{engines} engines not ready in {timeout} s:\n{self.log()}")

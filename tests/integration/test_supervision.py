@@ -29,7 +29,7 @@ def _new_engine(srv: object, old_pid: int, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         engines = srv.health()["engines"]  # type: ignore[attr-defined]
-        if engines and engines[0]["pid"] != old_pid:
+        if engines and engines[0].get("pid", old_pid) != old_pid:
             return int(engines[0]["pid"])
         time.sleep(0.05)
     raise TimeoutError("the engine was not replaced")

@@ -1,0 +1,50 @@
+"""--single-process: one engine on a thread of the front's process, speaking the same bus
+protocol over inproc://. No isolation (model work shares the front's GIL and can crash
+it); for machines where one process is enough. The only place the front imports the
+engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import zmq.asyncio
+
+from coderai.engine.worker import EngineSettings, EngineWorker
+from coderai.front.engine_plan import EnginePlan
+
+log = logging.getLogger("coderai.front")
+
+ENDPOINT = "inproc://coderai-bus"
+
+
+class InProcessEngine:
+    def __init__(self, plan: EnginePlan, context: zmq.asyncio.Context, token: str) -> None:
+        settings = EngineSettings(
+            name=plan.name,
+            connect=ENDPOINT,
+            slots=plan.slots,
+            token=token,
+            epoch=1,
+            backend=plan.backend,
+            capabilities=list(plan.capabilities),
+        )
+        # inproc endpoints exist only within one libzmq context: share the front's
+        self.worker = EngineWorker(settings, context=context)
+        self.name = plan.name
+        self._thread = threading.Thread(target=self._run, name=f"engine-{plan.name}", daemon=True)
+
+    def _run(self) -> None:
+        code = asyncio.run(self.worker.run())
+        log.info("in-process engine %s stopped (%d)", self.name, code)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def running(self) -> set[str]:
+        return {self.name} if self._thread.is_alive() else set()
+
+    async def stop(self) -> None:
+        self.worker.request_stop()
+        await asyncio.to_thread(self._thread.join, 10)
