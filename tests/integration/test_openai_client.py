@@ -23,13 +23,18 @@ MODELS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=["multi-process", "single-process"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The same API suite against both modes (single-process runs the first engine only)."""
+    single = request.param == "single-process"
     # engines declared able to run only the fake backend: the GGUF entry has no engine
     specs = [{"name": f"engine-{i}", "backend": "cpu", "capabilities": ["fake"]} for i in (0, 1)]
-    srv = Server(tmp_path_factory.mktemp("openai"), {"engine_specs": specs}, MODELS)
+    config = {"engine_specs": specs, "single_process": single}
+    srv = Server(tmp_path_factory.mktemp("openai"), config, MODELS)
     try:
-        srv.wait_ready(2)
+        srv.wait_ready(1 if single else 2)
         yield srv
     finally:
         srv.stop()
