@@ -24,14 +24,21 @@ def free_port() -> int:
 
 
 class BenchServer:
-    def __init__(self, server: dict[str, Any], models: list[dict[str, Any]], engines: int) -> None:
+    def __init__(
+        self,
+        server: dict[str, Any],
+        models: list[dict[str, Any]],
+        engines: int,
+        extra: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="coderai-bench-"))
         self.port = free_port()
-        config = {"server": {"port": self.port, "engines": engines, **server}}
+        config = {"server": {"port": self.port, "engines": engines, **server}, **(extra or {})}
         (self.dir / "config.json").write_text(json.dumps(config))
         (self.dir / "models.json").write_text(json.dumps({"models": models}))
         self._log = open(self.dir / "server.log", "wb")  # noqa: SIM115 - closed in stop()
-        env = {**os.environ, "CODERAI_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, "CODERAI_LOG_LEVEL": "WARNING", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coderai", "run", "--config", str(self.dir / "config.json")],
             env=env,

