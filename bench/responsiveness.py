@@ -37,7 +37,7 @@ INTERVAL = 0.02
 def sample(url: str, seconds: float, out: Any) -> None:
     """In its own process: GET both endpoints every 20 ms; latencies in ms per path."""
     parsed = urlparse(url)
-    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=30)
     paths = {"/healthz": {}, "/admin/api/engines": {"Authorization": f"Bearer {KEY}"}}
     latencies: dict[str, list[float]] = {p: [] for p in paths}
     deadline = time.monotonic() + seconds
