@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--engine-only"]:  # the seed's spelling of `coderai engine`
+        argv[0] = "engine"
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

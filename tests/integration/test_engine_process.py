@@ -134,3 +134,13 @@ def test_an_engine_refused_by_the_front_exits(tmp_path: Path) -> None:
         assert peer.proc.wait(10) == 3
     finally:
         peer.close()
+
+
+def test_engine_only_is_an_alias_of_engine() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "coderai", "--engine-only", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--connect" in out
