@@ -31,9 +31,19 @@ class InvalidRequest(CoderaiError):
     error_type = "invalid_request_error"
 
 
-class ModelNotFound(CoderaiError):
+class Unauthorized(CoderaiError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_admin_key"
+
+
+class NotFound(CoderaiError):
     status = 404
     error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
     code = "model_not_found"
 
 

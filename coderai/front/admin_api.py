@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from coderai.config import catalogue_from, write_json_atomically
-from coderai.errors import CoderaiError, ConfigError, InvalidRequest
+from coderai.errors import CoderaiError, ConfigError, InvalidRequest, NotFound, Unauthorized
 from coderai.front.openai_api import read_json
 
 if TYPE_CHECKING:
@@ -22,18 +22,6 @@ log = logging.getLogger("coderai.front")
 
 PREFIX = "/admin/api/"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class NotFound(CoderaiError):
-    status = 404
-    error_type = "invalid_request_error"
-    code = "not_found"
-
-
-class Unauthorized(CoderaiError):
-    status = 401
-    error_type = "authentication_error"
-    code = "invalid_admin_key"
 
 
 def admin_auth(key: str) -> Middleware:
