@@ -1,10 +1,11 @@
-"""Relay benchmark: fake engines at full speed, N concurrent streams through the front.
+"""Relay benchmark: fake engines at full speed, N concurrent streams, three designs in one
+run: CoderAI (ZeroMQ bus), the seed's HTTP reverse proxy, and the bare handler.
 
 Throughput is measured with wrk (a C load generator that is not the bottleneck), latency
-(TTFT, inter-chunk gaps) with an asyncio client at the same concurrency, and the front
-process's CPU time per delivered token from its own rusage, all in one run.
+(TTFT, inter-chunk gaps) with an asyncio client, and each relaying process's CPU time per
+delivered token from its own rusage.
 
-    python bench/relay.py [--concurrency 1,16,64,256] [--duration 5] [--engines 2]
+    python bench/relay.py [--designs coderai,proxy,bare] [--concurrency 1,16,64,256,1024]
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,7 +27,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.server import BenchServer, cpu_seconds
+from bench.designs import Running, start_bare, start_coderai, start_proxy
+from bench.server import cpu_seconds
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -70,7 +73,7 @@ def run_wrk(url: str, concurrency: int, duration: float, tokens: int) -> dict[st
 
 
 async def latency_client(
-    url: str, concurrency: int, duration: float, tokens: int
+    url: str, concurrency: int, duration: float, tokens: int, max_requests: int = 0
 ) -> dict[str, float]:
     """TTFT = request sent -> first content chunk; ITL = gaps between content chunks."""
     ttft: list[float] = []
@@ -86,11 +89,14 @@ async def latency_client(
         async def worker() -> None:
             nonlocal completed
             while time.perf_counter() < deadline:
+                if max_requests and completed >= max_requests:
+                    return
                 sent = time.perf_counter()
                 last = None
                 async with session.post(url + "/v1/chat/completions", json=body) as r:
                     async for line in r.content:
-                        if not line.startswith(b"data: {") or b'"content":"' not in line:
+                        # content chunks only: not the role opening, not the final empty delta
+                        if not line.startswith(b"data: {") or b'"content"' not in line:
                             continue
                         if b'"role"' in line:
                             continue
@@ -113,32 +119,46 @@ async def latency_client(
     }
 
 
-def measure(server: BenchServer, concurrency: int, duration: float, tokens: int) -> dict[str, Any]:
-    engines = server.engine_processes()
-    front0, engines0, t0 = cpu_seconds([server.front]), cpu_seconds(engines), time.perf_counter()
-    wrk = run_wrk(server.url, concurrency, duration, tokens)
+def measure(design: Running, concurrency: int, duration: float, tokens: int) -> dict[str, Any]:
+    front0 = cpu_seconds([design.front])
+    workers0 = cpu_seconds(design.workers)
+    t0 = time.perf_counter()
+    wrk = run_wrk(design.url, concurrency, duration, tokens)
     wall = time.perf_counter() - t0
-    front_cpu = cpu_seconds([server.front]) - front0
-    engine_cpu = cpu_seconds(engines) - engines0
+    front_cpu = cpu_seconds([design.front]) - front0
+    worker_cpu = cpu_seconds(design.workers) - workers0
     delivered = wrk["requests"] * tokens
-    latency = asyncio.run(latency_client(server.url, concurrency, min(duration, 3.0), tokens))
+    # the Python client is itself the bottleneck at high concurrency: latency is sampled
+    # with at most 64 streams
+    latency_streams = min(concurrency, 64)
+    latency = asyncio.run(latency_client(design.url, latency_streams, min(duration, 3.0), tokens))
+    per_token = 1e6 / delivered if delivered else float("nan")
     return {
+        "design": design.name,
         "concurrency": concurrency,
         "tokens_per_request": tokens,
         "wrk_requests": wrk["requests"],
         "wrk_non_2xx": wrk["non_2xx"],
         "tokens_per_s": delivered / wall,
-        "front_cpu_us_per_token": front_cpu / delivered * 1e6 if delivered else None,
-        "engine_cpu_us_per_token": engine_cpu / delivered * 1e6 if delivered else None,
+        "front_cpu_us_per_token": front_cpu * per_token,
+        "total_cpu_us_per_token": (front_cpu + worker_cpu) * per_token,
         "front_cpu_util": front_cpu / wall,
+        "latency_streams": latency_streams,
         **{k: v for k, v in latency.items() if k != "requests"},
         "latency_client_requests": latency["requests"],
     }
 
 
+def single_stream_ttft(design: Running, requests: int = 300) -> dict[str, float]:
+    """TTFT of one stream at a time with one token: the latency a design adds."""
+    stats = asyncio.run(latency_client(design.url, 1, 60.0, 1, max_requests=requests))
+    return {"ttft_p50_ms": stats["ttft_p50_ms"], "ttft_p99_ms": stats["ttft_p99_ms"]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--concurrency", default="1,16,64,256")
+    parser.add_argument("--designs", default="coderai,proxy,bare")
+    parser.add_argument("--concurrency", default="1,16,64,256,1024")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=256)
@@ -146,7 +166,7 @@ def main() -> int:
         "--tokens-per-second",
         type=float,
         default=0,
-        help="per-stream pace of the fake model; 0 = full speed (deltas merge into few events)",
+        help="per-stream pace of CoderAI's fake model (0 = full speed); baselines cannot pace",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "relay.json")
     args = parser.parse_args()
@@ -154,44 +174,52 @@ def main() -> int:
         print("bench/relay.py needs wrk (apt-get install wrk)", file=sys.stderr)
         return 2
     levels = [int(c) for c in args.concurrency.split(",")]
-    slots = max(levels) // args.engines + 1
-    options = {"output_tokens": 1_000_000, "tokens_per_second": args.tokens_per_second}
-    model = {"id": "fast", "format": "fake", "options": options}
-    server = BenchServer(
-        {"max_parallel_requests": slots, "max_queue": 10_000}, [model], args.engines
-    )
-    try:
-        rows = [measure(server, c, args.duration, args.tokens) for c in levels]
-    finally:
-        server.stop()
+    designs = args.designs.split(",")
+    if args.tokens_per_second:
+        designs = ["coderai"]
+    starters = {
+        "coderai": lambda: start_coderai(
+            args.engines, max(levels) // args.engines + 1, args.tokens_per_second
+        ),
+        "proxy": lambda: start_proxy(args.engines),
+        "bare": start_bare,
+    }
+    rows: list[dict[str, Any]] = []
+    single: dict[str, dict[str, float]] = {}
+    for name in designs:
+        design = starters[name]()
+        try:
+            single[name] = single_stream_ttft(design)
+            rows.extend(measure(design, c, args.duration, args.tokens) for c in levels)
+        finally:
+            design.stop()
     result = {
         "benchmark": "relay",
         "engines": args.engines,
         "tokens_per_second_per_stream": args.tokens_per_second,
         "duration_s": args.duration,
-        "machine_cpus": _cpus(),
+        "machine_cpus": os.cpu_count(),
+        "single_stream_ttft": single,
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(_table(rows))
+    for name, ttft in single.items():
+        print(f"{name}: one stream, one token: TTFT p50 {ttft['ttft_p50_ms']:.2f} ms, "
+              f"p99 {ttft['ttft_p99_ms']:.2f} ms")  # fmt: skip
     return 0
 
 
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
-
-
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ("streams", "tok/s", "front µs/tok", "engine µs/tok", "TTFT p50/p99 ms",
+    head = ("design", "streams", "tok/s", "front µs/tok", "all µs/tok", "TTFT p50/p99 ms",
             "ITL p50/p99 ms", "chunks/req")  # fmt: skip
     lines = [" | ".join(head)]
     for r in rows:
         lines.append(
-            f"{r['concurrency']} | {r['tokens_per_s']:,.0f} | {r['front_cpu_us_per_token']:.2f} | "
-            f"{r['engine_cpu_us_per_token']:.2f} | {r['ttft_p50_ms']:.2f}/{r['ttft_p99_ms']:.2f} | "
+            f"{r['design']} | {r['concurrency']} | {r['tokens_per_s']:,.0f} | "
+            f"{r['front_cpu_us_per_token']:.2f} | {r['total_cpu_us_per_token']:.2f} | "
+            f"{r['ttft_p50_ms']:.2f}/{r['ttft_p99_ms']:.2f} | "
             f"{r['itl_p50_ms']:.3f}/{r['itl_p99_ms']:.3f} | {r['chunks_per_request']:.1f}"
         )
     return "\n".join(lines)

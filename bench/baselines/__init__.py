@@ -1,0 +1,1 @@
+"""Reference designs measured beside CoderAI in the same run."""

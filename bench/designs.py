@@ -1,0 +1,90 @@
+"""The three designs the relay benchmark runs side by side, each started as real processes:
+CoderAI (front + engines over the bus), the seed's HTTP reverse proxy (front + engines on
+internal ports) and the bare handler (one process writing the SSE itself)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.server import BenchServer, free_port
+
+BASELINES = Path(__file__).resolve().parent / "baselines"
+
+
+@dataclass
+class Running:
+    name: str
+    url: str
+    #: the process that relays (CoderAI's front, the proxy) or does everything (bare)
+    front: psutil.Process
+    workers: list[psutil.Process] = field(default_factory=list)
+    _stop: Any = None
+
+    def stop(self) -> None:
+        self._stop()
+
+
+def _wait_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+def _spawn(script: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(BASELINES / script), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(10)
+
+
+def start_coderai(engines: int, slots: int, tokens_per_second: float = 0) -> Running:
+    options = {"output_tokens": 1_000_000, "tokens_per_second": tokens_per_second}
+    server = BenchServer(
+        {"max_parallel_requests": slots, "max_queue": 100_000},
+        [{"id": "fast", "format": "fake", "options": options}],
+        engines,
+    )
+    return Running("coderai", server.url, server.front, server.engine_processes(), server.stop)
+
+
+def start_proxy(engines: int) -> Running:
+    ports = [free_port() for _ in range(engines)]
+    workers = [_spawn("sse_engine.py", "--port", str(p)) for p in ports]
+    for port in ports:
+        _wait_port(port)
+    port = free_port()
+    front = _spawn("proxy_front.py", "--port", str(port), "--engines", ",".join(map(str, ports)))
+    _wait_port(port)
+    return Running(
+        "proxy",
+        f"http://127.0.0.1:{port}",
+        psutil.Process(front.pid),
+        [psutil.Process(w.pid) for w in workers],
+        lambda: _stop_all([front, *workers]),
+    )
+
+
+def start_bare() -> Running:
+    port = free_port()
+    proc = _spawn("sse_engine.py", "--port", str(port))
+    _wait_port(port)
+    return Running(
+        "bare", f"http://127.0.0.1:{port}", psutil.Process(proc.pid), [], lambda: _stop_all([proc])
+    )
