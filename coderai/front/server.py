@@ -46,7 +46,8 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
             shutdown_timeout=config.server.shutdown_grace_seconds,
         )
         await runner.setup()
-        site = web.TCPSite(runner, config.server.host, config.server.port)
+        # a deep accept backlog: bursts of thousands of clients connect at once
+        site = web.TCPSite(runner, config.server.host, config.server.port, backlog=4096)
         await site.start()
         log.info("CoderAI listening on http://%s:%d", config.server.host, config.server.port)
         stop = asyncio.Event()

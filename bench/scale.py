@@ -1,0 +1,144 @@
+"""What open and waiting requests cost the front: RSS and CPU per 1,000 idle-but-open
+streams, and per 10,000 queued requests.
+
+    python bench/scale.py [--streams 1000] [--queued 10000] [--hold 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.server import BenchServer, cpu_seconds
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MIB = 1 << 20
+
+
+async def wait_until(server: BenchServer, test: Any, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not test(await asyncio.to_thread(server.health)):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the server did not reach the expected state")
+        await asyncio.sleep(0.5)
+
+
+async def hold(server: BenchServer, seconds: float) -> tuple[float, float]:
+    """(front RSS in MiB at the end, front CPU seconds per second) over a quiet window."""
+    cpu0, t0 = cpu_seconds([server.front]), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu = (cpu_seconds([server.front]) - cpu0) / (time.monotonic() - t0)
+    return server.front.memory_info().rss / MIB, cpu
+
+
+async def open_streams(count: int, seconds: float) -> dict[str, Any]:
+    # one token every 5 s: the streams stay open and nearly silent
+    model = {"id": "idle", "format": "fake",
+             "options": {"tokens_per_second": 0.2, "output_tokens": 1_000_000}}  # fmt: skip
+    server = BenchServer({"max_parallel_requests": count // 2 + 1}, [model], engines=2)
+    try:
+        await asyncio.sleep(1)
+        base_rss, base_cpu = await hold(server, 2)
+        opened = asyncio.Event()
+        started = 0
+
+        async def stream(session: aiohttp.ClientSession) -> None:
+            nonlocal started
+            body = {"model": "idle", "prompt": "x", "stream": True}
+            async with session.post(server.url + "/v1/completions", json=body) as r:
+                async for line in r.content:
+                    if line.startswith(b"data: {"):
+                        started += 1
+                        if started == count:
+                            opened.set()
+                        await asyncio.sleep(3600)
+
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=None)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            tasks = [asyncio.create_task(stream(session)) for _ in range(count)]
+            await asyncio.wait_for(opened.wait(), 300)
+            rss, cpu = await hold(server, seconds)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        server.stop()
+    return {
+        "streams": count,
+        "front_rss_idle_mib": base_rss,
+        "front_rss_open_mib": rss,
+        "front_rss_per_1000_streams_mib": (rss - base_rss) * 1000 / count,
+        "front_cpu_idle": base_cpu,
+        "front_cpu_open": cpu,
+    }
+
+
+async def queue_requests(count: int, seconds: float) -> dict[str, Any]:
+    # one slot, taken by a stream that never ends: everything else waits in the front
+    model = {"id": "slow", "format": "fake",
+             "options": {"tokens_per_second": 0.2, "output_tokens": 1_000_000}}  # fmt: skip
+    server = BenchServer(
+        {"max_parallel_requests": 1, "max_queue": count + 10, "queue_timeout": 3600},
+        [model],
+        engines=1,
+    )
+    try:
+        await asyncio.sleep(1)
+        base_rss, base_cpu = await hold(server, 2)
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=None)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+            async def ask() -> None:
+                body = {"model": "slow", "prompt": "x", "max_tokens": 2}
+                async with session.post(server.url + "/v1/completions", json=body) as r:
+                    await r.read()
+
+            tasks = [asyncio.create_task(ask()) for _ in range(count + 1)]
+            await wait_until(server, lambda h: h["queued"] >= count)
+            rss, cpu = await hold(server, seconds)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        server.stop()
+    return {
+        "queued": count,
+        "front_rss_idle_mib": base_rss,
+        "front_rss_queued_mib": rss,
+        "front_rss_per_10000_queued_mib": (rss - base_rss) * 10000 / count,
+        "front_cpu_idle": base_cpu,
+        "front_cpu_queued": cpu,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--queued", type=int, default=10000)
+    parser.add_argument("--hold", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    args = parser.parse_args()
+    result = {
+        "benchmark": "scale",
+        "open_streams": asyncio.run(open_streams(args.streams, args.hold)),
+        "queued_requests": asyncio.run(queue_requests(args.queued, args.hold)),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
