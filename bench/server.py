@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,14 @@ class BenchServer:
         self.front = psutil.Process(self.proc.pid)
 
     def health(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.url + "/healthz", timeout=5) as r:
-            body: dict[str, Any] = json.loads(r.read())
-            return body
+        """/healthz's body, which answers 503 while no engine serves."""
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=5) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+        body: dict[str, Any] = json.loads(raw)
+        return body
 
     def _wait(self, engines: int) -> None:
         deadline = time.monotonic() + 30

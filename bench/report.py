@@ -1,0 +1,426 @@
+"""Render bench/REPORT.md (tables) and PNG plots from the JSON under bench/results/.
+
+python bench/report.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+PLOTS = BENCH / "plots"
+DESIGNS = {
+    "coderai": "CoderAI (ZeroMQ bus)",
+    "proxy": "HTTP reverse proxy (seed)",
+    "bare": "bare handler (no dispatch)",
+}
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def by_design(relay: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in relay["rows"]:
+        out.setdefault(row.get("design", "coderai"), []).append(row)
+    return out
+
+
+def plot_relay(relay: dict[str, Any]) -> list[str]:
+    designs = by_design(relay)
+    figures = []
+    for key, label, name in [
+        ("tokens_per_s", "tokens/s delivered", "relay-throughput.png"),
+        ("front_cpu_us_per_token", "front CPU µs per token", "relay-front-cpu.png"),
+        ("ttft_p99_ms", "TTFT p99 (ms)", "relay-ttft-p99.png"),
+    ]:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for design, rows in designs.items():
+            ax.plot(
+                [r["concurrency"] for r in rows],
+                [r[key] for r in rows],
+                marker="o",
+                label=DESIGNS.get(design, design),
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent streams")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        PLOTS.mkdir(exist_ok=True)
+        fig.savefig(PLOTS / name, dpi=110)
+        plt.close(fig)
+        figures.append(name)
+    return figures
+
+
+def plot_bars(name: str, title: str, groups: dict[str, dict[str, float]], unit: str) -> str:
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    labels = list(groups)
+    series = sorted({k for g in groups.values() for k in g})
+    width = 0.8 / len(series)
+    for i, key in enumerate(series):
+        ax.bar(
+            [x + i * width for x in range(len(labels))],
+            [groups[label].get(key, 0) for label in labels],
+            width,
+            label=key,
+        )
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(labels))], labels)
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    PLOTS.mkdir(exist_ok=True)
+    fig.savefig(PLOTS / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def table(head: list[str], rows: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def relay_section(relay: dict[str, Any]) -> list[str]:
+    out = ["## Relay: three designs, fake engines at full speed", ""]
+    out.append(
+        f"{relay['engines']} engine processes for CoderAI and the proxy, "
+        f"{relay['rows'][0]['tokens_per_request']} tokens per request, wrk for "
+        f"throughput ({relay['duration_s']:.0f} s per level), an asyncio client for "
+        "latency (at most 64 streams). `all µs/tok` adds the engines' CPU. "
+        "`events/req`: SSE content events per request — CoderAI merges a stream's "
+        "pending deltas into one event per write, the others send one per token."
+    )
+    out.append("")
+    rows = [
+        [
+            r.get("design", "coderai"),
+            r["concurrency"],
+            r["tokens_per_s"],
+            r["front_cpu_us_per_token"],
+            r.get("total_cpu_us_per_token", float("nan")),
+            r["ttft_p50_ms"],
+            r["ttft_p99_ms"],
+            r["itl_p50_ms"],
+            r["itl_p99_ms"],
+            r["chunks_per_request"],
+        ]
+        for r in relay["rows"]
+    ]
+    out.append(
+        table(
+            [
+                "design",
+                "streams",
+                "tok/s",
+                "front µs/tok",
+                "all µs/tok",
+                "TTFT p50 ms",
+                "TTFT p99 ms",
+                "ITL p50 ms",
+                "ITL p99 ms",
+                "events/req",
+            ],
+            rows,
+        )
+    )
+    single = relay.get("single_stream_ttft", {})
+    if single:
+        out += ["", "One stream, one token (sequential requests): time to first token.", ""]
+        bare = single.get("bare", {}).get("ttft_p50_ms")
+        rows = [
+            [
+                DESIGNS.get(k, k),
+                v["ttft_p50_ms"],
+                v["ttft_p99_ms"],
+                v["ttft_p50_ms"] - bare if bare is not None else float("nan"),
+            ]
+            for k, v in single.items()
+        ]
+        out.append(table(["design", "p50 ms", "p99 ms", "added over bare (p50) ms"], rows))
+    out += [""] + [f"![{f}](plots/{f})" for f in plot_relay(relay)] + [""]
+    return out
+
+
+def targets(
+    relay: dict[str, Any] | None, real: dict[str, Any] | None, scale: dict[str, Any] | None
+) -> list[str]:
+    rows: list[list[Any]] = []
+    if relay:
+        at = {(r.get("design"), r["concurrency"]): r for r in relay["rows"]}
+        for n in (64, 256):
+            c, p = at.get(("coderai", n)), at.get(("proxy", n))
+            if c and p:
+                c_cpu, p_cpu = c["front_cpu_us_per_token"], p["front_cpu_us_per_token"]
+                rows.append(
+                    [
+                        f"front CPU/token at {n} streams ≤ proxy's",
+                        f"{c_cpu:.2f} vs {p_cpu:.2f} µs",
+                        c_cpu <= p_cpu,
+                    ]
+                )
+                rows.append(
+                    [
+                        f"tokens/s at {n} streams ≥ proxy's",
+                        f"{c['tokens_per_s']:,.0f} vs {p['tokens_per_s']:,.0f}",
+                        c["tokens_per_s"] >= p["tokens_per_s"],
+                    ]
+                )
+        single = relay.get("single_stream_ttft", {})
+        if {"coderai", "proxy", "bare"} <= set(single):
+            bare = single["bare"]["ttft_p50_ms"]
+            ours, proxy = (
+                single["coderai"]["ttft_p50_ms"] - bare,
+                single["proxy"]["ttft_p50_ms"] - bare,
+            )
+            rows.append(
+                [
+                    "added TTFT at one stream ≤ half the proxy's",
+                    f"+{ours:.2f} vs +{proxy:.2f} ms",
+                    ours <= proxy / 2,
+                ]
+            )
+    if real:
+        ratio = real["stack_vs_direct_tokens_per_s"]
+        rows.append(
+            [
+                "real model through the stack ≥ 95 % of direct tokens/s",
+                f"{ratio * 100:.1f} %",
+                ratio >= 0.95,
+            ]
+        )
+    if scale:
+        rss = scale["open_streams"]["front_rss_open_mib"]
+        rows.append(
+            [
+                "1,000 open streams cost the front ≤ 150 MB RSS",
+                f"{rss:.0f} MiB in all",
+                rss * 1.048576 <= 150,
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## Targets",
+        "",
+        table(
+            ["target", "measured", "met"], [[t, m, "yes" if ok else "**no**"] for t, m, ok in rows]
+        ),
+        "",
+    ]
+
+
+def main() -> int:
+    relay, real, scale = load("relay"), load("real_model"), load("scale")
+    out = [
+        "# CoderAI benchmarks",
+        "",
+        "Generated by `bench/report.py` from `bench/results/*.json`; every figure was "
+        "measured on this project's 2-core machine, each comparison side by side in one "
+        "run. Re-run a script, then this one, to refresh.",
+        "",
+    ]
+    out += targets(relay, real, scale)
+    if relay:
+        out += relay_section(relay)
+    paced = load("relay-paced-1000")
+    if paced:
+        out += [
+            "## Relay: one event per token",
+            "",
+            "CoderAI alone, the fake model pacing every stream at 1,000 tokens/s, so each "
+            "token is its own event: the front's per-event cost.",
+            "",
+            table(
+                [
+                    "streams",
+                    "tok/s",
+                    "front µs/tok",
+                    "TTFT p50 ms",
+                    "TTFT p99 ms",
+                    "ITL p50 ms",
+                    "ITL p99 ms",
+                    "events/req",
+                ],
+                [
+                    [
+                        r["concurrency"],
+                        r["tokens_per_s"],
+                        r["front_cpu_us_per_token"],
+                        r["ttft_p50_ms"],
+                        r["ttft_p99_ms"],
+                        r["itl_p50_ms"],
+                        r["itl_p99_ms"],
+                        r["chunks_per_request"],
+                    ]
+                    for r in paced["rows"]
+                ],
+            ),
+            "",
+        ]
+    if real:
+        out += [
+            "## Real model: SmolLM2-135M-Instruct, stack vs llama-cpp-python direct",
+            "",
+            f"Greedy, {real['max_tokens']} tokens, the same prompts one at a time; same "
+            f"text both ways: {real['identical_text']}.",
+            "",
+            table(
+                ["", "TTFT ms (median)", "decode tokens/s (median)"],
+                [
+                    [
+                        "llama-cpp-python direct",
+                        real["direct"]["ttft_ms"],
+                        real["direct"]["decode_tokens_per_s"],
+                    ],
+                    [
+                        "through CoderAI",
+                        real["stack"]["ttft_ms"],
+                        real["stack"]["decode_tokens_per_s"],
+                    ],
+                ],
+            ),
+            "",
+        ]
+        name = plot_bars(
+            "real-model.png",
+            "SmolLM2 decode speed",
+            {
+                "direct": {"tokens/s": real["direct"]["decode_tokens_per_s"]},
+                "CoderAI": {"tokens/s": real["stack"]["decode_tokens_per_s"]},
+            },
+            "tokens/s",
+        )
+        out += [f"![real model](plots/{name})", ""]
+    for kind in ("tiny", "smollm2"):
+        batching = load(f"batching-{kind}")
+        if batching:
+            out += [
+                f"## Dynamic batching ({kind}, transformers backend)",
+                "",
+                table(
+                    [
+                        "requests",
+                        "max tokens",
+                        "sequential s",
+                        "concurrent s",
+                        "speedup",
+                        "identical outputs",
+                    ],
+                    [
+                        [
+                            batching["requests"],
+                            batching["max_tokens"],
+                            batching["median_sequential_s"],
+                            batching["median_concurrent_s"],
+                            batching["speedup"],
+                            batching["identical_outputs"],
+                        ]
+                    ],
+                ),
+                "",
+            ]
+    if scale:
+        s, q = scale["open_streams"], scale["queued_requests"]
+        per_streams = f"{s['front_rss_per_1000_streams_mib']:.1f} / 1,000"
+        per_queued = f"{q['front_rss_per_10000_queued_mib']:.1f} / 10,000"
+        out += [
+            "## Scale: what open and waiting requests cost the front",
+            "",
+            table(
+                [
+                    "",
+                    "count",
+                    "front RSS before MiB",
+                    "front RSS with them MiB",
+                    "per unit MiB",
+                    "front CPU (cores)",
+                ],
+                [
+                    [
+                        "idle open streams",
+                        s["streams"],
+                        s["front_rss_idle_mib"],
+                        s["front_rss_open_mib"],
+                        per_streams,
+                        s["front_cpu_open"],
+                    ],
+                    [
+                        "queued requests",
+                        q["queued"],
+                        q["front_rss_idle_mib"],
+                        q["front_rss_queued_mib"],
+                        per_queued,
+                        q["front_cpu_queued"],
+                    ],
+                ],
+            ),
+            "",
+        ]
+    resp = load("responsiveness")
+    if resp:
+        rows = []
+        groups: dict[str, dict[str, float]] = {}
+        for row in resp["rows"]:
+            for path in ("/healthz", "/admin/api/engines"):
+                r = row[path]
+                rows.append([row["mode"], path, r["p50_ms"], r["p99_ms"], r["max_ms"]])
+                groups.setdefault(f"{row['mode']}\n{path}", {})["p99 ms"] = r["p99_ms"]
+        resp_plot = plot_bars("responsiveness.png", "API latency p99 under load", groups, "ms")
+        out += [
+            "## Responsiveness while a model loads and 8 streams generate",
+            "",
+            table(["mode", "endpoint", "p50 ms", "p99 ms", "max ms"], rows),
+            "",
+            f"![responsiveness](plots/{resp_plot})",
+            "",
+        ]
+    failover = load("failover")
+    if failover:
+        out += [
+            "## Failover",
+            "",
+            table(
+                ["signal", "client gets its error (median s)", "engine back (median s)"],
+                [
+                    [
+                        sig,
+                        failover[sig]["client_error_median_s"],
+                        failover[sig]["engine_back_median_s"],
+                    ]
+                    for sig in ("SIGKILL", "SIGSTOP")
+                ],
+            ),
+            f"\nHeartbeats every {failover['heartbeat']['heartbeat_interval']} s, "
+            f"{failover['heartbeat']['heartbeat_liveness']} missed mark an engine lost.",
+            "",
+        ]
+    (BENCH / "REPORT.md").write_text("\n".join(out) + "\n")
+    print(f"wrote {BENCH / 'REPORT.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
