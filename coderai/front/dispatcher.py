@@ -220,13 +220,18 @@ class Dispatcher:
             self.queue.remove(job)
             self._dispatch(job, engine)
 
-    def _send(self, engine: EngineRecord, msg: Message) -> None:
+    def _send_now(self, frames: list[bytes]) -> BaseException | None:
+        """Send without waiting; the error, if any. A non-blocking send on a zmq.asyncio
+        socket reports its error in the returned future, never by raising."""
         assert self._sock is not None
-        try:
-            self._sock.send_multipart([engine.identity, *encode(msg)], flags=zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
+        sent = cast("asyncio.Future[None]", self._sock.send_multipart(frames, flags=zmq.NOBLOCK))
+        return sent.exception() if sent.done() else None
+
+    def _send(self, engine: EngineRecord, msg: Message) -> None:
+        error = self._send_now([engine.identity, *encode(msg)])
+        if error is not None:
             # ROUTER_MANDATORY: the peer is gone (or hopelessly backed up)
-            log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, exc)
+            log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, error)
             asyncio.get_running_loop().call_soon(self._lose, engine, "engine unreachable")
 
     # -- the bus --------------------------------------------------------------------------
@@ -261,9 +266,9 @@ class Dispatcher:
             self._refuse(identity, exc.message)
 
     def _refuse(self, identity: bytes, reason: str) -> None:
-        assert self._sock is not None
-        with contextlib.suppress(zmq.ZMQError):
-            self._sock.send_multipart([identity, *encode(Refuse(reason))], flags=zmq.NOBLOCK)
+        error = self._send_now([identity, *encode(Refuse(reason))])
+        if error is not None:
+            log.info("could not tell %r why it was refused: %s", identity, error)
 
     def _handle(self, identity: bytes, frames: list[bytes]) -> None:
         msg = decode(frames)
