@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -40,85 +41,93 @@ async def hold(server: BenchServer, seconds: float) -> tuple[float, float]:
     return server.front.memory_info().rss / MIB, cpu
 
 
+Request = Callable[[aiohttp.ClientSession], Coroutine[Any, Any, None]]
+
+
+async def under_load(
+    server: BenchServer,
+    request: Request,
+    count: int,
+    reached: Callable[[], Awaitable[object]],
+    seconds: float,
+) -> dict[str, float]:
+    """Front RSS and CPU idle, then with `count` requests in the state `reached` waits for."""
+    await asyncio.sleep(1)
+    base_rss, base_cpu = await hold(server, 2)
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks = [asyncio.create_task(request(session)) for _ in range(count)]
+        await asyncio.wait_for(reached(), 300)
+        rss, cpu = await hold(server, seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return {"rss_idle": base_rss, "cpu_idle": base_cpu, "rss": rss, "cpu": cpu}
+
+
+# one token every 5 s: requests stay open and nearly silent
+SILENT = {"tokens_per_second": 0.2, "output_tokens": 1_000_000}
+
+
 async def open_streams(count: int, seconds: float) -> dict[str, Any]:
-    # one token every 5 s: the streams stay open and nearly silent
-    model = {"id": "idle", "format": "fake",
-             "options": {"tokens_per_second": 0.2, "output_tokens": 1_000_000}}  # fmt: skip
+    model = {"id": "idle", "format": "fake", "options": SILENT}
     server = BenchServer({"max_parallel_requests": count // 2 + 1}, [model], engines=2)
+    opened = asyncio.Event()
+    started = 0
+
+    async def stream(session: aiohttp.ClientSession) -> None:
+        nonlocal started
+        body = {"model": "idle", "prompt": "x", "stream": True}
+        async with session.post(server.url + "/v1/completions", json=body) as r:
+            async for line in r.content:
+                if line.startswith(b"data: {"):
+                    started += 1
+                    if started == count:
+                        opened.set()
+                    await asyncio.sleep(3600)
+
     try:
-        await asyncio.sleep(1)
-        base_rss, base_cpu = await hold(server, 2)
-        opened = asyncio.Event()
-        started = 0
-
-        async def stream(session: aiohttp.ClientSession) -> None:
-            nonlocal started
-            body = {"model": "idle", "prompt": "x", "stream": True}
-            async with session.post(server.url + "/v1/completions", json=body) as r:
-                async for line in r.content:
-                    if line.startswith(b"data: {"):
-                        started += 1
-                        if started == count:
-                            opened.set()
-                        await asyncio.sleep(3600)
-
-        connector = aiohttp.TCPConnector(limit=0)
-        timeout = aiohttp.ClientTimeout(total=None)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            tasks = [asyncio.create_task(stream(session)) for _ in range(count)]
-            await asyncio.wait_for(opened.wait(), 300)
-            rss, cpu = await hold(server, seconds)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        m = await under_load(server, stream, count, opened.wait, seconds)
     finally:
         server.stop()
     return {
         "streams": count,
-        "front_rss_idle_mib": base_rss,
-        "front_rss_open_mib": rss,
-        "front_rss_per_1000_streams_mib": (rss - base_rss) * 1000 / count,
-        "front_cpu_idle": base_cpu,
-        "front_cpu_open": cpu,
+        "front_rss_idle_mib": m["rss_idle"],
+        "front_rss_open_mib": m["rss"],
+        "front_rss_per_1000_streams_mib": (m["rss"] - m["rss_idle"]) * 1000 / count,
+        "front_cpu_idle": m["cpu_idle"],
+        "front_cpu_open": m["cpu"],
     }
 
 
 async def queue_requests(count: int, seconds: float) -> dict[str, Any]:
-    # one slot, taken by a stream that never ends: everything else waits in the front
-    model = {"id": "slow", "format": "fake",
-             "options": {"tokens_per_second": 0.2, "output_tokens": 1_000_000}}  # fmt: skip
+    # one slot, taken by a request that never ends: everything else waits in the front
     server = BenchServer(
         {"max_parallel_requests": 1, "max_queue": count + 10, "queue_timeout": 3600},
-        [model],
+        [{"id": "slow", "format": "fake", "options": SILENT}],
         engines=1,
     )
+
+    async def ask(session: aiohttp.ClientSession) -> None:
+        body = {"model": "slow", "prompt": "x", "max_tokens": 2}
+        async with session.post(server.url + "/v1/completions", json=body) as r:
+            await r.read()
+
+    async def queued() -> None:
+        await wait_until(server, lambda h: h["queued"] >= count)
+
     try:
-        await asyncio.sleep(1)
-        base_rss, base_cpu = await hold(server, 2)
-        connector = aiohttp.TCPConnector(limit=0)
-        timeout = aiohttp.ClientTimeout(total=None)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-
-            async def ask() -> None:
-                body = {"model": "slow", "prompt": "x", "max_tokens": 2}
-                async with session.post(server.url + "/v1/completions", json=body) as r:
-                    await r.read()
-
-            tasks = [asyncio.create_task(ask()) for _ in range(count + 1)]
-            await wait_until(server, lambda h: h["queued"] >= count)
-            rss, cpu = await hold(server, seconds)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        m = await under_load(server, ask, count + 1, queued, seconds)
     finally:
         server.stop()
     return {
         "queued": count,
-        "front_rss_idle_mib": base_rss,
-        "front_rss_queued_mib": rss,
-        "front_rss_per_10000_queued_mib": (rss - base_rss) * 10000 / count,
-        "front_cpu_idle": base_cpu,
-        "front_cpu_queued": cpu,
+        "front_rss_idle_mib": m["rss_idle"],
+        "front_rss_queued_mib": m["rss"],
+        "front_rss_per_10000_queued_mib": (m["rss"] - m["rss_idle"]) * 10000 / count,
+        "front_cpu_idle": m["cpu_idle"],
+        "front_cpu_queued": m["cpu"],
     }
 
 
