@@ -22,6 +22,7 @@ import zmq
 import zmq.asyncio
 
 from coderai.bus.codec import decode, encode
+from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     Bye,
     Cancel,
@@ -84,6 +85,7 @@ class EngineWorker:
         self._stop: asyncio.Event
         self._heartbeat_interval = 1.0
         self._proc = psutil.Process()
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def run(self) -> int:
         # A decode step that holds the GIL (pure-Python work) would otherwise keep the
@@ -95,8 +97,11 @@ class EngineWorker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
         ctx = self._shared_context or zmq.asyncio.Context()
-        sock = connect_dealer(ctx, self.s.connect, self.identity)
-        self._sock = sock
+        plain: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(ctx.underlying)
+        self._welcome: asyncio.Future[Message] = loop.create_future()
+        self._bus = LoopSocket(
+            connect_dealer(plain, self.s.connect, self.identity), loop, self._on_frames
+        )
         outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
@@ -105,7 +110,6 @@ class EngineWorker:
                 return EXIT_REFUSED
             thread.start()
             tasks = [
-                asyncio.create_task(self._receive()),
                 asyncio.create_task(self._heartbeats()),
                 asyncio.create_task(outbox.run(self._send)),
             ]
@@ -113,12 +117,13 @@ class EngineWorker:
             for task in tasks:
                 task.cancel()
             if self._exit_code == 0:
-                with contextlib.suppress(zmq.ZMQError):
-                    await self._send(encode(Bye("shutdown")))
+                with contextlib.suppress(zmq.ZMQError, TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._send(encode(Bye("shutdown")))
             return self._exit_code
         finally:
             self.scheduler.stop()
-            sock.close(linger=1000)
+            self._bus.close(linger=1000)
             if self._shared_context is None:
                 ctx.term()
 
@@ -147,7 +152,7 @@ class EngineWorker:
             self._loop.call_soon_threadsafe(self._stop.set)
 
     async def _send(self, frames: list[bytes]) -> None:
-        await self._sock.send_multipart(frames, copy=False)
+        await self._bus.send(frames)
 
     async def _handshake(self) -> bool:
         hello = Hello(
@@ -163,19 +168,18 @@ class EngineWorker:
         await self._send(encode(hello))
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                while True:
-                    msg = self._decode(await self._sock.recv_multipart())
-                    if isinstance(msg, Welcome):
-                        self._heartbeat_interval = msg.heartbeat_interval
-                        self._configure(msg.config)
-                        log.info("engine %s joined the bus", self.s.name)
-                        return True
-                    if isinstance(msg, Refuse):
-                        log.error("front refused engine %s: %s", self.s.name, msg.reason)
-                        return False
+                msg = await self._welcome
         except TimeoutError:
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
             return False
+        if isinstance(msg, Refuse):
+            log.error("front refused engine %s: %s", self.s.name, msg.reason)
+            return False
+        assert isinstance(msg, Welcome)
+        self._heartbeat_interval = msg.heartbeat_interval
+        self._configure(msg.config)
+        log.info("engine %s joined the bus", self.s.name)
+        return True
 
     def _decode(self, frames: list[bytes]) -> Message | None:
         try:
@@ -185,26 +189,29 @@ class EngineWorker:
             log.warning("dropped a malformed bus frame (%d so far): %s", self.dropped_frames, exc)
             return None
 
-    async def _receive(self) -> None:
-        while True:
-            frames = await self._sock.recv_multipart()
-            msg = self._decode(frames)
-            if msg is None:
-                await self._fail_unreadable_job(frames)
-            elif isinstance(msg, Job):
-                self.scheduler.submit(msg)
-            elif isinstance(msg, Cancel):
-                self.scheduler.cancel(msg.job_id)
-            elif isinstance(msg, Ping):
-                await self._send(encode(self._heartbeat()))
-            elif isinstance(msg, Control):
-                self._control(msg)
-            elif isinstance(msg, Refuse):
-                log.error("front refused engine %s: %s", self.s.name, msg.reason)
-                self._exit_code = EXIT_REFUSED
-                self._stop.set()
+    def _on_frames(self, frames: list[bytes]) -> None:
+        """Every message from the front, on the loop's thread."""
+        msg = self._decode(frames)
+        if not self._welcome.done():
+            if isinstance(msg, Welcome | Refuse):
+                self._welcome.set_result(msg)
+            return
+        if msg is None:
+            self._fail_unreadable_job(frames)
+        elif isinstance(msg, Job):
+            self.scheduler.submit(msg)
+        elif isinstance(msg, Cancel):
+            self.scheduler.cancel(msg.job_id)
+        elif isinstance(msg, Ping):
+            self._bus.send_nowait(encode(self._heartbeat()))  # a lost reply is just late
+        elif isinstance(msg, Control):
+            self._control(msg)
+        elif isinstance(msg, Refuse):
+            log.error("front refused engine %s: %s", self.s.name, msg.reason)
+            self._exit_code = EXIT_REFUSED
+            self._stop.set()
 
-    async def _fail_unreadable_job(self, frames: list[bytes]) -> None:
+    def _fail_unreadable_job(self, frames: list[bytes]) -> None:
         """A JOB that fails validation still ends with FAIL when its id can be read, so
         the front never waits for a job this engine will not run (invariant 2)."""
         if len(frames) != 3 or frames[1] != bytes([MsgType.JOB]):
@@ -214,7 +221,10 @@ class EngineWorker:
         except Exception:
             return
         if isinstance(job_id, int) and not isinstance(job_id, bool):
-            await self._send(encode(Fail(job_id, "bad_job", "the JOB message is malformed")))
+            fail = encode(Fail(job_id, "bad_job", "the JOB message is malformed"))
+            task = asyncio.get_running_loop().create_task(self._send(fail))
+            self._sending.add(task)  # keep a reference until it is sent
+            task.add_done_callback(self._sending.discard)
 
     def _control(self, msg: Control) -> None:
         if msg.action == "shutdown":

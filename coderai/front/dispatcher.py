@@ -19,6 +19,7 @@ import zmq
 import zmq.asyncio
 
 from coderai.bus.codec import decode, encode
+from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     Bye,
     Cancel,
@@ -51,8 +52,6 @@ log = logging.getLogger("coderai.front")
 
 #: FAIL kinds after which a job that produced nothing may run elsewhere
 _RETRYABLE = frozenset({"busy"})
-#: messages handled per wake-up of the receive task before yielding to the loop
-DRAIN_BATCH = 64
 
 
 class Dispatcher:
@@ -85,33 +84,28 @@ class Dispatcher:
         self._ids = itertools.count(1)
         #: an asyncio context, so an in-process engine can share it (inproc://)
         self.context = zmq.asyncio.Context()
-        self._sock: zmq.Socket[bytes] | None = None
-        self._drain_scheduled = False
+        self._sock: LoopSocket | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        # A plain socket watched by the loop: receiving costs no future and no task
-        # switch per message, which is most of a bus hop's cost in the front.
-        self._sock = bind_router(zmq.Context.shadow(self.context.underlying), self.endpoint)
-        loop = asyncio.get_running_loop()
-        loop.add_reader(int(self._sock.getsockopt(zmq.FD)), self._drain)
-        self._schedule_drain()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(self.context.underlying)
+        sock = bind_router(context, self.endpoint)
+        self._sock = LoopSocket(sock, asyncio.get_running_loop(), self._take)
         self._tasks = [asyncio.create_task(self._reap(), name="bus-reaper")]
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._sock is not None:
-            asyncio.get_running_loop().remove_reader(int(self._sock.getsockopt(zmq.FD)))
+
         for job in list(self.queue):
             job.finish(NoEngine("the server is shutting down"))
         self.queue.clear()
         for record in self.registry.all():
             self._lose(record, "the server is shutting down")
         if self._sock is not None:
-            self._sock.close(linger=0)
+            self._sock.close()
         self.context.term()
 
     def next_job_id(self) -> int:
@@ -226,47 +220,15 @@ class Dispatcher:
             self.queue.remove(job)
             self._dispatch(job, engine)
 
-    def _send_now(self, frames: list[bytes]) -> zmq.ZMQError | None:
-        """Send without waiting; the error, if any."""
-        sock = self._sock
-        assert sock is not None
-        try:
-            sock.send_multipart(frames, flags=zmq.NOBLOCK)
-            return None
-        except zmq.ZMQError as exc:
-            return exc
-        finally:
-            # the socket's file descriptor is edge-triggered, and a send may consume the
-            # edge that announced an incoming message: look again
-            if int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                self._schedule_drain()
-
     def _send(self, engine: EngineRecord, msg: Message) -> None:
-        error = self._send_now([engine.identity, *encode(msg)])
+        assert self._sock is not None
+        error = self._sock.send_nowait([engine.identity, *encode(msg)])
         if error is not None:
             # ROUTER_MANDATORY: the peer is gone (or hopelessly backed up)
             log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, error)
             asyncio.get_running_loop().call_soon(self._lose, engine, "engine unreachable")
 
     # -- the bus --------------------------------------------------------------------------
-    def _schedule_drain(self) -> None:
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            asyncio.get_running_loop().call_soon(self._drain)
-
-    def _drain(self) -> None:
-        """Handle what is waiting on the socket. The bound keeps HTTP handlers running
-        under a flood: the rest is handled on the loop's next turn."""
-        self._drain_scheduled = False
-        sock = self._sock
-        if sock is None or sock.closed:
-            return
-        for _ in range(DRAIN_BATCH):
-            if not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                return
-            self._take(sock.recv_multipart(zmq.NOBLOCK))
-        self._schedule_drain()
-
     def _take(self, frames: list[bytes]) -> None:
         try:
             self._handle(frames[0], frames[1:])
@@ -285,7 +247,8 @@ class Dispatcher:
             self._refuse(identity, exc.message)
 
     def _refuse(self, identity: bytes, reason: str) -> None:
-        error = self._send_now([identity, *encode(Refuse(reason))])
+        assert self._sock is not None
+        error = self._sock.send_nowait([identity, *encode(Refuse(reason))])
         if error is not None:
             log.info("could not tell %r why it was refused: %s", identity, error)
 
