@@ -164,6 +164,58 @@ def relay_section(relay: dict[str, Any]) -> list[str]:
     return out
 
 
+#: optimisations measured before and after: (result before, result after, what changed)
+BEFORE_AFTER = [
+    (
+        "relay-before-loop-socket",
+        "relay",
+        "the bus sockets of the front and the engines became plain ZeroMQ sockets watched by "
+        "the event loop (`coderai/bus/loop_socket.py`), instead of zmq.asyncio's future and "
+        "task switch per message",
+    ),
+]
+
+
+def before_after_section() -> list[str]:
+    out: list[str] = []
+    for before_name, after_name, change in BEFORE_AFTER:
+        before, after = load(before_name), load(after_name)
+        if before is None or after is None:
+            continue
+        rows: list[list[Any]] = []
+        b1 = before.get("single_stream_ttft", {}).get("coderai")
+        a1 = after.get("single_stream_ttft", {}).get("coderai")
+        if b1 and a1:
+            rows.append(
+                ["TTFT, one stream, one token, p50 ms", b1["ttft_p50_ms"], a1["ttft_p50_ms"]]
+            )
+            rows.append(
+                ["TTFT, one stream, one token, p99 ms", b1["ttft_p99_ms"], a1["ttft_p99_ms"]]
+            )
+        at_b = {(r.get("design"), r["concurrency"]): r for r in before["rows"]}
+        at_a = {(r.get("design"), r["concurrency"]): r for r in after["rows"]}
+        for n in (64, 256):
+            rb, ra = at_b.get(("coderai", n)), at_a.get(("coderai", n))
+            if rb and ra:
+                rows.append([f"tokens/s at {n} streams", rb["tokens_per_s"], ra["tokens_per_s"]])
+                rows.append(
+                    [
+                        f"front µs/token at {n} streams",
+                        rb["front_cpu_us_per_token"],
+                        ra["front_cpu_us_per_token"],
+                    ]
+                )
+        out += [
+            "## Before and after",
+            "",
+            f"What changed: {change}.",
+            "",
+            table(["CoderAI", "before", "after"], rows),
+            "",
+        ]
+    return out
+
+
 def targets(
     relay: dict[str, Any] | None, real: dict[str, Any] | None, scale: dict[str, Any] | None
 ) -> list[str]:
@@ -245,6 +297,7 @@ def main() -> int:
     out += targets(relay, real, scale)
     if relay:
         out += relay_section(relay)
+    out += before_after_section()
     paced = load("relay-paced-1000")
     if paced:
         out += [

@@ -12,8 +12,12 @@ S = TypeVar("S", bound=zmq.Socket[Any])
 
 #: a frame larger than this is refused by libzmq before it reaches Python
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-#: deep queues: the sender is throttled by credit (front) or merges pending deltas (engine)
+#: the front's queues: what it sends is already bounded by the engines' credit
 HIGH_WATER_MARK = 100_000
+#: an engine's outgoing queue, in messages. Kept short on purpose: when the front falls
+#: behind, the engine's sends stop and its outbox merges the deltas waiting to go, so the
+#: front gets fewer, larger messages instead of a deep backlog of small ones.
+ENGINE_SEND_QUEUE = 16
 
 
 def bind_router(ctx: zmq.Context[S], endpoint: str) -> S:
@@ -33,7 +37,7 @@ def connect_dealer(ctx: zmq.Context[S], endpoint: str, identity: bytes) -> S:
     """An engine's socket. A DEALER blocks (never drops) at its high-water mark."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, identity)
-    sock.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
+    sock.setsockopt(zmq.SNDHWM, ENGINE_SEND_QUEUE)
     sock.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     # long enough for BYE or a last DONE to leave on exit, short enough not to hang exit

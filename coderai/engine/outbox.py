@@ -15,6 +15,8 @@ from coderai.bus.codec import encode, encode_body
 from coderai.bus.messages import Message, MsgType
 
 Sender = Callable[[list[bytes]], Awaitable[None]]
+#: shortest time between two batches sent by one engine
+MIN_FLUSH_INTERVAL = 0.0005
 
 
 class Outbox:
@@ -25,6 +27,7 @@ class Outbox:
         self._terminal: list[Message] = []
         self._woken = False
         self._ready = asyncio.Event()
+        self._last_flush = 0.0
 
     def publish(self, deltas: list[tuple[int, str]], terminal: list[Message]) -> None:
         """Scheduler thread: add one step's output and wake the loop once."""
@@ -42,9 +45,20 @@ class Outbox:
         self._loop.call_soon_threadsafe(self._ready.set)
 
     async def run(self, send: Sender) -> None:
-        """Event loop: send what has accumulated, CHUNKS before the DONE/FAIL they precede."""
+        """Event loop: send what has accumulated, CHUNKS before the DONE/FAIL they precede.
+
+        At most one batch per MIN_FLUSH_INTERVAL: an engine stepping faster than that (a
+        fast model, many streams) would otherwise send the front many small messages, and
+        the front's cost grows with messages, not tokens. A first token after a quiet spell
+        is not delayed; a real model's steps are far longer than the interval anyway.
+        """
+        loop = asyncio.get_running_loop()
         while True:
             await self._ready.wait()
+            wait = self._last_flush + MIN_FLUSH_INTERVAL - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._last_flush = loop.time()
             self._ready.clear()
             with self._lock:
                 deltas, self._deltas = self._deltas, {}
