@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 10.0) -> float:
+    """Poll until cond() is true; the seconds it took. Fails the test after `timeout`."""
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(0.02)
+    return time.monotonic() - start
 
 
 def expected_chat(content: str, tokens: int, seed: int = 0) -> str:

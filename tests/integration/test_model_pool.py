@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server
+from tests.integration.server import Server, wait_for
 
 QUICK = {"heartbeat_interval": 0.2}
 
@@ -25,13 +25,6 @@ def ask(srv: Server, model: str, tokens: int = 3) -> httpx.Response:
 
 def loaded(srv: Server) -> list[str]:
     return list(srv.health()["engines"][0]["loaded_models"])
-
-
-def wait_for(cond: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_idle_models_are_unloaded_least_recently_used_first(start_server: StartServer) -> None:

@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from coderai.engine.backends.fake import fake_tokens
-from tests.integration.server import Server, expected_chat
+from tests.integration.server import Server, expected_chat, wait_for
 
 MODELS: list[dict[str, Any]] = [
     {"id": "fake", "alias": "fake-alias", "format": "fake", "options": {"output_tokens": 24}},
@@ -195,9 +195,9 @@ def test_full_queue_is_429_with_retry_after(tmp_path: Path) -> None:
 
         threads = [threading.Thread(target=occupy) for _ in range(2)]
         threads[0].start()
-        _wait_until(lambda: srv.health()["engines"][0]["free_slots"] == 0)
+        wait_for(lambda: srv.health()["engines"][0]["free_slots"] == 0)
         threads[1].start()
-        _wait_until(lambda: srv.health()["queued"] == 1)
+        wait_for(lambda: srv.health()["queued"] == 1)
         with (
             openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0) as c,
             pytest.raises(openai.RateLimitError) as info,
@@ -211,17 +211,6 @@ def test_full_queue_is_429_with_retry_after(tmp_path: Path) -> None:
         assert statuses == [200, 200]
     finally:
         srv.stop()
-
-
-def _wait_until(cond: object, timeout: float = 10.0) -> None:
-    import time
-
-    assert callable(cond)
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.02)
 
 
 def test_embeddings_from_a_model_without_them_is_400(server: Server) -> None:

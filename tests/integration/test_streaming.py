@@ -7,7 +7,6 @@ import contextlib
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -18,22 +17,12 @@ import zmq
 from coderai.bus.codec import MAGIC, encode
 from coderai.bus.messages import Hello, MsgType
 from tests.integration.conftest import StartServer
-from tests.integration.server import expected_chat
+from tests.integration.server import expected_chat, wait_for
 from tests.integration.sse_client import stream_chat
 
 SLOW = {"id": "slow", "format": "fake", "options": {"tokens_per_second": 40, "output_tokens": 400}}
 FAST = {"id": "fast", "format": "fake", "options": {"output_tokens": 1000}}
 HEAVY_MODULES = ("torch", "transformers", "accelerate", "diffusers", "llama_cpp")
-
-
-def _wait_for(cond: object, timeout: float = 10.0) -> float:
-    assert callable(cond)
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def test_two_hundred_concurrent_streams_deliver_every_token_in_order(
@@ -71,7 +60,7 @@ def test_client_disconnect_cancels_the_job_and_frees_its_slot(start_server: Star
         next(line for line in lines if '"content"' in line and '"role"' not in line)
         assert srv.health()["engines"][0]["free_slots"] == 1
     # the engine confirms the cancel with DONE, which returns the credit
-    waited = _wait_for(lambda: srv.health()["engines"][0]["free_slots"] == 2, timeout=3)
+    waited = wait_for(lambda: srv.health()["engines"][0]["free_slots"] == 2, timeout=3)
     assert waited < 1.0
 
 
@@ -80,7 +69,7 @@ def test_non_streaming_client_that_times_out_frees_its_slot(start_server: StartS
     body = {"model": "slow", "messages": [{"role": "user", "content": "x"}]}
     with contextlib.suppress(httpx.ReadTimeout):
         httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=0.5)
-    _wait_for(lambda: srv.health()["engines"][0]["free_slots"] == 1, timeout=3)
+    wait_for(lambda: srv.health()["engines"][0]["free_slots"] == 1, timeout=3)
     # the freed slot serves the next request
     short = {**body, "max_tokens": 3}
     r = httpx.post(srv.url + "/v1/chat/completions", json=short, timeout=10)
@@ -160,7 +149,7 @@ def test_running_front_has_no_model_stack_loaded(start_server: StartServer, tmp_
     )
     assert r.status_code == 200
     srv.proc.send_signal(signal.SIGUSR1)
-    _wait_for(lambda: dump.exists() and dump.stat().st_size > 0)
+    wait_for(lambda: dump.exists() and dump.stat().st_size > 0)
     modules = set(json.loads(dump.read_text()))
     assert "coderai.front.dispatcher" in modules  # the dump is of the front
     loaded = sorted(m for m in modules if m.split(".")[0] in HEAVY_MODULES)

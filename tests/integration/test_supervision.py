@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server
+from tests.integration.server import Server, wait_for
 
 KEY = "supervision-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -49,17 +49,15 @@ def pid_of(srv: Server, name: str) -> int | None:
     return int(pid) if pid is not None else None
 
 
-def wait_for(cond: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+def running_pid(srv: Server, name: str) -> int:
+    pid = pid_of(srv, name)
+    assert pid is not None, f"engine {name} is not on the bus"
+    return pid
 
 
 def replaced(srv: Server, name: str, old_pid: int) -> int:
     wait_for(lambda: pid_of(srv, name) not in (None, old_pid))
-    pid = pid_of(srv, name)
-    assert pid is not None
+    pid = running_pid(srv, name)
     srv.engine_pids.append(pid)
     return pid
 
@@ -102,8 +100,7 @@ def test_sigkill_mid_stream_errors_that_stream_only_and_reruns_the_waiting_job(
     start_server: StartServer,
 ) -> None:
     srv = start_two(start_server)
-    alpha = pid_of(srv, "alpha")
-    assert alpha is not None
+    alpha = running_pid(srv, "alpha")
     victim = Stream(srv, "a-single", 100)
     assert victim.first.wait(10)
     waiting = Stream(srv, "a-single", 5)  # waits inside alpha for the single instance
@@ -126,8 +123,7 @@ def test_sigkill_mid_stream_errors_that_stream_only_and_reruns_the_waiting_job(
 
 def test_a_stopped_engine_is_detected_killed_and_replaced(start_server: StartServer) -> None:
     srv = start_two(start_server)
-    alpha = pid_of(srv, "alpha")
-    assert alpha is not None
+    alpha = running_pid(srv, "alpha")
     victim = Stream(srv, "a-slow", 200)
     assert victim.first.wait(10)
     stopped_at = time.monotonic()
@@ -168,8 +164,7 @@ def test_restart_drains_then_respawns_while_the_other_engine_serves(
     start_server: StartServer,
 ) -> None:
     srv = start_two(start_server)
-    alpha = pid_of(srv, "alpha")
-    assert alpha is not None
+    alpha = running_pid(srv, "alpha")
     victim = Stream(srv, "a-slow", 400)
     bystander = Stream(srv, "b-slow", 60)
     assert victim.first.wait(10)
