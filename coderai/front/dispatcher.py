@@ -6,12 +6,10 @@ is the only owner of the socket and of this state.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +42,7 @@ from coderai.errors import (
     QueueFull,
     from_engine_failure,
 )
+from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
 from coderai.front.placement import compatible, route
 from coderai.front.registry import EngineRecord, Registry
@@ -76,7 +75,7 @@ class Dispatcher:
         #: called when an engine has joined (to preload its models)
         self.on_join: Callable[[EngineRecord], None] = lambda record: None
         self.registry = Registry()
-        self.queue: deque[FrontJob] = deque()
+        self.queue = JobQueue()
         self._pin_noted: set[tuple[str, str]] = set()
         #: engines taking no new jobs until their next incarnation joins
         self.draining: set[str] = set()
@@ -99,9 +98,8 @@ class Dispatcher:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-        for job in list(self.queue):
+        for job in self.queue.clear():
             job.finish(NoEngine("the server is shutting down"))
-        self.queue.clear()
         for record in self.registry.all():
             self._lose(record, "the server is shutting down")
         if self._sock is not None:
@@ -119,7 +117,7 @@ class Dispatcher:
             if engines:
                 raise NoEngine(f"no running engine can serve {job.capability!r} models")
             raise NoEngine("no engine is running")
-        if not self._queued_for(job.entry.id):
+        if not self.queue.waiting_for(job.entry.id):
             engine = self._place(job)
             if engine is not None:
                 self._dispatch(job, engine)
@@ -160,20 +158,13 @@ class Dispatcher:
             return
         job.abandoned = True
         if job.engine is None:
-            self._unqueue(job)
+            self.queue.remove(job)
             return
         self._send(job.engine, Cancel(job.id))
 
     def _engines_starting(self) -> bool:
         """Engine processes alive that have not said HELLO yet: they may serve soon."""
         return bool(self.engines_running() - {e.name for e in self.registry.all()})
-
-    def _queued_for(self, model_id: str) -> bool:
-        return any(j.entry.id == model_id for j in self.queue)
-
-    def _unqueue(self, job: FrontJob) -> None:
-        with contextlib.suppress(ValueError):
-            self.queue.remove(job)
 
     def serving(self) -> list[EngineRecord]:
         """Engines that take new jobs."""
@@ -208,7 +199,7 @@ class Dispatcher:
     def _pump(self) -> None:
         """Dispatch queued jobs to free credit, in arrival order per model."""
         blocked: set[str] = set()
-        for job in list(self.queue):
+        for job in self.queue:
             if not any(e.free for e in self.serving()):
                 return
             if job.entry.id in blocked:
@@ -392,6 +383,5 @@ class Dispatcher:
             self.queue.remove(job)
             job.finish(NoEngine(f"no engine could take this request within {limit:.0f} s"))
         if self.queue and not self.registry.all() and not self._engines_starting():
-            for job in list(self.queue):
+            for job in self.queue.clear():
                 job.finish(NoEngine("no engine is running"))
-            self.queue.clear()
