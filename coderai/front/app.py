@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
@@ -17,8 +16,6 @@ from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import ENGINE_HEADER, FRONT, OpenAIRoutes, error_response
 from coderai.front.supervisor import Supervisor
-
-log = logging.getLogger("coderai.front")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 METRICS = web.AppKey("metrics", Metrics)

@@ -63,6 +63,10 @@ class ModelDirectory:
             fmt = self._formats[entry.id] = detect_format(entry.path)
         return fmt
 
+    def spec_of(self, entry: ModelEntry) -> dict[str, object]:
+        """What an engine needs to load the entry (sent in each JOB and in preloads)."""
+        return entry.spec(self.format_of(entry))
+
     def capability_of(self, entry: ModelEntry) -> str:
         return required_capability(self.format_of(entry), entry.options)
 

@@ -20,7 +20,6 @@ from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
-from coderai.modelfile import required_capability
 
 ENGINE_HEADER = "X-CoderAI-Engine"
 #: the value of ENGINE_HEADER on responses the front answers without an engine
@@ -101,10 +100,9 @@ class OpenAIRoutes:
         return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
 
     def _submit(self, entry: ModelEntry, kind: str, **fields: Any) -> FrontJob:
-        fmt = self.directory.format_of(entry)
         job_id = self.dispatcher.next_job_id()
-        message = Job(job_id=job_id, model=entry.spec(fmt), kind=kind, **fields)
-        capability = required_capability(fmt, entry.options)
+        message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
+        capability = self.directory.capability_of(entry)
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry))
         self.dispatcher.submit(job)
         return job

@@ -93,7 +93,7 @@ def _assemble(config: Config, catalogue: Catalogue, runtime_dir: str) -> Front:
     def preload(engine: EngineRecord) -> None:
         for entry in directory.preloads_for(engine):
             log.info("asking engine %s to load %s now", engine.name, entry.id)
-            dispatcher.control(engine, "load", {"model": entry.spec(directory.format_of(entry))})
+            dispatcher.control(engine, "load", {"model": directory.spec_of(entry)})
 
     dispatcher.on_join = preload
     return Front(directory, dispatcher, engine_runner, Metrics())

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from coderai.bus.messages import Job
@@ -41,9 +44,16 @@ def test_fail_after_tokens_fails_only_that_sequence() -> None:
     assert isinstance(result, JobError)
 
 
-def test_load_reports_progress_until_done() -> None:
+def test_load_reports_progress_while_it_runs() -> None:
     progress = LoadProgress()
-    FakeBackend().load({"options": {"load_seconds": 0.1}}, progress)
+    loader = threading.Thread(
+        target=FakeBackend().load, args=({"options": {"load_seconds": 0.5}}, progress)
+    )
+    loader.start()
+    time.sleep(0.2)
+    midway = progress.fraction
+    loader.join()
+    assert 0.1 < midway < 0.9
     assert progress.fraction == 1.0
 
 
