@@ -62,6 +62,13 @@ class ServerConfig(_Strict):
     drain_grace_seconds: float = Field(30.0, ge=0)
     #: how long in-flight requests may finish after SIGTERM/SIGINT
     shutdown_grace_seconds: float = Field(10.0, ge=0)
+    #: how long a started engine may take to say HELLO before it is killed (a start failure)
+    engine_join_timeout: float = Field(60.0, gt=0)
+    #: text a stream's client may lag behind by (characters held in the front for it)
+    #: before its engine holds the sequence until the client catches up
+    stream_backlog_chars: int = Field(256 * 1024, ge=1024)
+    #: how long a stream may wait for its client to read before it is ended with an error
+    stream_stall_timeout: float = Field(60.0, gt=0)
     #: run the front and one engine in one process (no isolation; for small machines)
     single_process: bool = False
     default_engine: str | None = None

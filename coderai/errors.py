@@ -14,6 +14,10 @@ class CoderaiError(Exception):
         self.message = message
         self.param = param
 
+    def headers(self) -> dict[str, str]:
+        """HTTP headers that belong with this error (Retry-After, WWW-Authenticate)."""
+        return {}
+
     def envelope(self) -> dict[str, object]:
         """The OpenAI error object: {"error": {message, type, param, code}}."""
         return {
@@ -36,6 +40,9 @@ class Unauthorized(CoderaiError):
     error_type = "authentication_error"
     code = "invalid_admin_key"
 
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
 
 class NotFound(CoderaiError):
     status = 404
@@ -56,6 +63,9 @@ class QueueFull(CoderaiError):
         super().__init__(message)
         self.retry_after = retry_after
 
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
 
 class NoEngine(CoderaiError):
     """No running engine can serve the request (none compatible, or none alive in time)."""
@@ -63,6 +73,20 @@ class NoEngine(CoderaiError):
     status = 503
     error_type = "server_error"
     code = "no_engine"
+
+
+class ShuttingDown(NoEngine):
+    """The server stopped before the request could finish."""
+
+    code = "shutting_down"
+
+
+class StreamStalled(CoderaiError):
+    """The client stopped reading a stream for longer than server.stream_stall_timeout."""
+
+    status = 408
+    error_type = "timeout_error"
+    code = "stream_stalled"
 
 
 class EngineFailed(CoderaiError):

@@ -35,6 +35,8 @@ class MsgType(enum.IntEnum):
     CANCEL = 19
     CONTROL = 20
     PING = 21
+    HOLD = 22  #: the job's client lags: stop decoding it and keep its output back
+    RESUME = 23  #: the client caught up: go on
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +161,18 @@ class Cancel(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class Hold(Message):
+    TYPE = MsgType.HOLD
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resume(Message):
+    TYPE = MsgType.RESUME
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Control(Message):
     TYPE = MsgType.CONTROL
     ref: int
@@ -187,6 +201,8 @@ RECORDS: dict[MsgType, type[Message]] = {
         Refuse,
         Job,
         Cancel,
+        Hold,
+        Resume,
         Control,
         Ping,
     )

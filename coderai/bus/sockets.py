@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 import zmq
 
+from coderai.errors import ConfigError
+
 S = TypeVar("S", bound=zmq.Socket[Any])
 
 #: a frame larger than this is refused by libzmq before it reaches Python
@@ -50,7 +52,13 @@ def private_runtime_dir() -> str:
     """A fresh 0700 directory for ipc sockets: only this user can connect (invariant 5).
     It is made under CODERAI_RUNTIME_DIR, else XDG_RUNTIME_DIR, else the temp folder."""
     parent = os.environ.get("CODERAI_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
-    path = tempfile.mkdtemp(prefix="coderai-", dir=parent or None)
+    try:
+        path = tempfile.mkdtemp(prefix="coderai-", dir=parent or None)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot make a runtime folder in {parent or tempfile.gettempdir()}: {exc.strerror}"
+            " (set CODERAI_RUNTIME_DIR to an existing, writable folder)"
+        ) from None
     os.chmod(path, 0o700)
     return path
 

@@ -3,6 +3,11 @@
 Deltas are merged per job until the loop takes them, so one CHUNKS message carries every
 job's text produced since the last send. When the front is slow the loop sends less often
 and each message carries more: batching grows with load instead of queues growing.
+
+A held job's output (the front said its client lags) stays here until it is resumed, with
+its DONE or FAIL behind it: the scheduler stops such a sequence where the backend can, and
+where it cannot (one batch decodes every row) what it produces waits in the engine, bounded
+by the job's token limit, instead of in the front.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from coderai.bus.codec import encode, encode_body
-from coderai.bus.messages import Message, MsgType
+from coderai.bus.messages import Done, Fail, Message, MsgType
 
 Sender = Callable[[list[bytes]], Awaitable[None]]
 #: shortest time between two batches sent by one engine
@@ -28,6 +33,9 @@ class Outbox:
         self._woken = False
         self._ready = asyncio.Event()
         self._last_flush = 0.0
+        #: loop thread only
+        self._held: set[int] = set()
+        self._held_terminal: list[Message] = []
 
     def publish(self, deltas: list[tuple[int, str]], terminal: list[Message]) -> None:
         """Scheduler thread: add one step's output and wake the loop once."""
@@ -43,6 +51,31 @@ class Outbox:
                 return
             self._woken = True
         self._loop.call_soon_threadsafe(self._ready.set)
+
+    def hold(self, job_id: int) -> None:
+        """Event loop: keep this job's output back until resume()."""
+        self._held.add(job_id)
+
+    def resume(self, job_id: int) -> None:
+        if job_id in self._held:
+            self._held.discard(job_id)
+            self._ready.set()
+
+    def _split_held(self, deltas: dict[int, list[str]], terminal: list[Message]) -> list[Message]:
+        """Put back what belongs to held jobs; returns the terminal messages to send now."""
+        terminal = [*self._held_terminal, *terminal]
+        self._held_terminal = []
+        if not self._held:
+            return terminal
+        with self._lock:
+            for job_id in self._held & deltas.keys():
+                # in front of anything the scheduler added meanwhile
+                self._deltas[job_id] = deltas.pop(job_id) + self._deltas.get(job_id, [])
+        now: list[Message] = []
+        for msg in terminal:
+            held = isinstance(msg, Done | Fail) and msg.job_id in self._held
+            (self._held_terminal if held else now).append(msg)
+        return now
 
     async def run(self, send: Sender) -> None:
         """Event loop: send what has accumulated, CHUNKS before the DONE/FAIL they precede.
@@ -64,6 +97,7 @@ class Outbox:
                 deltas, self._deltas = self._deltas, {}
                 terminal, self._terminal = self._terminal, []
                 self._woken = False
+            terminal = self._split_held(deltas, terminal)
             if deltas:
                 flat: list[object] = []
                 for job_id, parts in deltas.items():

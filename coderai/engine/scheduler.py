@@ -38,6 +38,8 @@ class Scheduler:
         self._freed: set[str] = set()
         self._deltas: list[tuple[int, str]] = []
         self._terminal: list[Message] = []
+        #: jobs whose client lags (the front said HOLD): not stepped where the backend allows
+        self._held: set[int] = set()
         self._stopped = False
 
     # -- called from the event loop thread -------------------------------------------------
@@ -49,6 +51,12 @@ class Scheduler:
 
     def cancel(self, job_id: int) -> None:
         self._inbox.put(("cancel", job_id))
+
+    def hold(self, job_id: int) -> None:
+        self._inbox.put(("hold", job_id))
+
+    def resume(self, job_id: int) -> None:
+        self._inbox.put(("resume", job_id))
 
     def stop(self) -> None:
         self._inbox.put(("stop", None))
@@ -72,9 +80,17 @@ class Scheduler:
             self._admit_waiting(self._freed.pop())
 
     def _wait_time(self) -> float | None:
-        if not self._batches:
-            return None
-        return max(0.0, min(self._next_step.values()) - time.monotonic())
+        due = [self._next_step[i] for i, batch in self._batches.items() if self._due(i, batch)]
+        if not due:
+            return None  # nothing to step until a job, a resume or a load arrives
+        return max(0.0, min(due) - time.monotonic())
+
+    def _due(self, instance: ModelInstance, batch: list[Sequence]) -> list[Sequence]:
+        """The sequences to step: all of them, less the held ones where the backend can
+        step sequences apart (a batched backend decodes every row in one pass)."""
+        if not self._held or not instance.can_hold:
+            return batch
+        return [seq for seq in batch if seq.job.job_id not in self._held]
 
     def _admit(self, timeout: float | None) -> None:
         block = timeout is None or timeout > 0
@@ -87,7 +103,13 @@ class Scheduler:
             if kind == "job":
                 self._start(arg)
             elif kind == "cancel":
+                self._held.discard(arg)
                 self._cancel(arg)
+            elif kind == "hold":
+                if arg in self._jobs:
+                    self._held.add(arg)
+            elif kind == "resume":
+                self._held.discard(arg)
             elif kind == "loaded":
                 self._loaded(arg)
             elif kind == "preload":
@@ -183,14 +205,17 @@ class Scheduler:
         for instance, batch in list(self._batches.items()):
             if self._next_step[instance] > now:
                 continue
+            due = list(self._due(instance, batch))
+            if not due:
+                continue
             try:
-                results = instance.step(list(batch))
+                results = instance.step(due)
             except Exception as exc:  # a backend bug fails its batch, never the engine
                 log.exception("step failed")
-                for seq in list(batch):
+                for seq in due:
                     self._finish_fail(seq, "backend_error", str(exc))
                 continue
-            for seq, result in zip(list(batch), results, strict=True):
+            for seq, result in zip(due, results, strict=True):
                 self._apply(seq, result)
             if instance in self._next_step:  # the batch may have just emptied
                 # pace from the schedule, not from now, but never catch up a backlog
@@ -226,6 +251,7 @@ class Scheduler:
 
     def _detach(self, seq: Sequence) -> None:
         del self._jobs[seq.job.job_id]
+        self._held.discard(seq.job.job_id)
         instance = seq.instance
         if instance is None:
             waiting = self._waiting.get(seq.key, deque())

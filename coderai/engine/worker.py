@@ -30,11 +30,13 @@ from coderai.bus.messages import (
     Fail,
     Heartbeat,
     Hello,
+    Hold,
     Job,
     Message,
     MsgType,
     Ping,
     Refuse,
+    Resume,
     Welcome,
 )
 from coderai.bus.sockets import connect_dealer
@@ -42,6 +44,7 @@ from coderai.engine.backends import available_backends
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
 from coderai.errors import BusProtocolError
+from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.engine")
 
@@ -81,6 +84,7 @@ class EngineWorker:
         self._backends = {k: v for k, v in backends.items() if k in self.capabilities}
         self.identity = f"{settings.name}:{settings.epoch}".encode()
         self.dropped_frames = 0
+        self._drop_log = ThrottledLog(log)
         self._exit_code = 0
         self._stop: asyncio.Event
         self._heartbeat_interval = 1.0
@@ -102,7 +106,7 @@ class EngineWorker:
         self._bus = LoopSocket(
             connect_dealer(plain, self.s.connect, self.identity), loop, self._on_frames
         )
-        outbox = Outbox(loop)
+        outbox = self._outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
         try:
@@ -186,7 +190,9 @@ class EngineWorker:
             return decode(frames)
         except BusProtocolError as exc:
             self.dropped_frames += 1
-            log.warning("dropped a malformed bus frame (%d so far): %s", self.dropped_frames, exc)
+            self._drop_log.warning(
+                "dropped a malformed bus frame (%d so far): %s", self.dropped_frames, exc
+            )
             return None
 
     def _on_frames(self, frames: list[bytes]) -> None:
@@ -201,7 +207,14 @@ class EngineWorker:
         elif isinstance(msg, Job):
             self.scheduler.submit(msg)
         elif isinstance(msg, Cancel):
+            self._outbox.resume(msg.job_id)  # its last output and DONE may leave
             self.scheduler.cancel(msg.job_id)
+        elif isinstance(msg, Hold):
+            self._outbox.hold(msg.job_id)
+            self.scheduler.hold(msg.job_id)
+        elif isinstance(msg, Resume):
+            self._outbox.resume(msg.job_id)
+            self.scheduler.resume(msg.job_id)
         elif isinstance(msg, Ping):
             self._bus.send_nowait(encode(self._heartbeat()))  # a lost reply is just late
         elif isinstance(msg, Control):

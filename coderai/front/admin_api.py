@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from coderai.config import catalogue_from, write_json_atomically
-from coderai.errors import CoderaiError, ConfigError, InvalidRequest, NotFound, Unauthorized
-from coderai.front.openai_api import read_json
+from coderai.errors import ConfigError, InvalidRequest, NotFound, Unauthorized
+from coderai.front.http import read_json
 
 if TYPE_CHECKING:
     from coderai.front.app import Front
@@ -24,22 +24,25 @@ PREFIX = "/admin/api/"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def bearer_token(header: str) -> bytes | None:
+    """The credentials of an `Authorization: Bearer <token>` header. The scheme is
+    case-insensitive (RFC 7235 section 2.1); bytes that are not UTF-8 are kept as sent
+    (aiohttp decodes headers with surrogateescape), so they compare unequal, never crash."""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip().encode("utf-8", "surrogateescape")
+
+
 def admin_auth(key: str) -> Middleware:
-    expected = f"Bearer {key}".encode()
+    expected = key.encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith(PREFIX):
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                error = Unauthorized("send the admin key as 'Authorization: Bearer <key>'")
-                return web.json_response(
-                    error.envelope(), status=401, headers={"WWW-Authenticate": "Bearer"}
-                )
-            try:
-                return await handler(request)
-            except CoderaiError as exc:
-                return web.json_response(exc.envelope(), status=exc.status)
+            given = bearer_token(request.headers.get("Authorization", ""))
+            if given is None or not hmac.compare_digest(given, expected):
+                raise Unauthorized("send the admin key as 'Authorization: Bearer <key>'")
         return await handler(request)
 
     return check

@@ -2,50 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
 from aiohttp import web
 
-from coderai.errors import CoderaiError
 from coderai.front.admin_api import AdminRoutes, admin_auth
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.health import health_report
+from coderai.front.http import error_boundary
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
-from coderai.front.openai_api import ENGINE_HEADER, FRONT, OpenAIRoutes, error_response
+from coderai.front.openai_api import OpenAIRoutes
 from coderai.front.supervisor import Supervisor
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 METRICS = web.AppKey("metrics", Metrics)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-@web.middleware
-async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every /v1 answer is an OpenAI envelope, whatever went wrong and wherever; each is
-    counted by route and status."""
-    if not request.path.startswith("/v1/"):
-        return await handler(request)
-    try:
-        response = await handler(request)
-    except CoderaiError as exc:
-        response = error_response(exc)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        error = CoderaiError(exc.reason)
-        error.status = exc.status
-        error.error_type = "invalid_request_error" if exc.status < 500 else "server_error"
-        response = error_response(error)
-    if not response.prepared and ENGINE_HEADER not in response.headers:
-        response.headers[ENGINE_HEADER] = FRONT
-    resource = request.match_info.route.resource
-    route = resource.canonical if resource is not None else "other"
-    request.app[METRICS].requests.labels(route, str(response.status)).inc()
-    return response
+def count_answer(request: web.Request, response: web.StreamResponse) -> None:
+    """Every /v1 answer is counted by route and status."""
+    if request.path.startswith("/v1/"):
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "other"
+        request.app[METRICS].requests.labels(route, str(response.status)).inc()
 
 
 class EngineRunner(Protocol):
@@ -95,7 +77,8 @@ def build_app(
     drain_grace: float = 30.0,
 ) -> web.Application:
     app = web.Application(
-        middlewares=[openai_errors, admin_auth(admin_key)], client_max_size=MAX_BODY_BYTES
+        middlewares=[error_boundary(count_answer), admin_auth(admin_key)],
+        client_max_size=MAX_BODY_BYTES,
     )
     app[METRICS] = front.metrics
     dispatcher, supervisor = front.dispatcher, front.supervisor

@@ -28,24 +28,31 @@ from coderai.bus.messages import (
     Fail,
     Heartbeat,
     Hello,
+    Hold,
     Message,
     Refuse,
+    Resume,
     Welcome,
 )
 from coderai.bus.sockets import bind_router
 from coderai.config import ServerConfig
 from coderai.errors import (
     BusProtocolError,
+    CoderaiError,
     EngineFailed,
+    InvalidRequest,
     NoEngine,
     ProtocolVersionMismatch,
     QueueFull,
+    ShuttingDown,
+    StreamStalled,
     from_engine_failure,
 )
 from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
 from coderai.front.placement import compatible, route
 from coderai.front.registry import EngineRecord, Registry
+from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front")
 
@@ -59,15 +66,15 @@ class Dispatcher:
         settings: ServerConfig,
         endpoint: str,
         token: str,
-        engines_running: Callable[[], set[str]] = set,
+        engines_joinable: Callable[[], set[str]] = set,
         kill_engine: Callable[[str, int], None] = lambda name, pid: None,
         engine_config: Callable[[str], dict[str, Any]] = lambda name: {},
     ) -> None:
         self.settings = settings
         self.endpoint = endpoint
         self._token = token
-        #: names of engine processes alive, joined or not (the supervisor knows)
-        self.engines_running = engines_running
+        #: names of engine processes alive that may yet join (the supervisor knows)
+        self.engines_joinable = engines_joinable
         #: ends a silent engine's process so that it is restarted (the supervisor's)
         self.kill_engine = kill_engine
         #: settings sent in WELCOME, by engine name
@@ -80,6 +87,13 @@ class Dispatcher:
         #: engines taking no new jobs until their next incarnation joins
         self.draining: set[str] = set()
         self.dropped_frames = 0
+        self._drop_log = ThrottledLog(log)
+        #: cleared at shutdown: new requests are refused, those admitted may still finish
+        self.accepting = True
+        #: set when the bus stops: an engine lost fails its jobs instead of requeueing them
+        self.stopping = False
+        #: streams whose engine was told to hold them (back-pressure), ever
+        self.holds = 0
         self._ids = itertools.count(1)
         #: an asyncio context, so an in-process engine can share it (inproc://)
         self.context = zmq.asyncio.Context()
@@ -93,15 +107,43 @@ class Dispatcher:
         self._sock = LoopSocket(sock, asyncio.get_running_loop(), self._take)
         self._tasks = [asyncio.create_task(self._reap(), name="bus-reaper")]
 
+    async def shutdown(self, grace: float) -> int:
+        """Take no new requests; let those in flight and queued finish for `grace` seconds,
+        then end every one left with a 503 (an error event, for a stream that has begun).
+        Returns how many were ended that way."""
+        self.accepting = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self._unfinished() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return self._end_all(ShuttingDown("the server is shutting down"))
+
+    def _unfinished(self) -> list[FrontJob]:
+        running = [j for e in self.registry.all() for j in e.jobs.values()]
+        return [j for j in [*self.queue, *running] if j.outcome is None]
+
+    def _end_all(self, error: CoderaiError) -> int:
+        ended = 0
+        for job in self.queue.clear():
+            ended += job.outcome is None
+            job.finish(error)
+        for record in self.registry.all():
+            for job in list(record.jobs.values()):
+                if job.outcome is None:
+                    ended += 1
+                    job.finish(error)
+                    self._send(record, Cancel(job.id))
+        return ended
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-        for job in self.queue.clear():
-            job.finish(NoEngine("the server is shutting down"))
+        # engines first: with `stopping` set their jobs fail instead of queueing again
+        self.accepting, self.stopping = False, True
         for record in self.registry.all():
-            self._lose(record, "the server is shutting down")
+            self._lose(record, "the server is shutting down", died=False)
+        self._end_all(ShuttingDown("the server is shutting down"))
         if self._sock is not None:
             self._sock.close()
         self.context.term()
@@ -111,7 +153,15 @@ class Dispatcher:
 
     # -- requests -------------------------------------------------------------------------
     def submit(self, job: FrontJob) -> None:
-        """Dispatch now, or queue; raises NoEngine or QueueFull for an immediate answer."""
+        """Dispatch now, or queue; raises NoEngine, QueueFull or InvalidRequest for an
+        immediate answer. The JOB is encoded first, so a job that cannot cross the bus is
+        refused before any engine's credit is spent on it."""
+        if not self.accepting:
+            raise ShuttingDown("the server is shutting down")
+        try:
+            job.frames = encode(job.message)
+        except (OverflowError, UnicodeEncodeError, TypeError, ValueError) as exc:
+            raise InvalidRequest(f"the request holds a value that cannot be sent: {exc}") from None
         engines = self.serving()
         if not compatible(job.capability, engines) and not self._engines_starting():
             if engines:
@@ -162,9 +212,30 @@ class Dispatcher:
             return
         self._send(job.engine, Cancel(job.id))
 
+    def hold(self, job: FrontJob) -> None:
+        """The stream's client lags by more than stream_backlog_chars: its engine stops
+        that sequence until the client has taken what waits for it."""
+        if job.engine is not None and not job.held and job.outcome is None:
+            job.held = True
+            self.holds += 1
+            self._send(job.engine, Hold(job.id))
+
+    def resume(self, job: FrontJob) -> None:
+        if job.held:
+            job.held = False
+            if job.engine is not None and job.outcome is None:
+                self._send(job.engine, Resume(job.id))
+
+    def stalled(self, job: FrontJob, seconds: float) -> None:
+        """The client read nothing for `seconds`: end the stream and free its slot."""
+        if job.outcome is None:
+            job.finish(StreamStalled(f"the client read nothing for {seconds:.0f} s"))
+            if job.engine is not None:
+                self._send(job.engine, Cancel(job.id))
+
     def _engines_starting(self) -> bool:
         """Engine processes alive that have not said HELLO yet: they may serve soon."""
-        return bool(self.engines_running() - {e.name for e in self.registry.all()})
+        return bool(self.engines_joinable() - {e.name for e in self.registry.all()})
 
     def serving(self) -> list[EngineRecord]:
         """Engines that take new jobs."""
@@ -194,10 +265,12 @@ class Dispatcher:
     def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
         job.engine = engine
         engine.jobs[job.id] = job
-        self._send(engine, job.message)
+        self._send_frames(engine, job.frames)
 
     def _pump(self) -> None:
         """Dispatch queued jobs to free credit, in arrival order per model."""
+        if self.stopping:
+            return
         blocked: set[str] = set()
         for job in self.queue:
             if not any(e.free for e in self.serving()):
@@ -212,8 +285,13 @@ class Dispatcher:
             self._dispatch(job, engine)
 
     def _send(self, engine: EngineRecord, msg: Message) -> None:
+        self._send_frames(engine, encode(msg))
+
+    def _send_frames(self, engine: EngineRecord, frames: list[bytes]) -> None:
+        """Never raises: a peer that cannot be reached is lost (its jobs run elsewhere or
+        fail), which is handled outside whichever bus callback tried to send."""
         assert self._sock is not None
-        error = self._sock.send_nowait([engine.identity, *encode(msg)])
+        error = self._sock.send_nowait([engine.identity, *frames])
         if error is not None:
             # ROUTER_MANDATORY: the peer is gone (or hopelessly backed up)
             log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, error)
@@ -231,7 +309,8 @@ class Dispatcher:
 
     def _drop(self, identity: bytes, exc: BusProtocolError) -> None:
         self.dropped_frames += 1
-        log.warning(
+        # throttled: a flood of bad frames must not become a flood of log lines
+        self._drop_log.warning(
             "dropped a bus frame from %r (%d so far): %s", identity, self.dropped_frames, exc
         )
         if isinstance(exc, ProtocolVersionMismatch):
@@ -270,11 +349,11 @@ class Dispatcher:
             record.cooldown = msg.cooldown
         elif isinstance(msg, Bye):
             log.info("engine %s said goodbye: %s", record.name, msg.reason)
-            self._lose(record, f"engine {record.name} left: {msg.reason}")
+            self._lose(record, f"engine {record.name} left: {msg.reason}", died=False)
 
     def _hello(self, identity: bytes, msg: Hello) -> None:
         if not hmac.compare_digest(msg.token.encode(), self._token.encode()):
-            log.warning("refused engine %r: wrong bus token", msg.name)
+            self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r} with a wrong token"))
             self._refuse(identity, "wrong bus token")
             return
         if identity != f"{msg.name}:{msg.epoch}".encode():
@@ -311,6 +390,7 @@ class Dispatcher:
         if len(deltas) % 2:
             raise BusProtocolError("CHUNKS deltas must pair job ids with texts")
         jobs = record.jobs
+        backlog = self.settings.stream_backlog_chars
         it = iter(deltas)
         for job_id, text in zip(it, it, strict=True):
             job = jobs.get(job_id)  # type: ignore[call-overload]
@@ -318,7 +398,8 @@ class Dispatcher:
                 continue
             if not isinstance(text, str):
                 raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
-            job.push(text)
+            if job.push(text) > backlog and not job.held:
+                self.hold(job)
 
     def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:
         job = record.jobs.pop(job_id, None)
@@ -343,17 +424,30 @@ class Dispatcher:
         if record is not None and (pid is None or record.pid == pid):
             self._lose(record, f"engine {name} exited")
 
-    def _lose(self, record: EngineRecord, why: str) -> None:
-        """Forget an engine. Jobs that produced nothing run elsewhere; the rest fail."""
+    def _lose(self, record: EngineRecord, why: str, died: bool = True) -> None:
+        """Forget an engine. Jobs that produced nothing run elsewhere, once: a request that
+        was running on two engines that both died is the likely cause, and is not given a
+        third. The rest fail; all fail at shutdown."""
         if self.registry.get(record.identity) is record:
             self.registry.remove(record)
         jobs, record.jobs = list(record.jobs.values()), {}
-        requeue = [j for j in jobs if not j.started and not j.abandoned]
+        requeue = []
         for job in jobs:
-            if job not in requeue:
+            if died:
+                job.lost_on.append(record.name)
+            if self.stopping or job.started or job.abandoned:
                 job.finish(EngineFailed(f"{why} while running this request"))
+            elif len(job.lost_on) > 1:
+                log.warning("request %d outlived two engines; not retrying it", job.id)
+                job.finish(EngineFailed(
+                    f"engines {' and '.join(job.lost_on)} each died while running this"
+                    " request; the request itself is the likely cause, so it is not retried"
+                ))  # fmt: skip
+            else:
+                requeue.append(job)
         for job in reversed(requeue):
             job.engine = None
+            job.held = False
             self.queue.appendleft(job)
         if requeue:
             log.info("%s: re-dispatching %d jobs that had not started", why, len(requeue))
@@ -382,6 +476,14 @@ class Dispatcher:
         for job in [j for j in self.queue if now - j.enqueued_at > limit]:
             self.queue.remove(job)
             job.finish(NoEngine(f"no engine could take this request within {limit:.0f} s"))
-        if self.queue and not self.registry.all() and not self._engines_starting():
-            for job in self.queue.clear():
-                job.finish(NoEngine("no engine is running"))
+        self.answer_unservable()
+
+    def answer_unservable(self) -> None:
+        """Queued jobs that no serving engine can run, while no engine is on its way (an
+        engine that failed to join is not): nothing is coming for them, so answer now
+        rather than at queue_timeout."""
+        if self.queue and not self._engines_starting():
+            serving = self.serving()
+            for job in [j for j in self.queue if not compatible(j.capability, serving)]:
+                self.queue.remove(job)
+                job.finish(NoEngine(f"no running engine can serve {job.capability!r} models"))

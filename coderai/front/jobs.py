@@ -2,7 +2,8 @@
 
 The bus loop only appends text and sets an event; the request's own handler task renders
 and writes. A slow client therefore never blocks the bus loop, and while it lags its
-pending text is merged into one event instead of queueing one event per token.
+pending text is merged into one event instead of queueing one event per token. What waits
+is counted, so that past a bound the engine is told to hold the sequence (back-pressure).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class FrontJob:
     message: Job
     #: the engine that owns this model (placement), if any
     owner: str | None = None
+    #: the JOB encoded once, at admission: what cannot be encoded is refused up front
+    frames: list[bytes] = field(default_factory=list)
     enqueued_at: float = field(default_factory=time.monotonic)
     engine: EngineRecord | None = None
     #: the engine that produced the first output; it names the response's engine
@@ -41,15 +44,24 @@ class FrontJob:
     outcome: Outcome | None = None
     #: an embedding job's vectors, which arrive just before its DONE
     vectors: list[Any] | None = None
+    #: engines that died while this job ran on them, in order
+    lost_on: list[str] = field(default_factory=list)
+    #: its engine was told to hold it until the client catches up
+    held: bool = False
+    #: characters of text received and not yet taken by the handler
+    pending: int = 0
     _parts: list[str] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def push(self, text: str) -> None:
+    def push(self, text: str) -> int:
+        """Add text from the engine; returns the characters now waiting."""
         if not self.started:
             self.started = True
             self.served_by = self.engine.name if self.engine else None
         self._parts.append(text)
+        self.pending += len(text)
         self._wake.set()
+        return self.pending
 
     def finish(self, outcome: Outcome) -> None:
         if self.outcome is None:
@@ -67,4 +79,5 @@ class FrontJob:
         if not parts:
             return ""
         self._parts = []
+        self.pending = 0
         return parts[0] if len(parts) == 1 else "".join(parts)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import json
 import struct
 import time
 import uuid
@@ -13,17 +13,14 @@ from aiohttp import web
 
 from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
-from coderai.errors import CoderaiError, InvalidRequest
+from coderai.errors import CoderaiError
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
 from coderai.front.jobs import FrontJob
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
-
-ENGINE_HEADER = "X-CoderAI-Engine"
-#: the value of ENGINE_HEADER on responses the front answers without an engine
-FRONT = "front"
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -31,22 +28,6 @@ def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
     if encoding == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
     return vector
-
-
-def error_response(error: CoderaiError, engine: str | None = None) -> web.Response:
-    headers = {ENGINE_HEADER: engine or FRONT}
-    retry_after = getattr(error, "retry_after", None)
-    if retry_after is not None:
-        headers["Retry-After"] = str(retry_after)
-    return web.json_response(error.envelope(), status=error.status, headers=headers)
-
-
-async def read_json(request: web.Request) -> Any:
-    raw = await request.read()
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
 
 
 class OpenAIRoutes:
@@ -167,11 +148,14 @@ class OpenAIRoutes:
             }
         )
         await response.prepare(request)  # aiohttp holds the headers until the first write
+        stall = self.dispatcher.settings.stream_stall_timeout
         pending = template.opening()
         last_write: float | None = None
         while True:
             text = job.take()
             if text:
+                if job.held:  # the client caught up with what was held for it
+                    self.dispatcher.resume(job)
                 pending += template.content(text)
                 now = time.monotonic()
                 if last_write is None:
@@ -189,6 +173,30 @@ class OpenAIRoutes:
                 await response.write_eof(pending + error_event(outcome))
                 return response
             if pending:
-                await response.write(pending)
+                try:
+                    # a write waits while the client's socket is full: bounded, so a
+                    # client that stops reading cannot hold a slot and memory for ever
+                    async with asyncio.timeout(stall):
+                        await response.write(pending)
+                except TimeoutError:
+                    self.dispatcher.stalled(job, stall)
+                    assert isinstance(job.outcome, CoderaiError)
+                    _abandon(request, response, error_event(job.outcome), stall)
+                    return response
                 pending = b""
             await job.wait()
+
+
+def _abandon(request: web.Request, response: web.StreamResponse, last: bytes, stall: float) -> None:
+    """End a stream whose client stopped reading: its last event goes into the socket's
+    buffer without waiting for room (aiohttp's write would wait), the connection closes
+    once the client reads it, and is dropped if it has not after a further stall period."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return
+    response.force_close()
+    if response.chunked:
+        last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
+    transport.write(last)
+    transport.close()
+    asyncio.get_running_loop().call_later(stall, transport.abort)

@@ -1,18 +1,43 @@
 """OpenAI request bodies, validated at the edge. Unknown fields are accepted and ignored,
 as OpenAI-compatible servers commonly do, so clients that send extra options keep working;
-options we cannot honour with the requested value are rejected with a clear 400."""
+options we cannot honour with the requested value are rejected with a clear 400.
+
+Types are strict: `"stream": "yes"` or `"max_tokens": true` is a 400, never coerced. Every
+value must also cross the bus: integers within msgpack's 64 bits, and text that UTF-8 can
+encode (JSON's `"\ud800"` escape decodes to a lone surrogate, which it cannot).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coderai.errors import InvalidRequest
 
+#: the largest max_tokens accepted: far beyond any context, and within every int type
+MAX_TOKENS_LIMIT = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _encodable(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"contains a lone surrogate ({text[exc.start]!r} at offset {exc.start});"
+            " text must be valid Unicode"
+        ) from None
+    return text
+
+
+#: text that can be sent to an engine
+Text = Annotated[str, AfterValidator(_encodable)]
+TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
+
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class StreamOptions(_Body):
@@ -20,14 +45,14 @@ class StreamOptions(_Body):
 
 
 class _Sampling(_Body):
-    model: str = Field(min_length=1)
+    model: Text = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
+    max_tokens: TokenCount | None = None
+    stop: Text | list[Text] | None = None
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     n: int = 1
 
     @field_validator("n")
@@ -39,7 +64,7 @@ class _Sampling(_Body):
 
     @field_validator("stop")
     @classmethod
-    def _stop_list(cls, stop: str | list[str] | None) -> str | list[str] | None:
+    def _stop_list(cls, stop: Text | list[Text] | None) -> str | list[str] | None:
         if isinstance(stop, list) and len(stop) > 4:
             raise ValueError("at most 4 stop sequences are allowed")
         return stop
@@ -61,12 +86,12 @@ class _Sampling(_Body):
 
 class TextPart(_Body):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -78,15 +103,15 @@ class ChatMessage(_Body):
 
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: TokenCount | None = None
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str]
-    max_tokens: int | None = Field(16, ge=1)  # OpenAI's documented default for completions
+    prompt: Text | list[Text]
+    max_tokens: TokenCount | None = 16  # OpenAI's documented default for completions
 
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
@@ -100,8 +125,8 @@ class CompletionRequest(_Sampling):
 
 
 class EmbeddingRequest(_Body):
-    model: str = Field(min_length=1)
-    input: str | list[str]
+    model: Text = Field(min_length=1)
+    input: Text | list[Text]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
 
@@ -122,9 +147,23 @@ def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
     try:
         request = model.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first["loc"]]
+        first = _most_telling(exc.errors())
+        # a union's branch names ("function-after[...]", "list[...]") are noise to a client
+        loc = [str(p) for p in first["loc"] if not _is_branch(p)]
         message = str(first["msg"]).removeprefix("Value error, ")
         raise InvalidRequest(f"{'.'.join(loc)}: {message}", param=loc[0] if loc else None) from None
     request.check()
     return request
+
+
+def _is_branch(part: object) -> bool:
+    return isinstance(part, str) and ("[" in part or "(" in part)
+
+
+def _most_telling(errors: list[Any]) -> Any:
+    """Of the errors pydantic lists (one per branch of a union), the one a client can act
+    on: a failed check of ours says more than "not a string" from another branch."""
+    for error in errors:
+        if error["type"] == "value_error":
+            return error
+    return errors[0]

@@ -1,7 +1,8 @@
 """`coderai run`: the front process. Binds the bus in a private runtime directory, starts
 the engines (supervised processes, or one in-process engine with --single-process) and
-serves HTTP until SIGINT/SIGTERM; then lets in-flight requests finish for a grace period,
-stops the engines and removes its sockets."""
+serves HTTP until SIGINT/SIGTERM. Then it stops listening, lets the requests it holds
+finish for the grace period, ends every one left with a 503 (an error event, for a stream
+that has begun), stops the engines and removes its sockets."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from coderai.front.supervisor import Supervisor
 
 log = logging.getLogger("coderai.front")
 
+#: after the grace period, how long handlers have to write their final event
+LAST_WRITE_SECONDS = 2.0
+
 
 async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | None = None) -> int:
     runtime_dir = private_runtime_dir()
@@ -39,11 +43,13 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
         app = build_app(front, admin_key, catalogue_file, config.server.drain_grace_seconds)
         # A client that disconnects cancels its handler, which cancels its job (invariant
         # 3); at shutdown, requests in flight get the grace period to finish.
+        # Our own grace period comes first (see below); aiohttp's shutdown timeout is then
+        # only the time handlers get to write their last events.
         runner = web.AppRunner(
             app,
             handler_cancellation=True,
             access_log=None,
-            shutdown_timeout=config.server.shutdown_grace_seconds,
+            shutdown_timeout=LAST_WRITE_SECONDS,
         )
         await runner.setup()
         # a deep accept backlog: bursts of thousands of clients connect at once
@@ -55,8 +61,13 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        log.info("shutting down (up to %.0f s for requests in flight)",
-                 config.server.shutdown_grace_seconds)  # fmt: skip
+        grace = config.server.shutdown_grace_seconds
+        log.info("shutting down (up to %.0f s for requests in flight)", grace)
+        for listening in runner.sites:
+            await listening.stop()
+        ended = await front.dispatcher.shutdown(grace)
+        if ended:
+            log.warning("%d requests were unfinished after %.0f s; ended with 503", ended, grace)
         await runner.cleanup()
         return 0
     finally:
@@ -79,18 +90,27 @@ def _assemble(config: Config, catalogue: Catalogue, runtime_dir: str) -> Front:
 
         dispatcher = Dispatcher(config.server, ENDPOINT, token, engine_config=settings)
         in_process = InProcessEngine(plans[0], dispatcher.context, token)
-        dispatcher.engines_running = in_process.running
+        dispatcher.engines_joinable = in_process.running
         engine_runner = in_process
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
     else:
         endpoint = ipc_endpoint(runtime_dir)
         dispatcher = Dispatcher(config.server, endpoint, token, engine_config=settings)
-        supervisor = Supervisor(plans, endpoint, token, dispatcher.engine_exited)
-        dispatcher.engines_running = supervisor.running
+        supervisor = Supervisor(
+            plans,
+            endpoint,
+            token,
+            dispatcher.engine_exited,
+            config.server.engine_join_timeout,
+            lambda name: dispatcher.answer_unservable(),
+        )
+        dispatcher.engines_joinable = supervisor.joinable
         dispatcher.kill_engine = supervisor.kill
         engine_runner = supervisor
 
     def preload(engine: EngineRecord) -> None:
+        if not config.server.single_process:
+            supervisor.joined(engine.name)
         for entry in directory.preloads_for(engine):
             log.info("asking engine %s to load %s now", engine.name, entry.id)
             dispatcher.control(engine, "load", {"model": directory.spec_of(entry)})

@@ -26,6 +26,8 @@ STARTUP_FAILURE_SECONDS = 10.0
 FLAPPING_AFTER = 3
 STOP_GRACE_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 60.0
+#: states of an engine that is on the bus or will be shortly
+_COMING = frozenset({"starting", "running", "restarting"})
 
 
 def backoff_delay(consecutive_failures: int) -> float:
@@ -35,22 +37,26 @@ def backoff_delay(consecutive_failures: int) -> float:
     return float(min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** (consecutive_failures - 2)))
 
 
-def count_failure(previous: int, lived_seconds: float, requested: bool) -> int:
-    """Consecutive failures at start after an exit (a requested restart resets them)."""
+def count_failure(previous: int, lived_seconds: float, requested: bool, joined: bool = True) -> int:
+    """Consecutive failures at start after an exit (a requested restart resets them). An
+    engine that never joined the bus failed at start however long it lived."""
     if requested:
         return 0
-    return previous + 1 if lived_seconds < STARTUP_FAILURE_SECONDS else 1
+    return previous + 1 if lived_seconds < STARTUP_FAILURE_SECONDS or not joined else 1
 
 
 @dataclass
 class EngineStatus:
-    #: starting | running | restarting | backoff | stopped
+    #: starting (spawned, no HELLO yet) | running | restarting | backoff | stopped
     state: str = "starting"
     failures: int = 0
     restarts: int = 0
     last_exit: int | None = None
     retry_at: float | None = None
     restart_requested: bool = False
+    #: its last incarnation was killed for not joining within engine_join_timeout; until
+    #: one joins, requests do not wait for it
+    join_failed: bool = False
 
     @property
     def flapping(self) -> bool:
@@ -64,14 +70,20 @@ class Supervisor:
         endpoint: str,
         token: str,
         on_exit: Callable[[str, int | None], None],
+        join_timeout: float = 60.0,
+        on_join_failed: Callable[[str], None] = lambda name: None,
     ) -> None:
         self.specs = specs
+        self.join_timeout = join_timeout
+        #: requests waiting only for this engine are answered at once (the dispatcher's)
+        self._on_join_failed = on_join_failed
         self.endpoint = endpoint
         self._token = token
         self._on_exit = on_exit
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.status: dict[str, EngineStatus] = {spec.name: EngineStatus() for spec in specs}
         self._tasks: list[asyncio.Task[None]] = []
+        self._joined: dict[str, asyncio.Event] = {}
         self._stopping = False
 
     @property
@@ -84,6 +96,27 @@ class Supervisor:
     def running(self) -> set[str]:
         """Names of engines whose process is alive (joined the bus or not yet)."""
         return {name for name, p in self.procs.items() if p.returncode is None}
+
+    def joinable(self) -> set[str]:
+        """Engines that requests may wait for: alive or being restarted at once. Not those
+        backing off, stopped, or whose last incarnation failed to join (a request that only
+        such an engine could serve gets 503 at once)."""
+        return {
+            name
+            for name, status in self.status.items()
+            if status.state in _COMING and not status.join_failed
+        }
+
+    def joined(self, name: str) -> None:
+        """The dispatcher saw this engine's HELLO."""
+        status = self.status.get(name)
+        if status is not None:
+            status.join_failed = False
+            if status.state == "starting":
+                status.state = "running"
+        event = self._joined.get(name)
+        if event is not None:
+            event.set()
 
     def kill(self, name: str, pid: int) -> None:
         """End a hung engine (SIGKILL also ends a stopped one); _keep then restarts it."""
@@ -125,17 +158,21 @@ class Supervisor:
         while not self._stopping:
             epoch += 1
             started = time.monotonic()
+            joined = self._joined[spec.name] = asyncio.Event()
             proc = await self._spawn(spec, epoch)
             self.procs[spec.name] = proc
-            status.state, status.retry_at = "running", None
+            status.state, status.retry_at = "starting", None
             log.info("started engine %s (pid %d)", spec.name, proc.pid)
-            code = await proc.wait()
+            code = await self._wait_joined_then_exit(spec.name, proc, joined)
             self._on_exit(spec.name, proc.pid)
             if self._stopping:
                 status.state = "stopped"
                 return
             status.failures = count_failure(
-                status.failures, time.monotonic() - started, status.restart_requested
+                status.failures,
+                time.monotonic() - started,
+                status.restart_requested,
+                joined.is_set(),
             )
             status.restart_requested = False
             status.restarts += 1
@@ -155,6 +192,28 @@ class Supervisor:
                     spec.name, proc.pid, code, delay,
                 )  # fmt: skip
             await asyncio.sleep(delay)
+
+    async def _wait_joined_then_exit(
+        self, name: str, proc: asyncio.subprocess.Process, joined: asyncio.Event
+    ) -> int:
+        """The process's exit code; it is killed if it does not join in time."""
+        exited = asyncio.ensure_future(proc.wait())
+        joining = asyncio.ensure_future(joined.wait())
+        try:
+            await asyncio.wait({exited, joining}, timeout=self.join_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finally:
+            joining.cancel()
+        if not exited.done() and not joined.is_set() and not self._stopping:
+            log.error(
+                "engine %s (pid %d) did not join the bus within %.0f s; killing it",
+                name, proc.pid, self.join_timeout,
+            )  # fmt: skip
+            self.status[name].join_failed = True
+            self._on_join_failed(name)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        return await exited
 
     async def stop(self) -> None:
         """TERM every engine, KILL what is left after the grace period."""

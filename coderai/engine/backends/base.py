@@ -41,6 +41,9 @@ class ModelInstance(abc.ABC):
     step_interval: float = 0.0
     #: sequences this instance decodes at once
     capacity: int = 1 << 30
+    #: whether step() may leave some running sequences out (held ones); a backend that
+    #: decodes all its rows in one pass cannot
+    can_hold: bool = True
 
     @abc.abstractmethod
     def start(self, seq: Sequence) -> None:

@@ -132,6 +132,10 @@ def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
 
 
 class TransformersInstance(ModelInstance):
+    # one forward pass decodes every row of the batch, so a held row is decoded anyway and
+    # its text waits in the engine's outbox
+    can_hold = False
+
     def __init__(self, model: Any, tokenizer: Any) -> None:
         self.model = model
         self.tokenizer = tokenizer

@@ -1,0 +1,80 @@
+"""The one HTTP error boundary of the front: every route's failure becomes an OpenAI-style
+envelope with the right status, and the headers its error class carries.
+
+Handlers raise `CoderaiError`s; the middleware here renders them. A client's mistake (a
+4xx) is answered without a traceback in the log; only a failure of ours is logged with
+one, and even then the client gets an envelope, never aiohttp's text/plain 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from coderai.errors import CoderaiError, InvalidRequest
+
+log = logging.getLogger("coderai.front")
+
+ENGINE_HEADER = "X-CoderAI-Engine"
+#: the value of ENGINE_HEADER on responses the front answers without an engine
+FRONT = "front"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(error: CoderaiError, engine: str | None = None) -> web.Response:
+    headers = {ENGINE_HEADER: engine or FRONT, **error.headers()}
+    return web.json_response(error.envelope(), status=error.status, headers=headers)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as JSON, or InvalidRequest saying what is wrong with it."""
+    try:
+        raw = await request.read()
+    except HttpProcessingError as exc:
+        # e.g. a body labelled Content-Encoding: gzip that is not gzip
+        raise InvalidRequest(f"the request body cannot be read: {exc.message}") from None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
+
+
+def _from_http_exception(exc: web.HTTPException) -> CoderaiError:
+    error = CoderaiError(exc.reason)
+    error.status = exc.status
+    error.error_type = "invalid_request_error" if exc.status < 500 else "server_error"
+    return error
+
+
+def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None]) -> Any:
+    """The middleware; `on_answer` sees every response (metrics count them)."""
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except CoderaiError as exc:
+            response = error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = error_response(_from_http_exception(exc))
+        except HttpProcessingError as exc:
+            response = error_response(InvalidRequest(f"bad request: {exc.message}"))
+        except Exception:
+            log.exception("error handling %s %s", request.method, request.path)
+            response = error_response(CoderaiError("internal error; see the server log"))
+        if not response.prepared and ENGINE_HEADER not in response.headers:
+            response.headers[ENGINE_HEADER] = FRONT
+        on_answer(request, response)
+        return response
+
+    return errors
