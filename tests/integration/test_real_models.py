@@ -15,6 +15,7 @@ from coderai.bus.messages import Job
 from coderai.engine.backends.base import END, LoadProgress, ModelInstance, Sequence
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.transformers_backend import TransformersBackend
+from coderai.tinymodel import CONTEXT
 from tests.integration.server import Server
 
 PROMPTS = [
@@ -25,6 +26,8 @@ PROMPTS = [
     "é and 東京",
 ]
 TOKENS = 24
+#: one tiny-model token (in both tokenizers) per repetition, to build prompts of exact size
+TOKEN = " token"
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +69,11 @@ def chat(srv: Server, model: str, content: str, **extra: Any) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": content}],
             "temperature": 0, "max_tokens": TOKENS, **extra}  # fmt: skip
     return httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=120)
+
+
+def complete(srv: Server, model: str, prompt: str, max_tokens: int) -> httpx.Response:
+    body = {"model": model, "prompt": prompt, "temperature": 0, "max_tokens": max_tokens}
+    return httpx.post(srv.url + "/v1/completions", json=body, timeout=120)
 
 
 def text_of(r: httpx.Response) -> str:
@@ -175,6 +183,31 @@ def test_embeddings(server: Server, model: str, dims: int) -> None:
     assert all(len(d["embedding"]) == dims for d in body["data"])
     assert body["data"][0]["embedding"] != body["data"][1]["embedding"]
     assert body["usage"]["prompt_tokens"] > 0
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_a_context_that_fills_ends_with_length_and_the_text_so_far(
+    server: Server, model: str
+) -> None:
+    room = 10
+    r = complete(server, model, TOKEN * (CONTEXT - room), max_tokens=5 * room)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["choices"][0]["text"]
+    assert body["usage"] == {
+        "prompt_tokens": CONTEXT - room,
+        "completion_tokens": room,
+        "total_tokens": CONTEXT,
+    }
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_a_prompt_that_leaves_no_room_in_the_context_is_400(server: Server, model: str) -> None:
+    r = complete(server, model, TOKEN * CONTEXT, max_tokens=1)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message == f"the prompt has {CONTEXT} tokens; this model's context is {CONTEXT}"
 
 
 @pytest.mark.parametrize(

@@ -28,12 +28,28 @@ class Sequence:
     job: Job
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: completion tokens the model's context holds after the prompt: the sequence ends
+    #: with "length" there, as it does at max_tokens
+    room: int = 1 << 30
     #: backend-private decoding state (KV cache handle, RNG, …)
     state: Any = None
     stopper: StopMatcher = field(default_factory=lambda: StopMatcher([]))
     #: the instance running it, and that instance's pool key
     instance: ModelInstance | None = None
     key: str = ""
+
+
+def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
+    """Record a prompt's length and the room its context leaves for the completion, so
+    that prompt and completion together never exceed the context; refuse a prompt that
+    leaves no room."""
+    if prompt_tokens >= context:
+        raise JobError(
+            f"the prompt has {prompt_tokens} tokens; this model's context is {context}",
+            kind="bad_request",
+        )
+    seq.prompt_tokens = prompt_tokens
+    seq.room = context - prompt_tokens
 
 
 class ModelInstance(abc.ABC):

@@ -23,6 +23,7 @@ from coderai.engine.backends.base import (
     ModelInstance,
     Sequence,
     StepResult,
+    fit_prompt,
 )
 from coderai.errors import JobError
 
@@ -149,12 +150,9 @@ class LlamaCppInstance(ModelInstance):
         tokens = self.prompt_tokens(seq)
         if not tokens:
             raise JobError("the prompt is empty", kind="bad_request")
-        if len(tokens) >= self.llm.n_ctx():
-            raise JobError(
-                f"the prompt has {len(tokens)} tokens; n_ctx is {self.llm.n_ctx()}",
-                kind="bad_request",
-            )
-        seq.prompt_tokens = len(tokens)
+        # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so with
+        # prompt + completion <= n_ctx no llama_decode ever runs past the context
+        fit_prompt(seq, len(tokens), self.llm.n_ctx())
         seq.state = _Row(tokens, codecs.getincrementaldecoder("utf-8")(errors="replace"))
 
     def step(self, seqs: list[Sequence]) -> list[StepResult]:

@@ -27,6 +27,7 @@ from coderai.engine.backends.base import (
     ModelInstance,
     Sequence,
     StepResult,
+    fit_prompt,
 )
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
@@ -161,12 +162,9 @@ class TransformersInstance(ModelInstance):
         ids = self.prompt_ids(seq.job)
         if not ids:
             raise JobError("the prompt is empty", kind="bad_request")
-        if len(ids) >= self.context:
-            raise JobError(
-                f"the prompt has {len(ids)} tokens; this model's context is {self.context}",
-                kind="bad_request",
-            )
-        seq.prompt_tokens = len(ids)
+        # past max_position_embeddings a model either fails (learned positions) or quietly
+        # degrades (rotary ones), so the completion ends at the context instead
+        fit_prompt(seq, len(ids), self.context)
         decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)  # noqa: E731
         seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode))
 
