@@ -42,6 +42,7 @@ def models(
         {"id": "tiny-hf", "path": str(hf)},
         {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
         {"id": "tiny-gguf-tf", "path": str(gguf), "options": {"backend": "transformers"}},
+        {"id": "tiny-gguf-1k", "path": str(gguf), "options": {"n_ctx": 2 * CONTEXT}},
         {"id": "missing", "path": str(broken / "nowhere.gguf")},
         {"id": "corrupt", "path": str(corrupt)},
     ]
@@ -74,6 +75,11 @@ def chat(srv: Server, model: str, content: str, **extra: Any) -> httpx.Response:
 def complete(srv: Server, model: str, prompt: str, max_tokens: int) -> httpx.Response:
     body = {"model": model, "prompt": prompt, "temperature": 0, "max_tokens": max_tokens}
     return httpx.post(srv.url + "/v1/completions", json=body, timeout=120)
+
+
+def embed(srv: Server, model: str, inputs: list[str]) -> httpx.Response:
+    body = {"model": model, "input": inputs}
+    return httpx.post(srv.url + "/v1/embeddings", json=body, timeout=60)
 
 
 def text_of(r: httpx.Response) -> str:
@@ -208,6 +214,23 @@ def test_a_prompt_that_leaves_no_room_in_the_context_is_400(server: Server, mode
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
     assert message == f"the prompt has {CONTEXT} tokens; this model's context is {CONTEXT}"
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_an_embedding_input_longer_than_the_model_embeds_is_400_naming_it(
+    server: Server, model: str
+) -> None:
+    r = embed(server, model, ["hello", TOKEN * (CONTEXT + 1)])
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message == f"input[1] has {CONTEXT + 1} tokens; this model embeds at most {CONTEXT}"
+
+
+def test_llamacpp_embeds_a_whole_input_up_to_its_n_ctx(server: Server) -> None:
+    # longer than llama.cpp's default batch of 512 tokens, which used to cut it there
+    r = embed(server, "tiny-gguf-1k", [TOKEN * (2 * CONTEXT)])
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 2 * CONTEXT
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,17 @@ def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
     seq.room = context - prompt_tokens
 
 
+def refuse_long_inputs(lengths: list[int], limit: int) -> None:
+    """Refuse an embedding input longer than the model embeds: a vector of its first
+    `limit` tokens would silently describe another text."""
+    for index, tokens in enumerate(lengths):
+        if tokens > limit:
+            raise JobError(
+                f"input[{index}] has {tokens} tokens; this model embeds at most {limit}",
+                kind="bad_request",
+            )
+
+
 class ModelInstance(abc.ABC):
     #: seconds between steps; 0 means as fast as the hardware goes
     step_interval: float = 0.0

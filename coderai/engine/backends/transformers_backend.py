@@ -28,6 +28,7 @@ from coderai.engine.backends.base import (
     Sequence,
     StepResult,
     fit_prompt,
+    refuse_long_inputs,
 )
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
@@ -174,8 +175,10 @@ class TransformersInstance(ModelInstance):
 
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        enc = self.tokenizer(texts, padding=True, return_tensors="pt")
+        refuse_long_inputs(enc["attention_mask"].sum(dim=1).tolist(), self.context)
+        enc = enc.to(self.device)
         with torch.inference_mode():
-            enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(self.device)
             out = self.model(**enc, output_hidden_states=True)
             mask = enc["attention_mask"].unsqueeze(-1).to(out.hidden_states[-1].dtype)
             vectors = (out.hidden_states[-1] * mask).sum(dim=1) / mask.sum(dim=1)
