@@ -23,6 +23,13 @@ from coderai.errors import JobError
 log = logging.getLogger("coderai.engine")
 
 
+def completion_limit(max_tokens: int | None, room: int) -> int:
+    """Where a completion ends with "length": at the request's max_tokens, or where the
+    model's context is full, whichever comes first. Stopping there, rather than when a
+    backend fails to decode past its context, keeps the text generated so far."""
+    return room if max_tokens is None else min(max_tokens, room)
+
+
 class Scheduler:
     def __init__(self, backends: dict[str, Backend], outbox: Outbox, slots: int) -> None:
         self.slots = slots
@@ -238,8 +245,7 @@ class Scheduler:
             self._emit(seq, text)
             self._finish(seq, "stop")
             return
-        limit = seq.job.max_tokens
-        if limit is not None and seq.completion_tokens >= limit:
+        if seq.completion_tokens >= completion_limit(seq.job.max_tokens, seq.room):
             self._emit(seq, text + seq.stopper.flush())
             self._finish(seq, "length")
             return

@@ -15,6 +15,7 @@ from coderai.bus.messages import Job
 from coderai.engine.backends.base import END, LoadProgress, ModelInstance, Sequence
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.transformers_backend import TransformersBackend
+from coderai.tinymodel import CONTEXT
 from tests.integration.server import Server
 
 PROMPTS = [
@@ -25,6 +26,8 @@ PROMPTS = [
     "é and 東京",
 ]
 TOKENS = 24
+#: one tiny-model token (in both tokenizers) per repetition, to build prompts of exact size
+TOKEN = " token"
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +42,7 @@ def models(
         {"id": "tiny-hf", "path": str(hf)},
         {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
         {"id": "tiny-gguf-tf", "path": str(gguf), "options": {"backend": "transformers"}},
+        {"id": "tiny-gguf-1k", "path": str(gguf), "options": {"n_ctx": 2 * CONTEXT}},
         {"id": "missing", "path": str(broken / "nowhere.gguf")},
         {"id": "corrupt", "path": str(corrupt)},
     ]
@@ -66,6 +70,16 @@ def chat(srv: Server, model: str, content: str, **extra: Any) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": content}],
             "temperature": 0, "max_tokens": TOKENS, **extra}  # fmt: skip
     return httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=120)
+
+
+def complete(srv: Server, model: str, prompt: str, max_tokens: int) -> httpx.Response:
+    body = {"model": model, "prompt": prompt, "temperature": 0, "max_tokens": max_tokens}
+    return httpx.post(srv.url + "/v1/completions", json=body, timeout=120)
+
+
+def embed(srv: Server, model: str, inputs: list[str]) -> httpx.Response:
+    body = {"model": model, "input": inputs}
+    return httpx.post(srv.url + "/v1/embeddings", json=body, timeout=60)
 
 
 def text_of(r: httpx.Response) -> str:
@@ -175,6 +189,48 @@ def test_embeddings(server: Server, model: str, dims: int) -> None:
     assert all(len(d["embedding"]) == dims for d in body["data"])
     assert body["data"][0]["embedding"] != body["data"][1]["embedding"]
     assert body["usage"]["prompt_tokens"] > 0
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_a_context_that_fills_ends_with_length_and_the_text_so_far(
+    server: Server, model: str
+) -> None:
+    room = 10
+    r = complete(server, model, TOKEN * (CONTEXT - room), max_tokens=5 * room)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["choices"][0]["text"]
+    assert body["usage"] == {
+        "prompt_tokens": CONTEXT - room,
+        "completion_tokens": room,
+        "total_tokens": CONTEXT,
+    }
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_a_prompt_that_leaves_no_room_in_the_context_is_400(server: Server, model: str) -> None:
+    r = complete(server, model, TOKEN * CONTEXT, max_tokens=1)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message == f"the prompt has {CONTEXT} tokens; this model's context is {CONTEXT}"
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_an_embedding_input_longer_than_the_model_embeds_is_400_naming_it(
+    server: Server, model: str
+) -> None:
+    r = embed(server, model, ["hello", TOKEN * (CONTEXT + 1)])
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message == f"input[1] has {CONTEXT + 1} tokens; this model embeds at most {CONTEXT}"
+
+
+def test_llamacpp_embeds_a_whole_input_up_to_its_n_ctx(server: Server) -> None:
+    # longer than llama.cpp's default batch of 512 tokens, which used to cut it there
+    r = embed(server, "tiny-gguf-1k", [TOKEN * (2 * CONTEXT)])
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 2 * CONTEXT
 
 
 @pytest.mark.parametrize(

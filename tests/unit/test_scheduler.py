@@ -71,6 +71,20 @@ def test_max_tokens_ends_with_length() -> None:
     assert (done.finish_reason, done.completion_tokens) == ("length", 7)
 
 
+def test_a_context_that_fills_ends_with_length_at_its_room() -> None:
+    # "prompt 1" is two fake tokens, so a 9-token context has room for 7 more
+    received = asyncio.run(_run([_job(1, {"context": 9})], until_done=1))
+    (done,) = [m for m in received if isinstance(m, Done)]
+    assert (done.finish_reason, done.completion_tokens) == ("length", 7)
+    assert _text(received, 1) == "".join(fake_tokens("prompt 1", 0, 7))
+
+
+def test_max_tokens_below_the_room_still_wins() -> None:
+    received = asyncio.run(_run([_job(1, {"context": 9}, max_tokens=3)], until_done=1))
+    (done,) = [m for m in received if isinstance(m, Done)]
+    assert (done.finish_reason, done.completion_tokens) == ("length", 3)
+
+
 def test_cancel_takes_effect_within_one_step() -> None:
     tps = 20  # a step every 50 ms
     job = _job(1, {"tokens_per_second": tps, "output_tokens": 1000})

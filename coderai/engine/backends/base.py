@@ -28,12 +28,39 @@ class Sequence:
     job: Job
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: completion tokens the model's context holds after the prompt: the sequence ends
+    #: with "length" there, as it does at max_tokens
+    room: int = 1 << 30
     #: backend-private decoding state (KV cache handle, RNG, …)
     state: Any = None
     stopper: StopMatcher = field(default_factory=lambda: StopMatcher([]))
     #: the instance running it, and that instance's pool key
     instance: ModelInstance | None = None
     key: str = ""
+
+
+def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
+    """Record a prompt's length and the room its context leaves for the completion, so
+    that prompt and completion together never exceed the context; refuse a prompt that
+    leaves no room."""
+    if prompt_tokens >= context:
+        raise JobError(
+            f"the prompt has {prompt_tokens} tokens; this model's context is {context}",
+            kind="bad_request",
+        )
+    seq.prompt_tokens = prompt_tokens
+    seq.room = context - prompt_tokens
+
+
+def refuse_long_inputs(lengths: list[int], limit: int) -> None:
+    """Refuse an embedding input longer than the model embeds: a vector of its first
+    `limit` tokens would silently describe another text."""
+    for index, tokens in enumerate(lengths):
+        if tokens > limit:
+            raise JobError(
+                f"input[{index}] has {tokens} tokens; this model embeds at most {limit}",
+                kind="bad_request",
+            )
 
 
 class ModelInstance(abc.ABC):

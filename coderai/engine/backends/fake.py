@@ -3,6 +3,7 @@
 Its text is a pure function of (prompt, seed), so a test can compute exactly what a stream
 must deliver. Options simulate speed, load time and faults:
 tokens_per_second (0 = as fast as possible), load_seconds, output_tokens (natural length),
+context (tokens prompt and completion share, like a real model's context window),
 capacity (sequences one instance runs at once, like a llama.cpp context), memory_mb (the
 size the pool accounts for it), fail_after_tokens, crash_after_tokens (the process exits),
 hang_after_tokens (the process stops responding).
@@ -24,6 +25,7 @@ from coderai.engine.backends.base import (
     ModelInstance,
     Sequence,
     StepResult,
+    fit_prompt,
 )
 from coderai.errors import JobError
 
@@ -82,6 +84,7 @@ class FakeInstance(ModelInstance):
         tps = _option(options, "tokens_per_second", 0)
         self.step_interval = 1.0 / tps if tps else 0.0
         self.output_tokens = int(_option(options, "output_tokens", DEFAULT_OUTPUT_TOKENS))
+        self.context = int(_option(options, "context", 1 << 30))
         self.capacity = int(_option(options, "capacity", 1 << 30)) or 1
         self.fail_after = options.get("fail_after_tokens")
         self.crash_after = options.get("crash_after_tokens")
@@ -89,7 +92,7 @@ class FakeInstance(ModelInstance):
 
     def start(self, seq: Sequence) -> None:
         prompt = job_prompt(seq.job)
-        seq.prompt_tokens = max(1, len(prompt.split()))
+        fit_prompt(seq, max(1, len(prompt.split())), self.context)
         seq.state = _start_state(prompt, seq.job.seed or 0)
 
     def step(self, seqs: list[Sequence]) -> list[StepResult]:

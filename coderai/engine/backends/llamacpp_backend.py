@@ -23,6 +23,8 @@ from coderai.engine.backends.base import (
     ModelInstance,
     Sequence,
     StepResult,
+    fit_prompt,
+    refuse_long_inputs,
 )
 from coderai.errors import JobError
 
@@ -59,16 +61,19 @@ class LlamaCppBackend(Backend):
         gpu_layers = options.get("n_gpu_layers")
         if gpu_layers is None:
             gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
+        n_ctx = int(options.get("n_ctx") or _default_context(path))
         kwargs: dict[str, Any] = {
             "model_path": str(path),
-            "n_ctx": int(options.get("n_ctx") or _default_context(path)),
+            "n_ctx": n_ctx,
             "n_gpu_layers": int(gpu_layers),
             "type_k": _KV_TYPES[kv],
             "type_v": _KV_TYPES[kv],
             "verbose": False,
         }
         if spec.get("embedding"):
-            kwargs.update(embedding=True, pooling_type=_POOLING_MEAN)
+            # a pooled input is decoded in one batch, so the default batch of 512 tokens
+            # would cap inputs below the context
+            kwargs.update(embedding=True, pooling_type=_POOLING_MEAN, n_batch=n_ctx, n_ubatch=n_ctx)
         progress.fraction = 0.1
         try:
             with _extra_buffer_types(bool(options.get("extra_buffer_types", False))):
@@ -149,12 +154,9 @@ class LlamaCppInstance(ModelInstance):
         tokens = self.prompt_tokens(seq)
         if not tokens:
             raise JobError("the prompt is empty", kind="bad_request")
-        if len(tokens) >= self.llm.n_ctx():
-            raise JobError(
-                f"the prompt has {len(tokens)} tokens; n_ctx is {self.llm.n_ctx()}",
-                kind="bad_request",
-            )
-        seq.prompt_tokens = len(tokens)
+        # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so with
+        # prompt + completion <= n_ctx no llama_decode ever runs past the context
+        fit_prompt(seq, len(tokens), self.llm.n_ctx())
         seq.state = _Row(tokens, codecs.getincrementaldecoder("utf-8")(errors="replace"))
 
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
@@ -188,5 +190,7 @@ class LlamaCppInstance(ModelInstance):
             row.generator.close()
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        vectors, tokens = self.llm.embed(texts, return_count=True)
+        # counted as Llama.embed tokenises; its n_batch is the most one input may have
+        refuse_long_inputs([len(self.llm.tokenize(t.encode())) for t in texts], self.llm.n_batch)
+        vectors, tokens = self.llm.embed(texts, truncate=False, return_count=True)
         return [list(map(float, v)) for v in vectors], int(tokens)

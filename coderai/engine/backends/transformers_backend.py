@@ -27,6 +27,8 @@ from coderai.engine.backends.base import (
     ModelInstance,
     Sequence,
     StepResult,
+    fit_prompt,
+    refuse_long_inputs,
 )
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
@@ -165,12 +167,9 @@ class TransformersInstance(ModelInstance):
         ids = self.prompt_ids(seq.job)
         if not ids:
             raise JobError("the prompt is empty", kind="bad_request")
-        if len(ids) >= self.context:
-            raise JobError(
-                f"the prompt has {len(ids)} tokens; this model's context is {self.context}",
-                kind="bad_request",
-            )
-        seq.prompt_tokens = len(ids)
+        # past max_position_embeddings a model either fails (learned positions) or quietly
+        # degrades (rotary ones), so the completion ends at the context instead
+        fit_prompt(seq, len(ids), self.context)
         decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)  # noqa: E731
         seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode))
 
@@ -180,8 +179,10 @@ class TransformersInstance(ModelInstance):
 
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        enc = self.tokenizer(texts, padding=True, return_tensors="pt")
+        refuse_long_inputs(enc["attention_mask"].sum(dim=1).tolist(), self.context)
+        enc = enc.to(self.device)
         with torch.inference_mode():
-            enc = self.tokenizer(texts, padding=True, return_tensors="pt").to(self.device)
             out = self.model(**enc, output_hidden_states=True)
             mask = enc["attention_mask"].unsqueeze(-1).to(out.hidden_states[-1].dtype)
             vectors = (out.hidden_states[-1] * mask).sum(dim=1) / mask.sum(dim=1)
