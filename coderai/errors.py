@@ -8,6 +8,8 @@ class CoderaiError(Exception):
     status = 500
     error_type = "server_error"
     code: str | None = None
+    #: the connection is closed after this error's answer
+    close_connection = False
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -33,6 +35,13 @@ class CoderaiError(Exception):
 class InvalidRequest(CoderaiError):
     status = 400
     error_type = "invalid_request_error"
+
+
+class UnreadableBody(InvalidRequest):
+    """A body that cannot be read (e.g. labelled gzip and not gzip): what follows it on
+    the connection cannot be trusted either, so the connection is closed after the answer."""
+
+    close_connection = True
 
 
 class Unauthorized(CoderaiError):

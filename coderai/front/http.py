@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from coderai.errors import CoderaiError, InvalidRequest
+from coderai.errors import CoderaiError, InvalidRequest, UnreadableBody
 
 log = logging.getLogger("coderai.front")
 
@@ -29,16 +29,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def error_response(error: CoderaiError, engine: str | None = None) -> web.Response:
     headers = {ENGINE_HEADER: engine or FRONT, **error.headers()}
-    return web.json_response(error.envelope(), status=error.status, headers=headers)
+    response = web.json_response(error.envelope(), status=error.status, headers=headers)
+    if error.close_connection:
+        response.force_close()
+    return response
 
 
 async def read_json(request: web.Request) -> Any:
     """The request body as JSON, or InvalidRequest saying what is wrong with it."""
     try:
         raw = await request.read()
-    except HttpProcessingError as exc:
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
         # e.g. a body labelled Content-Encoding: gzip that is not gzip
-        raise InvalidRequest(f"the request body cannot be read: {exc.message}") from None
+        reason = " ".join(str(exc.__cause__ or exc).split())
+        raise UnreadableBody(f"the request body cannot be read: {reason}") from None
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -68,7 +72,7 @@ def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None])
                 raise
             response = error_response(_from_http_exception(exc))
         except HttpProcessingError as exc:
-            response = error_response(InvalidRequest(f"bad request: {exc.message}"))
+            response = error_response(UnreadableBody(f"bad request: {exc.message}"))
         except Exception:
             log.exception("error handling %s %s", request.method, request.path)
             response = error_response(CoderaiError("internal error; see the server log"))

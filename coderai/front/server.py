@@ -50,6 +50,9 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=LAST_WRITE_SECONDS,
+            # a body left unread (one that could not be decoded) closes the connection
+            # rather than being read on for seconds, and re-raising its error, afterwards
+            lingering_time=0,
         )
         await runner.setup()
         # a deep accept backlog: bursts of thousands of clients connect at once

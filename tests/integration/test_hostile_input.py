@@ -1,0 +1,207 @@
+"""A hostile or careless client gets a clear OpenAI-style error, and nothing is lost: no
+engine slot leaks, no request hangs, no traceback lands in the log for a client's mistake."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgpack
+import pytest
+import zmq
+
+from coderai.bus.codec import MAGIC, encode
+from coderai.bus.messages import Hello, MsgType
+from tests.integration.server import Server, wait_for
+
+KEY = "hostile-admin-key"
+SLOTS = 2
+MODELS: list[dict[str, Any]] = [
+    {"id": "fake", "format": "fake", "options": {"output_tokens": 8}},
+    {"id": "slow", "format": "fake", "options": {"tokens_per_second": 20, "output_tokens": 10_000}},
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # a short queue timeout: a leaked slot shows up as a 503 within seconds, not a hang
+    config = {"engines": 1, "max_parallel_requests": SLOTS, "queue_timeout": 3}
+    srv = Server(tmp_path_factory.mktemp("hostile"), config, MODELS,
+                 extra_config={"auth": {"admin_key": KEY}})  # fmt: skip
+    try:
+        srv.wait_ready(1)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def chat(content: str = "hi", **extra: Any) -> dict[str, Any]:
+    return {"model": "fake", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def post_raw(srv: Server, path: str, body: bytes, **headers: str) -> httpx.Response:
+    return httpx.post(srv.url + path, content=body, timeout=10,
+                      headers={"Content-Type": "application/json", **headers})  # fmt: skip
+
+
+def assert_envelope(r: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    error: dict[str, Any] = r.json()["error"]
+    assert error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+def free_slots(srv: Server) -> int:
+    return int(srv.health()["engines"][0]["free_slots"])
+
+
+# Raw JSON text: "\ud800" is a valid JSON escape that decodes to a lone surrogate, which no
+# UTF-8 encoder (msgpack's included) accepts.
+UNENCODABLE = [
+    ("max_tokens", '{"model":"fake","messages":[{"role":"user","content":"hi"}],'
+                   '"max_tokens":18446744073709551616}'),
+    ("seed", '{"model":"fake","messages":[{"role":"user","content":"hi"}],'
+             '"seed":18446744073709551616}'),
+    ("seed", '{"model":"fake","messages":[{"role":"user","content":"hi"}],'
+             '"seed":-9223372036854775809}'),
+    ("messages", '{"model":"fake","messages":[{"role":"user","content":"\\ud800"}]}'),
+    ("stop", '{"model":"fake","messages":[{"role":"user","content":"hi"}],"stop":["\\udfff"]}'),
+]  # fmt: skip
+
+
+def test_values_an_engine_cannot_receive_are_400_and_leak_no_slot(server: Server) -> None:
+    for _ in range(4):  # more bad requests than the engine has slots
+        for param, body in UNENCODABLE:
+            r = post_raw(server, "/v1/chat/completions", body.encode())
+            assert_envelope(r, 400, param)
+    r = post_raw(server, "/v1/completions", b'{"model":"fake","prompt":"a\\ud800"}')
+    assert_envelope(r, 400, "prompt")
+    assert free_slots(server) == SLOTS
+    ok = httpx.post(server.url + "/v1/chat/completions", json=chat(), timeout=10)
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_bad_value_is_refused_even_when_it_would_have_queued(server: Server) -> None:
+    """With every slot taken the request would queue; it is refused before that, so the
+    queue never holds a job that cannot be sent."""
+    streams = [
+        httpx.stream(
+            "POST",
+            server.url + "/v1/chat/completions",
+            timeout=30,
+            json={**chat(), "model": "slow", "stream": True},
+        )  # fmt: skip
+        for _ in range(SLOTS)
+    ]
+    responses = [s.__enter__() for s in streams]
+    try:
+        wait_for(lambda: free_slots(server) == 0)
+        r = post_raw(server, "/v1/chat/completions", UNENCODABLE[0][1].encode())
+        assert_envelope(r, 400, "max_tokens")
+        assert server.health()["queued"] == 0
+    finally:
+        for stream in streams:
+            stream.__exit__(None, None, None)
+    assert all(r.status_code == 200 for r in responses)
+    wait_for(lambda: free_slots(server) == SLOTS)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("stream", "yes"), ("max_tokens", True), ("temperature", "0.5"), ("seed", 1.5)],
+)
+def test_types_are_strict_not_coerced(server: Server, field: str, value: object) -> None:
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat(**{field: value}), timeout=10)
+    assert_envelope(r, 400, field)
+
+
+def test_json_nested_too_deep_is_a_400_envelope(server: Server) -> None:
+    depth = 100_000
+    body = b'{"model":"fake","messages":' + b"[" * depth + b"]" * depth + b"}"
+    assert_envelope(post_raw(server, "/v1/chat/completions", body), 400)
+
+
+def test_a_body_labelled_gzip_that_is_not_is_a_400_envelope(server: Server) -> None:
+    r = post_raw(server, "/v1/chat/completions", json.dumps(chat()).encode(),
+                 **{"Content-Encoding": "gzip"})  # fmt: skip
+    assert_envelope(r, 400)
+    # a real gzip body is read as such
+    r = post_raw(server, "/v1/chat/completions", gzip.compress(json.dumps(chat()).encode()),
+                 **{"Content-Encoding": "gzip"})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def test_authorization_bytes_that_are_not_utf8_get_a_401_envelope(server: Server) -> None:
+    r = httpx.get(server.url + "/admin/api/engines", timeout=10,
+                  headers={"Authorization": b"Bearer \xff\xfe\xfd"})  # fmt: skip
+    assert_envelope(r, 401)
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_the_bearer_scheme_is_case_insensitive(server: Server, scheme: str) -> None:
+    r = httpx.get(server.url + "/admin/api/engines", timeout=10,
+                  headers={"Authorization": f"{scheme} {KEY}"})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def test_every_route_answers_errors_as_envelopes(server: Server) -> None:
+    assert_envelope(httpx.get(server.url + "/no/such/route", timeout=10), 404)
+    assert_envelope(httpx.post(server.url + "/healthz", timeout=10), 405)
+    assert_envelope(httpx.get(server.url + "/v1/chat/completions", timeout=10), 405)
+    assert_envelope(httpx.get(server.url + "/admin/api/nothing", timeout=10,
+                              headers={"Authorization": f"Bearer {KEY}"}), 404)  # fmt: skip
+
+
+def test_client_errors_leave_no_traceback_in_the_log(server: Server) -> None:
+    # runs after the tests above in this module, which sent every kind of bad request
+    assert "Traceback" not in server.log()
+    assert "Error handling request" not in server.log()
+
+
+def test_a_wrong_token_hello_is_counted_and_a_flood_of_bad_frames_is_logged_sparingly(
+    server: Server,
+) -> None:
+    before = server.health()["dropped_bus_frames"]
+    flood = 2_000
+    ctx = zmq.Context()
+    peer = ctx.socket(zmq.DEALER)
+    peer.setsockopt(zmq.IDENTITY, b"intruder:1")
+    peer.connect(server.bus_endpoint())
+    try:
+        peer.send_multipart(encode(Hello("intruder", 1, 1, "cpu", ["fake"], 4, token="guess")))
+        assert peer.poll(5000), "a HELLO with a wrong token is answered with REFUSE"
+        assert peer.recv_multipart()[1][0] == MsgType.REFUSE
+        wait_for(lambda: server.health()["dropped_bus_frames"] == before + 1)
+        for _ in range(flood):
+            peer.send_multipart([MAGIC, bytes([MsgType.CHUNKS]), msgpack.packb({"deltas": 1})])
+        wait_for(lambda: server.health()["dropped_bus_frames"] == before + 1 + flood)
+    finally:
+        peer.close(linger=0)
+        ctx.term()
+    lines = [line for line in server.log().splitlines() if "dropped a bus frame" in line]
+    # at most one line per throttle interval (10 s) while the flood lasted, plus the first
+    assert 1 <= len(lines) <= 3, lines
+    assert free_slots(server) == SLOTS
+
+
+def test_a_missing_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "config.json").write_text("{}")
+    result = subprocess.run(
+        [sys.executable, "-m", "coderai", "run", "--config", str(tmp_path / "config.json")],
+        capture_output=True, text=True, timeout=30,
+        env={"PATH": "/usr/bin:/bin", "CODERAI_RUNTIME_DIR": str(tmp_path / "missing")},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "CODERAI_RUNTIME_DIR" in result.stderr
+    assert "Traceback" not in result.stderr
