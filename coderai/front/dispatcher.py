@@ -139,11 +139,11 @@ class Dispatcher:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        # engines first: with `stopping` set their jobs fail instead of queueing again
+        # with `stopping` set, nothing is queued again or dispatched from here on
         self.accepting, self.stopping = False, True
+        self._end_all(ShuttingDown("the server is shutting down"))
         for record in self.registry.all():
             self._lose(record, "the server is shutting down", died=False)
-        self._end_all(ShuttingDown("the server is shutting down"))
         if self._sock is not None:
             self._sock.close()
         self.context.term()

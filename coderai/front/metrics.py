@@ -44,6 +44,11 @@ class _StateCollector(Collector):
         )
         dropped.add_metric([], self.dispatcher.dropped_frames)
         yield dropped
+        holds = CounterMetricFamily(
+            "coderai_stream_holds", "Streams whose engine held them while their client lagged"
+        )
+        holds.add_metric([], self.dispatcher.holds)
+        yield holds
 
 
 class Metrics:

@@ -11,7 +11,7 @@ import zmq.asyncio
 from coderai.bus.codec import decode, encode
 from coderai.bus.messages import Hello, Job, Welcome
 from coderai.config import ModelEntry, ServerConfig
-from coderai.errors import EngineFailed
+from coderai.errors import EngineFailed, ShuttingDown
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 
@@ -50,3 +50,29 @@ def test_a_send_to_an_engine_that_vanished_loses_it_and_fails_its_job(tmp_path: 
             await dispatcher.stop()
 
     asyncio.run(scenario())
+
+
+def test_stop_ends_every_job_running_or_queued(tmp_path: Path) -> None:
+    """Jobs on an engine at shutdown are ended, not put back in a queue nobody reads."""
+
+    async def scenario() -> list[FrontJob]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)  # 2 slots
+        entry = ModelEntry(id="m", format="fake")
+        jobs = [
+            FrontJob(i, entry, "fake", Job(i, entry.spec("fake"), "completion", "hi"))
+            for i in (1, 2, 3)
+        ]
+        for job in jobs:
+            dispatcher.submit(job)
+        for _ in range(2):  # two dispatched, one queued
+            assert isinstance(decode(await peer.recv_multipart()), Job)
+        assert len(dispatcher.queue) == 1
+        await dispatcher.stop()
+        peer.close(linger=0)
+        return jobs
+
+    jobs = asyncio.run(scenario())
+    assert all(isinstance(job.outcome, ShuttingDown) for job in jobs)
