@@ -113,6 +113,11 @@ class ModelFileError(CoderaiError):
     code = "model_file_error"
 
 
+class NotAFileOrFolder(ModelFileError):
+    """The model's path names a FIFO, socket or device: reading one can wait forever or
+    have side effects, so a catalogue that names one is refused when it is saved."""
+
+
 def from_engine_failure(engine: str, kind: str, message: str) -> CoderaiError:
     """The HTTP meaning of an engine's FAIL: the request's fault, the model file's, or the
     engine's."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from coderai.config import catalogue_from, write_json_atomically
+from coderai.config import Catalogue, catalogue_from, write_json_atomically
 from coderai.errors import ConfigError, InvalidRequest, NotFound, Unauthorized
 from coderai.front.http import read_json
+from coderai.front.probe import probe, refusals
 
 if TYPE_CHECKING:
     from coderai.front.app import Front
@@ -55,6 +57,7 @@ class AdminRoutes:
         self.supervisor = front.supervisor
         self.catalogue_file = catalogue_file
         self.drain_grace = drain_grace
+        self._saving = asyncio.Lock()
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(PREFIX + "engines", self.engines)
@@ -119,8 +122,9 @@ class AdminRoutes:
         return {"models": models, "warnings": warnings}
 
     async def save_models(self, request: web.Request) -> web.Response:
-        """Replace the catalogue: validated, written atomically, owners reassigned; the
-        answer carries the warnings about pins that cannot be honoured."""
+        """Replace the catalogue: validated, its files checked (off the loop), written
+        atomically, owners reassigned; the answer carries the warnings about files that
+        cannot be used and pins that cannot be honoured."""
         data = await read_json(request)
         try:
             catalogue = catalogue_from(data, "request body")
@@ -128,9 +132,21 @@ class AdminRoutes:
             raise InvalidRequest(exc.message) from None
         if self.catalogue_file is None:
             raise InvalidRequest("this server has no catalogue file to save to")
-        write_json_atomically(self.catalogue_file, {"models": [
-            e.model_dump(exclude_defaults=True) for e in catalogue.entries
-        ]})  # fmt: skip
-        self.directory.load(catalogue)
-        log.info("catalogue saved to %s (%d models)", self.catalogue_file, len(catalogue.entries))
-        return web.json_response(self._models_body())
+        # shielded: a client that goes away mid-save must not leave the file saved and the
+        # directory serving the old catalogue
+        body = await asyncio.shield(self._save(self.catalogue_file, catalogue))
+        return web.json_response(body)
+
+    async def _save(self, path: Path, catalogue: Catalogue) -> dict[str, object]:
+        # one save at a time, in the order they came: they share the temp file, and the
+        # last one sent is the one that stays
+        async with self._saving:
+            probed = await probe(catalogue.entries)
+            refused = refusals(probed)
+            if refused:
+                raise InvalidRequest("; ".join(refused))
+            data = {"models": [e.model_dump(exclude_defaults=True) for e in catalogue.entries]}
+            await asyncio.to_thread(write_json_atomically, path, data)
+            self.directory.load(catalogue, probed)
+            log.info("catalogue saved to %s (%d models)", path, len(catalogue.entries))
+            return self._models_body()

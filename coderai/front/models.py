@@ -1,16 +1,19 @@
 """The catalogue as the front serves it: names, formats read from the files, the owner
-engine of each model, and the warnings about pins that cannot be honoured."""
+engine of each model, and the warnings about files that cannot be used and pins that cannot
+be honoured."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from coderai.config import Catalogue, ModelEntry
-from coderai.errors import CoderaiError, ModelNotFound
+from coderai.errors import ModelFileError, ModelNotFound
 from coderai.front.engine_plan import EnginePlan
 from coderai.front.placement import Assignment, EngineView, ModelView, assign_owners
+from coderai.front.probe import Probed, probe, same
 from coderai.front.registry import EngineRecord
-from coderai.modelfile import detect_format, required_capability
+from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.front")
 
@@ -21,32 +24,41 @@ def route_key(entry: ModelEntry) -> str:
 
 
 class ModelDirectory:
+    """Serves lookups from the results of the catalogue's file checks (see probe), so no
+    request and no admin read touches a file on the event loop."""
+
     def __init__(
         self,
         catalogue: Catalogue,
+        probed: Mapping[str, Probed],
         plans: list[EnginePlan],
         default_engine: str | None = None,
     ) -> None:
         self.plans = plans
         self.default_engine = default_engine
-        self._formats: dict[str, str] = {}
         self.catalogue = catalogue
+        self._probed: dict[str, Probed] = {}
         self.assignment = Assignment()
-        self.load(catalogue)
+        self.load(catalogue, probed)
 
-    def load(self, catalogue: Catalogue) -> Assignment:
-        """Adopt a catalogue: assign owners and report pins that cannot be honoured."""
+    def load(self, catalogue: Catalogue, probed: Mapping[str, Probed]) -> Assignment:
+        """Adopt a catalogue and the checks of its files: assign owners, and report the
+        files that cannot be used and the pins that cannot be honoured."""
         self.catalogue = catalogue
-        self._formats = {}
+        self._probed = {e.id: probed[e.id] for e in catalogue.entries}
         views = [
             ModelView(e.id, route_key(e), self._capability_or_none(e), e.engine)
             for e in catalogue.entries
         ]
         engines = [EngineView(p.name, frozenset(p.capabilities)) for p in self.plans]
-        self.assignment = assign_owners(views, engines, self.default_engine)
-        for model_id, warning in self.assignment.warnings.items():
+        assignment = assign_owners(views, engines, self.default_engine)
+        for model_id, result in self._probed.items():
+            if isinstance(result, ModelFileError):  # such a model has no owner, no pin warning
+                assignment.warnings[model_id] = result.message
+        for model_id, warning in assignment.warnings.items():
             log.warning("model %s: %s", model_id, warning)
-        return self.assignment
+        self.assignment = assignment
+        return assignment
 
     def entry(self, name: str) -> ModelEntry:
         entry = self.catalogue.resolve(name)
@@ -54,14 +66,29 @@ class ModelDirectory:
             raise ModelNotFound(f"The model {name!r} does not exist", param="model")
         return entry
 
+    async def resolve(self, name: str) -> ModelEntry:
+        """The entry a request names. If its file failed its last check, the file is
+        checked again (off the loop): it may have been created or fixed since."""
+        entry = self.entry(name)
+        if not isinstance(self._probed[entry.id], ModelFileError):
+            return entry
+        catalogue = self.catalogue
+        result = (await probe([entry]))[entry.id]
+        # adopt a changed outcome, unless a catalogue saved meanwhile brought its own checks
+        if self.catalogue is catalogue and not same(self._probed[entry.id], result):
+            self.load(catalogue, {**self._probed, entry.id: result})
+        if isinstance(result, ModelFileError):
+            raise result
+        return self.entry(name)
+
     def format_of(self, entry: ModelEntry) -> str:
-        """The entry's stated format, else the one its file shows (read once)."""
-        if entry.format is not None:
-            return entry.format
-        fmt = self._formats.get(entry.id)
-        if fmt is None:
-            fmt = self._formats[entry.id] = detect_format(entry.path)
-        return fmt
+        """The entry's stated format, else the one its file showed when checked."""
+        result = self._probed[entry.id]
+        if isinstance(result, ModelFileError):
+            # the stored error is raised for every such request: each raise would add its
+            # frames (and the request in them) to one ever-growing traceback
+            raise result.with_traceback(None)
+        return result
 
     def spec_of(self, entry: ModelEntry) -> dict[str, object]:
         """What an engine needs to load the entry (sent in each JOB and in preloads)."""
@@ -73,9 +100,7 @@ class ModelDirectory:
     def _capability_or_none(self, entry: ModelEntry) -> str | None:
         try:
             return self.capability_of(entry)
-        except CoderaiError as exc:
-            self.assignment.warnings[entry.id] = exc.message
-            log.warning("model %s: %s", entry.id, exc.message)
+        except ModelFileError:
             return None
 
     def owner_of(self, entry: ModelEntry) -> str | None:
@@ -84,16 +109,13 @@ class ModelDirectory:
     def describe(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         for entry in self.catalogue.entries:
-            try:
-                fmt: str | None = self.format_of(entry)
-            except CoderaiError:
-                fmt = None
+            result = self._probed[entry.id]
             out.append(
                 {
                     "id": entry.id,
                     "alias": entry.alias,
                     "path": entry.path,
-                    "format": fmt,
+                    "format": None if isinstance(result, ModelFileError) else result,
                     "pin": entry.engine,
                     "owner": self.owner_of(entry),
                     "load_mode": entry.load_mode,

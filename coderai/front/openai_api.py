@@ -51,18 +51,18 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
-        entry = self.directory.entry(req.model)
+        entry = await self.directory.resolve(req.model)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         return await self._run(request, req, entry, "chat", messages=messages)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
-        entry = self.directory.entry(req.model)
+        entry = await self.directory.resolve(req.model)
         return await self._run(request, req, entry, "completion", prompt=req.prompt_text())
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
-        entry = self.directory.entry(req.model)
+        entry = await self.directory.resolve(req.model)
         job = self._submit(entry, "embedding", inputs=req.texts())
         try:
             while job.outcome is None:

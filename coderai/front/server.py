@@ -23,6 +23,7 @@ from coderai.front.engine_plan import plan_engines
 from coderai.front.gpus import NvmlSensor
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
+from coderai.front.probe import Probed, probe
 from coderai.front.registry import EngineRecord
 from coderai.front.supervisor import Supervisor
 
@@ -35,7 +36,10 @@ LAST_WRITE_SECONDS = 2.0
 async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | None = None) -> int:
     runtime_dir = private_runtime_dir()
     try:
-        front = _assemble(config, catalogue, runtime_dir)
+        # before the site starts, so no request finds the catalogue unchecked; off the loop
+        # all the same, so a file that cannot be read never holds startup past the deadline
+        probed = await probe(catalogue.entries)
+        front = _assemble(config, catalogue, probed, runtime_dir)
         admin_key = config.auth.admin_key
         if admin_key is None:
             admin_key = secrets.token_urlsafe(24)
@@ -77,12 +81,14 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
         shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
-def _assemble(config: Config, catalogue: Catalogue, runtime_dir: str) -> Front:
+def _assemble(
+    config: Config, catalogue: Catalogue, probed: dict[str, Probed], runtime_dir: str
+) -> Front:
     token = secrets.token_hex(16)
     plans = plan_engines(config, NvmlSensor().nvidia_gpus())
     if config.server.single_process:
         plans = plans[:1]
-    directory = ModelDirectory(catalogue, plans, config.server.default_engine)
+    directory = ModelDirectory(catalogue, probed, plans, config.server.default_engine)
 
     def settings(name: str) -> dict[str, object]:
         return engine_settings(config, name)

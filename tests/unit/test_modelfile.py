@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from coderai.config import Config, engine_settings, engine_slots
 from coderai.engine.backends.transformers_backend import choose_dtype
-from coderai.errors import JobError, ModelFileError
+from coderai.errors import JobError, ModelFileError, NotAFileOrFolder
 from coderai.modelfile import detect_format, required_capability
 
 
@@ -37,6 +39,29 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
 
 
 def test_a_folder_without_config_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match=r"config\.json"):
+        detect_format(str(tmp_path))
+
+
+@pytest.mark.timeout(5)  # opening a FIFO for reading waits for a writer: a hang, not a failure
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    fifo = tmp_path / "piped.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(NotAFileOrFolder, match=r"piped\.gguf is a FIFO"):
+        detect_format(str(fifo))
+
+
+def test_sockets_and_devices_are_refused_by_kind(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "model.sock"))
+        with pytest.raises(NotAFileOrFolder, match="is a socket"):
+            detect_format(str(tmp_path / "model.sock"))
+    with pytest.raises(NotAFileOrFolder, match="is a character device"):
+        detect_format(os.devnull)
+
+
+def test_a_folder_whose_config_json_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "config.json")
     with pytest.raises(ModelFileError, match=r"config\.json"):
         detect_format(str(tmp_path))
 

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from coderai.config import Catalogue, ModelEntry
+from coderai.errors import ModelFileError
+from coderai.front.engine_plan import EnginePlan
+from coderai.front.models import ModelDirectory
+from coderai.front.probe import probe
+
+PLANS = [EnginePlan("cpu0", "cpu", ("gguf", "fake"), 2)]
+
+
+def directory_for(entries: list[ModelEntry]) -> ModelDirectory:
+    catalogue = Catalogue(entries)
+    return ModelDirectory(catalogue, asyncio.run(probe(entries)), PLANS)
+
+
+def test_a_missing_file_is_that_models_warning_beside_the_pin_warnings(tmp_path: Path) -> None:
+    absent = str(tmp_path / "absent.gguf")
+    entries = [
+        ModelEntry(id="gone", path=absent),
+        ModelEntry(id="ghost", format="fake", engine="gamma"),
+    ]
+    described = {m["id"]: m for m in directory_for(entries).describe()}
+    assert f"cannot open model file {absent}" in str(described["gone"]["warning"])
+    assert (described["gone"]["format"], described["gone"]["owner"]) == (None, None)
+    assert "'gamma' does not exist" in str(described["ghost"]["warning"])
+
+
+def test_a_model_whose_file_failed_its_check_is_answered_with_that_error(
+    tmp_path: Path,
+) -> None:
+    directory = directory_for([ModelEntry(id="gone", path=str(tmp_path / "absent.gguf"))])
+    with pytest.raises(ModelFileError, match=r"absent\.gguf"):
+        asyncio.run(directory.resolve("gone"))
+    with pytest.raises(ModelFileError, match=r"absent\.gguf"):
+        directory.spec_of(directory.entry("gone"))
+
+
+def test_a_file_created_after_its_check_is_adopted_at_the_next_request(tmp_path: Path) -> None:
+    weights = tmp_path / "late.gguf"
+    directory = directory_for([ModelEntry(id="late", path=str(weights))])
+    weights.write_bytes(b"GGUF\x03\x00\x00\x00")
+    entry = asyncio.run(directory.resolve("late"))
+    assert directory.spec_of(entry)["format"] == "gguf"
+    (described,) = directory.describe()
+    assert (described["warning"], described["owner"]) == (None, "cpu0")
+
+
+def test_a_file_that_changes_how_it_fails_updates_its_warning(tmp_path: Path) -> None:
+    weights = tmp_path / "bad.gguf"
+    directory = directory_for([ModelEntry(id="bad", path=str(weights))])
+    weights.write_bytes(b"PK\x03\x04")
+    with pytest.raises(ModelFileError, match="neither GGUF"):
+        asyncio.run(directory.resolve("bad"))
+    assert "neither GGUF" in str(directory.describe()[0]["warning"])
