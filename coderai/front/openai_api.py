@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
@@ -195,7 +195,8 @@ def _abandon(request: web.Request, response: web.StreamResponse, last: bytes, st
     if transport is None or transport.is_closing():
         return
     response.force_close()
-    if response.chunked:
+    # aiohttp chunks a body of unknown length for HTTP/1.1 (our streams never set one)
+    if request.version >= HttpVersion11:
         last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
     transport.write(last)
     transport.close()

@@ -1,0 +1,99 @@
+"""Clients that read slowly, or not at all, cost the front a bounded amount of memory:
+past server.stream_backlog_chars the engine holds the sequence, and past
+server.stream_stall_timeout the stream ends with an error event and frees its slot."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+import psutil
+
+from tests.integration.conftest import StartServer
+from tests.integration.server import Server, wait_for
+
+BACKLOG = 64 * 1024
+FAST = {"id": "fast", "format": "fake", "options": {"output_tokens": 10_000_000}}
+BODY = {"model": "fast", "prompt": "p", "max_tokens": 10_000_000, "stream": True}
+
+
+def open_stream(srv: Server, body: dict[str, Any] = BODY) -> socket.socket:
+    """A raw streaming request whose reader takes bytes only when told to."""
+    sock = socket.socket()
+    # a small receive window: the server's writes back up after a few kilobytes
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", srv.port))
+    payload = json.dumps(body).encode()
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(payload), payload)
+    )
+    return sock
+
+
+def front_rss(srv: Server) -> int:
+    return int(psutil.Process(srv.proc.pid).memory_info().rss)
+
+
+def free_slots(srv: Server) -> int:
+    return int(srv.health()["engines"][0]["free_slots"])
+
+
+def holds(srv: Server) -> float:
+    import httpx
+
+    for line in httpx.get(srv.url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("coderai_stream_holds_total "):
+            return float(line.split()[1])
+    raise AssertionError("no coderai_stream_holds_total in /metrics")
+
+
+def test_slow_readers_hold_the_front_to_its_backlog_cap(start_server: StartServer) -> None:
+    streams = 4
+    srv = start_server({"stream_backlog_chars": BACKLOG, "max_parallel_requests": streams},
+                       [FAST])  # fmt: skip
+    baseline = front_rss(srv)
+    socks = [open_stream(srv) for _ in range(streams)]
+    try:
+        wait_for(lambda: holds(srv) >= streams)
+        peak = baseline
+        end = time.monotonic() + 8
+        while time.monotonic() < end:  # each reads ~1 KB/s: far slower than the engine
+            for sock in socks:
+                sock.recv(100)
+            peak = max(peak, front_rss(srv))
+            time.sleep(0.1)
+    finally:
+        for sock in socks:
+            sock.close()
+    # per stream: the held text, its rendering, and aiohttp's write buffer (all ~BACKLOG),
+    # plus the allocator's slack; unbounded, 4 fast streams grew the front ~6 MB/s here
+    growth = peak - baseline
+    assert growth < streams * 4 * BACKLOG + 4 * 2**20, f"front grew {growth / 2**20:.1f} MiB"
+    # the engine held them instead of racing ahead, and closing them freed their slots
+    wait_for(lambda: free_slots(srv) == streams)
+
+
+def test_a_client_that_stops_reading_gets_an_error_event_and_frees_its_slot(
+    start_server: StartServer,
+) -> None:
+    stall = 2.0
+    srv = start_server({"stream_stall_timeout": stall, "stream_backlog_chars": BACKLOG,
+                        "max_parallel_requests": 2}, [FAST])  # fmt: skip
+    sock = open_stream(srv)
+    try:
+        wait_for(lambda: free_slots(srv) == 1)
+        wait_for(lambda: free_slots(srv) == 2, timeout=stall * 4 + 5)
+        # whatever the client reads now ends with the error event and the terminator
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.settimeout(stall * 2 + 5)  # the front closes the connection before that
+        data = b""
+        while chunk := sock.recv(1 << 16):
+            data += chunk
+    finally:
+        sock.close()
+    assert data.endswith(b"\r\n0\r\n\r\n")
+    last = data.rsplit(b"data: ", 1)[1].split(b"\n\n")[0]
+    assert json.loads(last)["error"]["code"] == "stream_stalled"
