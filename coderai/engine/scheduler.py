@@ -87,10 +87,13 @@ class Scheduler:
             self._admit_waiting(self._freed.pop())
 
     def _wait_time(self) -> float | None:
-        due = [self._next_step[i] for i, batch in self._batches.items() if self._due(i, batch)]
-        if not due:
+        if self._held:
+            steps = [self._next_step[i] for i, b in self._batches.items() if self._due(i, b)]
+        else:
+            steps = list(self._next_step.values())
+        if not steps:
             return None  # nothing to step until a job, a resume or a load arrives
-        return max(0.0, min(due) - time.monotonic())
+        return max(0.0, min(steps) - time.monotonic())
 
     def _due(self, instance: ModelInstance, batch: list[Sequence]) -> list[Sequence]:
         """The sequences to step: all of them, less the held ones where the backend can
@@ -197,6 +200,7 @@ class Scheduler:
             return
         if seq.job.kind == "embedding":
             return
+        seq.limit = completion_limit(seq.job.max_tokens, seq.room)
         batch = self._batches.setdefault(instance, [])
         if not batch:
             self._next_step[instance] = time.monotonic()
@@ -212,7 +216,8 @@ class Scheduler:
         for instance, batch in list(self._batches.items()):
             if self._next_step[instance] > now:
                 continue
-            due = list(self._due(instance, batch))
+            # a copy: finishing a sequence removes it from its batch
+            due = list(self._due(instance, batch) if self._held else batch)
             if not due:
                 continue
             try:
@@ -245,7 +250,7 @@ class Scheduler:
             self._emit(seq, text)
             self._finish(seq, "stop")
             return
-        if seq.completion_tokens >= completion_limit(seq.job.max_tokens, seq.room):
+        if seq.completion_tokens >= seq.limit:
             self._emit(seq, text + seq.stopper.flush())
             self._finish(seq, "length")
             return

@@ -94,6 +94,8 @@ class Dispatcher:
         self.stopping = False
         #: streams whose engine was told to hold them (back-pressure), ever
         self.holds = 0
+        #: streams being written to their clients (the handlers add and remove them)
+        self.streams: set[FrontJob] = set()
         self._ids = itertools.count(1)
         #: an asyncio context, so an in-process engine can share it (inproc://)
         self.context = zmq.asyncio.Context()
@@ -226,12 +228,23 @@ class Dispatcher:
             if job.engine is not None and job.outcome is None:
                 self._send(job.engine, Resume(job.id))
 
-    def stalled(self, job: FrontJob, seconds: float) -> None:
-        """The client read nothing for `seconds`: end the stream and free its slot."""
-        if job.outcome is None:
-            job.finish(StreamStalled(f"the client read nothing for {seconds:.0f} s"))
-            if job.engine is not None:
-                self._send(job.engine, Cancel(job.id))
+    def _end_stalled(self, now: float) -> None:
+        """Streams whose write has waited past stream_stall_timeout: the client stopped
+        reading. Each ends with an error, its slot is freed, and its handler is interrupted
+        to leave the error event in the socket's buffer and close the connection."""
+        limit = self.settings.stream_stall_timeout
+        for job in list(self.streams):
+            since = job.writing_since
+            if since is None or job.stalled or now - since <= limit:
+                continue
+            job.stalled = True
+            log.info("request %d: its client read nothing for %.0f s; ending it", job.id, limit)
+            if job.outcome is None:
+                job.finish(StreamStalled(f"the client read nothing for {limit:.0f} s"))
+                if job.engine is not None:
+                    self._send(job.engine, Cancel(job.id))
+            if job.writer is not None:
+                job.writer.cancel()
 
     def _engines_starting(self) -> bool:
         """Engine processes alive that have not said HELLO yet: they may serve soon."""
@@ -470,6 +483,7 @@ class Dispatcher:
                     self._lose(record, f"engine {record.name} stopped responding")
                     self.kill_engine(record.name, record.pid)
             self._expire_queue(now)
+            self._end_stalled(now)
 
     def _expire_queue(self, now: float) -> None:
         limit = self.settings.queue_timeout

@@ -50,6 +50,11 @@ class FrontJob:
     held: bool = False
     #: characters of text received and not yet taken by the handler
     pending: int = 0
+    #: a stream's handler task, and since when its current write has waited (if it has)
+    writer: asyncio.Task[Any] | None = None
+    writing_since: float | None = None
+    #: the reaper found its write waiting past stream_stall_timeout and interrupted it
+    stalled: bool = False
     _parts: list[str] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 

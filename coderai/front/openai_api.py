@@ -13,7 +13,7 @@ from aiohttp import HttpVersion11, web
 
 from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
-from coderai.errors import CoderaiError
+from coderai.errors import CoderaiError, StreamStalled
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
 from coderai.front.jobs import FrontJob
@@ -148,9 +148,24 @@ class OpenAIRoutes:
             }
         )
         await response.prepare(request)  # aiohttp holds the headers until the first write
-        stall = self.dispatcher.settings.stream_stall_timeout
+        job.writer = asyncio.current_task()
+        self.dispatcher.streams.add(job)
+        try:
+            await self._relay(request, response, job, template)
+        finally:
+            self.dispatcher.streams.discard(job)
+        return response
+
+    async def _relay(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        job: FrontJob,
+        template: StreamTemplate,
+    ) -> None:
         pending = template.opening()
         last_write: float | None = None
+        now = time.monotonic()
         while True:
             text = job.take()
             if text:
@@ -167,36 +182,47 @@ class OpenAIRoutes:
             # the last events, the chunked terminator (and, for a short answer, the
             # headers) leave in one write
             if isinstance(outcome, Done):
-                await response.write_eof(pending + template.closing(outcome))
-                return response
-            if isinstance(outcome, CoderaiError):
-                await response.write_eof(pending + error_event(outcome))
-                return response
+                pending += template.closing(outcome)
+            elif isinstance(outcome, CoderaiError):
+                pending += error_event(outcome)
             if pending:
+                # A write waits while the client's socket is full. The dispatcher's reaper
+                # ends one that waits past stream_stall_timeout by cancelling this task
+                # (a timeout per write would cost more than the write on the hot path).
+                job.writing_since = now if text else time.monotonic()
                 try:
-                    # a write waits while the client's socket is full: bounded, so a
-                    # client that stops reading cannot hold a slot and memory for ever
-                    async with asyncio.timeout(stall):
+                    if outcome is None:
                         await response.write(pending)
-                except TimeoutError:
-                    self.dispatcher.stalled(job, stall)
-                    assert isinstance(job.outcome, CoderaiError)
-                    _abandon(request, response, error_event(job.outcome), stall)
-                    return response
+                    else:
+                        await response.write_eof(pending)
+                except asyncio.CancelledError:
+                    if not job.stalled:
+                        raise  # the client went away
+                    assert job.writer is not None
+                    job.writer.uncancel()
+                    stalled = job.outcome if isinstance(job.outcome, StreamStalled) else None
+                    last = error_event(stalled) if stalled else b""
+                    _abandon(request, response, last, self.dispatcher.settings.stream_stall_timeout)
+                    return
+                finally:
+                    job.writing_since = None
                 pending = b""
+            if outcome is not None:
+                return
             await job.wait()
 
 
 def _abandon(request: web.Request, response: web.StreamResponse, last: bytes, stall: float) -> None:
-    """End a stream whose client stopped reading: its last event goes into the socket's
-    buffer without waiting for room (aiohttp's write would wait), the connection closes
-    once the client reads it, and is dropped if it has not after a further stall period."""
+    """End a stream whose client stopped reading: its last event, if any, goes into the
+    socket's buffer without waiting for room (aiohttp's write would wait), the connection
+    closes once the client has read it, and is dropped if it has not within another stall
+    period (holding it longer would only hold memory)."""
     transport = request.transport
     if transport is None or transport.is_closing():
         return
     response.force_close()
     # aiohttp chunks a body of unknown length for HTTP/1.1 (our streams never set one)
-    if request.version >= HttpVersion11:
+    if last and request.version >= HttpVersion11:
         last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
     transport.write(last)
     transport.close()

@@ -31,6 +31,8 @@ class Sequence:
     #: completion tokens the model's context holds after the prompt: the sequence ends
     #: with "length" there, as it does at max_tokens
     room: int = 1 << 30
+    #: completion tokens after which it ends with "length" (set by the scheduler at start)
+    limit: int = 1 << 30
     #: backend-private decoding state (KV cache handle, RNG, …)
     state: Any = None
     stopper: StopMatcher = field(default_factory=lambda: StopMatcher([]))
