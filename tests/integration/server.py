@@ -38,6 +38,14 @@ def wait_for(cond: Callable[[], object], timeout: float = 10.0) -> float:
     return time.monotonic() - start
 
 
+def site_hook(folder: Path, code: str) -> dict[str, str]:
+    """An engine environment whose interpreter runs `code` at start-up, before any of the
+    engine's own code (a broken or hanging installation): merge it into a spec's env."""
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(code)
+    return {"PYTHONPATH": str(folder)}
+
+
 def expected_chat(content: str, tokens: int, seed: int = 0) -> str:
     """What the fake model streams for one user message (no stop sequences)."""
     return "".join(fake_tokens(render_chat([{"role": "user", "content": content}]), seed, tokens))

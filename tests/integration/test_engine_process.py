@@ -15,7 +15,6 @@ import zmq
 from coderai.bus.codec import MAGIC, decode, encode
 from coderai.bus.messages import (
     Bye,
-    Chunks,
     Control,
     Done,
     Fail,
@@ -28,6 +27,7 @@ from coderai.bus.messages import (
 )
 from coderai.bus.sockets import bind_router
 from coderai.engine.backends.fake import fake_tokens
+from tests.messages_support import text_of
 
 TOKEN = "test-token"
 MODEL = {"id": "f", "path": "", "format": "fake", "options": {"output_tokens": 6}}
@@ -90,18 +90,10 @@ def _job(job_id: int, **kw: object) -> Job:
     return Job(job_id, MODEL, "completion", prompt="hi", **kw)  # type: ignore[arg-type]
 
 
-def _text(messages: list[Message], job_id: int) -> str:
-    out = ""
-    for m in messages:
-        if isinstance(m, Chunks):
-            out += dict(zip(m.deltas[::2], m.deltas[1::2], strict=True)).get(job_id, "")
-    return out
-
-
 def test_a_job_streams_its_tokens_then_done(front: FrontPeer) -> None:
     front.send(_job(1))
     seen = front.recv_until(Done)
-    assert _text(seen, 1) == "".join(fake_tokens("hi", 0, 6))
+    assert text_of(seen, 1) == "".join(fake_tokens("hi", 0, 6))
     assert seen[-1] == Done(1, "stop", 1, 6)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server, wait_for
+from tests.integration.server import Server, site_hook, wait_for
 
 SLOW = {"tokens_per_second": 20, "output_tokens": 10_000}
 
@@ -85,13 +85,11 @@ def test_sigterm_ends_streams_with_an_error_event_and_queued_requests_with_503(
 def test_an_engine_that_never_joins_is_killed_and_its_requests_get_503(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    hang = tmp_path / "hang-site"
-    hang.mkdir()
     # the engine's interpreter hangs before any of its code runs: it never says HELLO
-    (hang / "sitecustomize.py").write_text("import time\ntime.sleep(3600)\n")
+    hang = site_hook(tmp_path / "hang-site", "import time\ntime.sleep(3600)\n")
     join_timeout = 2.0
     config = {
-        "engine_specs": [{"name": "alpha", "backend": "cpu", "env": {"PYTHONPATH": str(hang)}}],
+        "engine_specs": [{"name": "alpha", "backend": "cpu", "env": hang}],
         "engine_join_timeout": join_timeout,
         "queue_timeout": 60,
     }

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server, wait_for
+from tests.integration.server import Server, site_hook, wait_for
 
 KEY = "supervision-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -138,12 +138,10 @@ def test_a_stopped_engine_is_detected_killed_and_replaced(start_server: StartSer
 def test_an_engine_that_crashes_at_start_is_backed_off_and_the_other_serves(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    broken = tmp_path / "broken-site"
-    broken.mkdir()
     # a broken environment: the interpreter exits before the engine's code runs
-    (broken / "sitecustomize.py").write_text("import os\nos._exit(3)\n")
+    broken = site_hook(tmp_path / "broken-site", "import os\nos._exit(3)\n")
     specs = [
-        {"name": "alpha", "backend": "cpu", "env": {"PYTHONPATH": str(broken)}},
+        {"name": "alpha", "backend": "cpu", "env": broken},
         {"name": "beta", "backend": "cpu"},
     ]
     srv = start_server({**TWO, "engine_specs": specs}, MODELS, engines=1)

@@ -11,14 +11,7 @@ from coderai.bus.messages import Chunks, Done, Job, Message
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
-
-
-def _text(messages: list[Message], job_id: int) -> str:
-    out = ""
-    for msg in messages:
-        if isinstance(msg, Chunks):
-            out += dict(zip(msg.deltas[::2], msg.deltas[1::2], strict=True)).get(job_id, "")
-    return out
+from tests.messages_support import text_of
 
 
 async def _until(cond: object, what: str) -> None:
@@ -40,7 +33,7 @@ def test_outbox_keeps_a_held_jobs_output_and_done_until_resumed() -> None:
         outbox.publish([(1, "held "), (2, "free")], [])
         outbox.publish([(1, "text")], [Done(1, "stop", 1, 2), Done(2, "stop", 1, 1)])
         await _until(lambda: any(isinstance(m, Done) and m.job_id == 2 for m in sent), "job 2")
-        assert _text(sent, 1) == ""
+        assert text_of(sent, 1) == ""
         assert not any(isinstance(m, Done) and m.job_id == 1 for m in sent)
         outbox.resume(1)
         await _until(lambda: any(isinstance(m, Done) and m.job_id == 1 for m in sent), "job 1")
@@ -48,7 +41,7 @@ def test_outbox_keeps_a_held_jobs_output_and_done_until_resumed() -> None:
         return sent
 
     sent = asyncio.run(scenario())
-    assert _text(sent, 1) == "held text"
+    assert text_of(sent, 1) == "held text"
     # its text leaves before its DONE
     last_chunk = max(i for i, m in enumerate(sent) if isinstance(m, Chunks) and 1 in m.deltas)
     done = next(i for i, m in enumerate(sent) if isinstance(m, Done) and m.job_id == 1)
@@ -73,7 +66,7 @@ def test_a_held_sequence_is_not_stepped_until_resumed() -> None:
         model = {"id": "f", "path": "", "format": "fake",
                  "options": {"tokens_per_second": 200, "output_tokens": tokens}}  # fmt: skip
         scheduler.submit(Job(1, model, "completion", "p"))
-        await _until(lambda: len(_text(sent, 1)) > 0, "first token")
+        await _until(lambda: len(text_of(sent, 1)) > 0, "first token")
         scheduler.hold(1)
         outbox.hold(1)
         # a second job runs to its end meanwhile: the scheduler went on stepping
@@ -94,4 +87,4 @@ def test_a_held_sequence_is_not_stepped_until_resumed() -> None:
 
     held_at, still, sent = asyncio.run(scenario())
     assert held_at == still < tokens
-    assert _text(sent, 1) == "".join(fake_tokens("p", 0, tokens))
+    assert text_of(sent, 1) == "".join(fake_tokens("p", 0, tokens))

@@ -11,6 +11,7 @@ from coderai.bus.messages import Chunks, Done, Fail, Job, Message
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
+from tests.messages_support import text_of
 
 
 def _job(job_id: int, options: dict[str, object], max_tokens: int | None = None) -> Job:
@@ -45,20 +46,11 @@ async def _run(
     return received
 
 
-def _text(messages: list[Message], job_id: int) -> str:
-    out = ""
-    for msg in messages:
-        if isinstance(msg, Chunks):
-            pairs = dict(zip(msg.deltas[::2], msg.deltas[1::2], strict=True))
-            out += pairs.get(job_id, "")
-    return out
-
-
-def test_jobs_run_together_and_each_gets_its_exact_text() -> None:
+def test_jobs_run_together_and_each_gets_its_exacttext_of() -> None:
     jobs = [_job(i, {"output_tokens": 50}) for i in (1, 2, 3)]
     received = asyncio.run(_run(jobs, until_done=3))
     for i in (1, 2, 3):
-        assert _text(received, i) == "".join(fake_tokens(f"prompt {i}", 0, 50))
+        assert text_of(received, i) == "".join(fake_tokens(f"prompt {i}", 0, 50))
     dones = {m.job_id: m for m in received if isinstance(m, Done)}
     assert {d.finish_reason for d in dones.values()} == {"stop"}
     # one CHUNKS message carries the deltas of several jobs
@@ -76,7 +68,7 @@ def test_a_context_that_fills_ends_with_length_at_its_room() -> None:
     received = asyncio.run(_run([_job(1, {"context": 9})], until_done=1))
     (done,) = [m for m in received if isinstance(m, Done)]
     assert (done.finish_reason, done.completion_tokens) == ("length", 7)
-    assert _text(received, 1) == "".join(fake_tokens("prompt 1", 0, 7))
+    assert text_of(received, 1) == "".join(fake_tokens("prompt 1", 0, 7))
 
 
 def test_max_tokens_below_the_room_still_wins() -> None:
@@ -103,7 +95,7 @@ def test_a_failing_job_does_not_harm_its_neighbour() -> None:
     received = asyncio.run(_run(jobs, until_done=2))
     (fail,) = [m for m in received if isinstance(m, Fail)]
     assert (fail.job_id, fail.kind) == (1, "model_error")
-    assert _text(received, 2) == "".join(fake_tokens("prompt 2", 0, 10))
+    assert text_of(received, 2) == "".join(fake_tokens("prompt 2", 0, 10))
 
 
 def test_unsupported_format_fails_the_job() -> None:
