@@ -35,6 +35,8 @@ class EngineRunner(Protocol):
 
     def start(self) -> None: ...
     async def stop(self) -> None: ...
+    def joined(self, name: str) -> None:
+        """The engine said HELLO."""
 
 
 class Front:

@@ -411,7 +411,8 @@ class Dispatcher:
                 continue
             if not isinstance(text, str):
                 raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
-            if job.push(text) > backlog and not job.held:
+            # only a stream's client can lag: a whole response takes all as it comes
+            if job.push(text) > backlog and job.writer is not None and not job.held:
                 self.hold(job)
 
     def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:

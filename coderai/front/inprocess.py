@@ -42,6 +42,9 @@ class InProcessEngine:
     def start(self) -> None:
         self._thread.start()
 
+    def joined(self, name: str) -> None:
+        """Nothing to track: the engine lives as long as its thread."""
+
     def running(self) -> set[str]:
         return {self.name} if self._thread.is_alive() else set()
 
