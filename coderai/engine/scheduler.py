@@ -68,6 +68,11 @@ class Scheduler:
     def stop(self) -> None:
         self._inbox.put(("stop", None))
 
+    def running(self, job_id: int) -> bool:
+        """Whether a job is still in this engine (read from the loop's thread: a dict
+        lookup is atomic; a job that ends just after is resumed by the front anyway)."""
+        return job_id in self._jobs
+
     def busy_slots(self) -> int:
         return len(self._jobs)
 

@@ -210,8 +210,9 @@ class EngineWorker:
             self._outbox.resume(msg.job_id)  # its last output and DONE may leave
             self.scheduler.cancel(msg.job_id)
         elif isinstance(msg, Hold):
-            self._outbox.hold(msg.job_id)
-            self.scheduler.hold(msg.job_id)
+            if self.scheduler.running(msg.job_id):  # a late HOLD would be kept for ever
+                self._outbox.hold(msg.job_id)
+                self.scheduler.hold(msg.job_id)
         elif isinstance(msg, Resume):
             self._outbox.resume(msg.job_id)
             self.scheduler.resume(msg.job_id)

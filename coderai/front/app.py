@@ -35,7 +35,7 @@ class EngineRunner(Protocol):
 
     def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def joined(self, name: str) -> None:
+    def joined(self, name: str, pid: int) -> None:
         """The engine said HELLO."""
 
 

@@ -118,7 +118,13 @@ class Dispatcher:
         deadline = loop.time() + grace
         while self._unfinished() and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        return self._end_all(ShuttingDown("the server is shutting down"))
+        ended = self._end_all(ShuttingDown("the server is shutting down"))
+        # a stream whose client is not reading would keep its handler waiting to write:
+        # its error event goes into the socket's buffer instead
+        for job in list(self.streams):
+            if job.writing_since is not None:
+                self._interrupt(job)
+        return ended
 
     def _unfinished(self) -> list[FrontJob]:
         running = [j for e in self.registry.all() for j in e.jobs.values()]
@@ -133,9 +139,23 @@ class Dispatcher:
             for job in list(record.jobs.values()):
                 if job.outcome is None:
                     ended += 1
-                    job.finish(error)
-                    self._send(record, Cancel(job.id))
+                    self._end(job, error)
         return ended
+
+    def _end(self, job: FrontJob, error: CoderaiError) -> None:
+        """The front answers a dispatched job itself: its engine is told to stop, and what
+        it still sends for the job is dropped (it is never run again elsewhere)."""
+        job.finish(error)
+        job.abandoned = True
+        if job.engine is not None:
+            self._send(job.engine, Cancel(job.id))
+
+    def _interrupt(self, job: FrontJob) -> None:
+        """Stop a stream's handler waiting on a client that does not read: it leaves its
+        last event in the socket's buffer and closes the connection."""
+        if job.writer is not None and not job.interrupted:
+            job.interrupted = True
+            job.writer.cancel()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -197,8 +217,7 @@ class Dispatcher:
         for job in list(record.jobs.values()):
             if job.outcome is None:
                 cancelled += 1
-                job.finish(EngineFailed(f"engine {name} was drained before this request ended"))
-                self._send(record, Cancel(job.id))
+                self._end(job, EngineFailed(f"engine {name} was drained before this request ended"))
         return cancelled
 
     def control(self, engine: EngineRecord, action: str, args: dict[str, Any]) -> None:
@@ -235,16 +254,12 @@ class Dispatcher:
         limit = self.settings.stream_stall_timeout
         for job in list(self.streams):
             since = job.writing_since
-            if since is None or job.stalled or now - since <= limit:
+            if since is None or job.interrupted or now - since <= limit:
                 continue
-            job.stalled = True
             log.info("request %d: its client read nothing for %.0f s; ending it", job.id, limit)
             if job.outcome is None:
-                job.finish(StreamStalled(f"the client read nothing for {limit:.0f} s"))
-                if job.engine is not None:
-                    self._send(job.engine, Cancel(job.id))
-            if job.writer is not None:
-                job.writer.cancel()
+                self._end(job, StreamStalled(f"the client read nothing for {limit:.0f} s"))
+            self._interrupt(job)
 
     def _engines_starting(self) -> bool:
         """Engine processes alive that have not said HELLO yet: they may serve soon."""
@@ -308,7 +323,8 @@ class Dispatcher:
         if error is not None:
             # ROUTER_MANDATORY: the peer is gone (or hopelessly backed up)
             log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, error)
-            asyncio.get_running_loop().call_soon(self._lose, engine, "engine unreachable")
+            # not counted as a death: the job never reached it, so it is not to blame
+            asyncio.get_running_loop().call_soon(self._lose, engine, "engine unreachable", False)
 
     # -- the bus --------------------------------------------------------------------------
     def _take(self, frames: list[bytes]) -> None:
@@ -424,7 +440,9 @@ class Dispatcher:
     def _failed(self, record: EngineRecord, msg: Fail) -> None:
         job = record.jobs.pop(msg.job_id, None)
         if job is not None:
-            if msg.kind in _RETRYABLE and not job.started and not job.abandoned:
+            if msg.kind in _RETRYABLE and not (
+                job.started or job.abandoned or job.outcome is not None
+            ):
                 job.engine = None
                 self.queue.appendleft(job)
             else:
@@ -449,7 +467,7 @@ class Dispatcher:
         for job in jobs:
             if died:
                 job.lost_on.append(record.name)
-            if self.stopping or job.started or job.abandoned:
+            if self.stopping or job.started or job.abandoned or job.outcome is not None:
                 job.finish(EngineFailed(f"{why} while running this request"))
             elif len(job.lost_on) > 1:
                 log.warning("request %d outlived two engines; not retrying it", job.id)
@@ -498,7 +516,8 @@ class Dispatcher:
         engine that failed to join is not): nothing is coming for them, so answer now
         rather than at queue_timeout."""
         if self.queue and not self._engines_starting():
-            serving = self.serving()
-            for job in [j for j in self.queue if not compatible(j.capability, serving)]:
+            # a draining engine counts: its next incarnation (a restart) serves the queue
+            registered = self.registry.all()
+            for job in [j for j in self.queue if not compatible(j.capability, registered)]:
                 self.queue.remove(job)
                 job.finish(NoEngine(f"no running engine can serve {job.capability!r} models"))

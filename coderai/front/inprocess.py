@@ -42,7 +42,7 @@ class InProcessEngine:
     def start(self) -> None:
         self._thread.start()
 
-    def joined(self, name: str) -> None:
+    def joined(self, name: str, pid: int) -> None:
         """Nothing to track: the engine lives as long as its thread."""
 
     def running(self) -> set[str]:

@@ -53,8 +53,8 @@ class FrontJob:
     #: a stream's handler task, and since when its current write has waited (if it has)
     writer: asyncio.Task[Any] | None = None
     writing_since: float | None = None
-    #: the reaper found its write waiting past stream_stall_timeout and interrupted it
-    stalled: bool = False
+    #: its handler was interrupted while waiting to write to a client that does not read
+    interrupted: bool = False
     _parts: list[str] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -30,6 +30,10 @@ def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
     return vector
 
 
+#: how long a cut stream's client has to read its last event before the connection drops
+LAST_READ_SECONDS = 30.0
+
+
 class OpenAIRoutes:
     def __init__(self, dispatcher: Dispatcher, models: ModelDirectory, metrics: Metrics) -> None:
         self.dispatcher = dispatcher
@@ -196,13 +200,13 @@ class OpenAIRoutes:
                     else:
                         await response.write_eof(pending)
                 except asyncio.CancelledError:
-                    if not job.stalled:
+                    if not job.interrupted:
                         raise  # the client went away
                     assert job.writer is not None
                     job.writer.uncancel()
-                    stalled = job.outcome if isinstance(job.outcome, StreamStalled) else None
-                    last = error_event(stalled) if stalled else b""
-                    _abandon(request, response, last, self.dispatcher.settings.stream_stall_timeout)
+                    # a cut final write has already put its events and terminator in the
+                    # buffer; otherwise the stream ends with the reason it was cut
+                    _abandon(request, response, b"" if outcome else error_event(_cut(job)))
                     return
                 finally:
                     job.writing_since = None
@@ -212,11 +216,19 @@ class OpenAIRoutes:
             await job.wait()
 
 
-def _abandon(request: web.Request, response: web.StreamResponse, last: bytes, stall: float) -> None:
+def _cut(job: FrontJob) -> CoderaiError:
+    """Why a stream was cut: its error (stalled, shutting down), even when the engine's DONE
+    arrived while the handler waited for the client."""
+    if isinstance(job.outcome, CoderaiError):
+        return job.outcome
+    return StreamStalled("the client stopped reading")
+
+
+def _abandon(request: web.Request, response: web.StreamResponse, last: bytes) -> None:
     """End a stream whose client stopped reading: its last event, if any, goes into the
     socket's buffer without waiting for room (aiohttp's write would wait), the connection
-    closes once the client has read it, and is dropped if it has not within another stall
-    period (holding it longer would only hold memory)."""
+    closes once the client has read it, and is dropped if it has not within
+    LAST_READ_SECONDS (holding it longer would only hold memory)."""
     transport = request.transport
     if transport is None or transport.is_closing():
         return
@@ -226,4 +238,4 @@ def _abandon(request: web.Request, response: web.StreamResponse, last: bytes, st
         last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
     transport.write(last)
     transport.close()
-    asyncio.get_running_loop().call_later(stall, transport.abort)
+    asyncio.get_running_loop().call_later(LAST_READ_SECONDS, transport.abort)

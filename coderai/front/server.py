@@ -118,7 +118,7 @@ def _assemble(
         engine_runner = supervisor
 
     def preload(engine: EngineRecord) -> None:
-        engine_runner.joined(engine.name)
+        engine_runner.joined(engine.name, engine.pid)
         for entry in directory.preloads_for(engine):
             log.info("asking engine %s to load %s now", engine.name, entry.id)
             dispatcher.control(engine, "load", {"model": directory.spec_of(entry)})

@@ -107,8 +107,12 @@ class Supervisor:
             if status.state in _COMING and not status.join_failed
         }
 
-    def joined(self, name: str) -> None:
-        """The dispatcher saw this engine's HELLO."""
+    def joined(self, name: str, pid: int) -> None:
+        """The dispatcher saw this engine's HELLO. A late HELLO from an incarnation that
+        was already given up on does not count for the one that replaced it."""
+        proc = self.procs.get(name)
+        if proc is None or proc.pid != pid:
+            return
         status = self.status.get(name)
         if status is not None:
             status.join_failed = False

@@ -9,7 +9,9 @@ import socket
 import time
 from typing import Any
 
+import httpx
 import psutil
+import pytest
 
 from tests.integration.conftest import StartServer
 from tests.integration.server import Server, wait_for
@@ -42,8 +44,6 @@ def free_slots(srv: Server) -> int:
 
 
 def holds(srv: Server) -> float:
-    import httpx
-
     for line in httpx.get(srv.url + "/metrics", timeout=5).text.splitlines():
         if line.startswith("coderai_stream_holds_total "):
             return float(line.split()[1])
@@ -54,6 +54,10 @@ def test_slow_readers_hold_the_front_to_its_backlog_cap(start_server: StartServe
     streams = 4
     srv = start_server({"stream_backlog_chars": BACKLOG, "max_parallel_requests": streams},
                        [FAST])  # fmt: skip
+    # one request first, so that what serving costs by itself is in the baseline
+    warm = httpx.post(srv.url + "/v1/completions", json={**BODY, "max_tokens": 64,
+                      "stream": False}, timeout=30)  # fmt: skip
+    assert warm.status_code == 200
     baseline = front_rss(srv)
     socks = [open_stream(srv) for _ in range(streams)]
     try:
@@ -76,19 +80,28 @@ def test_slow_readers_hold_the_front_to_its_backlog_cap(start_server: StartServe
     wait_for(lambda: free_slots(srv) == streams)
 
 
+@pytest.mark.parametrize(
+    ("tokens", "backlog", "stall"),
+    [
+        (10_000_000, BACKLOG, 3.0),  # the stream is held, then cut at the stall deadline
+        # never held, and the stall deadline is long: the whole answer and its DONE reach
+        # the front while it waits to write, and the stream must still end with an error
+        (2_000_000, 64 * 2**20, 8.0),
+    ],
+)
 def test_a_client_that_stops_reading_gets_an_error_event_and_frees_its_slot(
-    start_server: StartServer,
+    start_server: StartServer, tokens: int, backlog: int, stall: float
 ) -> None:
-    stall = 2.0
-    srv = start_server({"stream_stall_timeout": stall, "stream_backlog_chars": BACKLOG,
+    srv = start_server({"stream_stall_timeout": stall, "stream_backlog_chars": backlog,
                         "max_parallel_requests": 2}, [FAST])  # fmt: skip
-    sock = open_stream(srv)
+    sock = open_stream(srv, {**BODY, "max_tokens": tokens})
     try:
         wait_for(lambda: free_slots(srv) == 1)
-        wait_for(lambda: free_slots(srv) == 2, timeout=stall * 4 + 5)
+        wait_for(lambda: "its client read nothing" in srv.log(), timeout=stall * 4 + 5)
+        wait_for(lambda: free_slots(srv) == 2)
         # whatever the client reads now ends with the error event and the terminator
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.settimeout(stall * 2 + 5)  # the front closes the connection before that
+        sock.settimeout(20)  # the front closes the connection once this has been read
         data = b""
         while chunk := sock.recv(1 << 16):
             data += chunk
@@ -97,3 +110,14 @@ def test_a_client_that_stops_reading_gets_an_error_event_and_frees_its_slot(
     assert data.endswith(b"\r\n0\r\n\r\n")
     last = data.rsplit(b"data: ", 1)[1].split(b"\n\n")[0]
     assert json.loads(last)["error"]["code"] == "stream_stalled"
+
+
+def test_a_whole_response_is_never_held(start_server: StartServer) -> None:
+    """A non-streamed answer takes its text as it arrives, however much comes at once; a
+    hold would have nobody to resume it."""
+    srv = start_server({"stream_backlog_chars": 1024}, [FAST])
+    body = {**BODY, "max_tokens": 200_000, "stream": False}
+    r = httpx.post(srv.url + "/v1/completions", json=body, timeout=50)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 200_000
+    assert holds(srv) == 0

@@ -11,7 +11,7 @@ import zmq.asyncio
 from coderai.bus.codec import decode, encode
 from coderai.bus.messages import Hello, Job, Welcome
 from coderai.config import ModelEntry, ServerConfig
-from coderai.errors import EngineFailed, ShuttingDown
+from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 
@@ -76,3 +76,28 @@ def test_stop_ends_every_job_running_or_queued(tmp_path: Path) -> None:
 
     jobs = asyncio.run(scenario())
     assert all(isinstance(job.outcome, ShuttingDown) for job in jobs)
+
+
+def test_a_job_that_cannot_be_encoded_is_refused_before_it_takes_credit(tmp_path: Path) -> None:
+    """The HTTP schemas refuse such values first; the dispatcher does not rely on it."""
+
+    async def scenario() -> tuple[Dispatcher, InvalidRequest | None]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        entry = ModelEntry(id="m", format="fake")
+        bad = Job(1, entry.spec("fake"), "completion", "hi", seed=2**64)
+        refused = None
+        try:
+            dispatcher.submit(FrontJob(1, entry, "fake", bad))
+        except InvalidRequest as exc:
+            refused = exc
+        record = dispatcher.registry.all()[0]
+        assert (record.free, len(dispatcher.queue)) == (record.slots, 0)
+        await dispatcher.stop()
+        peer.close(linger=0)
+        return dispatcher, refused
+
+    _, refused = asyncio.run(scenario())
+    assert refused is not None

@@ -46,7 +46,7 @@ async def _run(
     return received
 
 
-def test_jobs_run_together_and_each_gets_its_exacttext_of() -> None:
+def test_jobs_run_together_and_each_gets_its_exact_text() -> None:
     jobs = [_job(i, {"output_tokens": 50}) for i in (1, 2, 3)]
     received = asyncio.run(_run(jobs, until_done=3))
     for i in (1, 2, 3):
