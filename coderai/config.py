@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coderai.errors import ConfigError
+from coderai.validation import first_problem
 
 ModelFormat = Literal["fake", "gguf", "transformers"]
 
@@ -89,9 +90,9 @@ class AuthConfig(_Strict):
     admin_key: str | None = Field(None, min_length=8)
 
 
-class Config(BaseModel):
-    # top-level extra sections (thermal, …) belong to features that read them
-    model_config = ConfigDict(extra="allow")
+class Config(_Strict):
+    """The whole file: a key nobody reads (a typo, or a section of a feature that does not
+    exist yet) is refused with its name, never silently ignored."""
 
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
@@ -178,9 +179,8 @@ def _read_json(path: Path) -> Any:
 
 
 def _validation_message(path: Path, exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{path}: {where}: {first['msg']}"
+    where, message = first_problem(exc)
+    return f"{path}: {'.'.join(where) or '(top level)'}: {message}"
 
 
 def load_config(path: Path | None) -> Config:
@@ -206,12 +206,16 @@ def write_json_atomically(path: Path, data: Any) -> None:
     """temp file + fsync + rename (invariant 6): a reader sees the old file or the new one,
     never half of one, even if the process dies mid-write."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a half-written temp file must not be left behind
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

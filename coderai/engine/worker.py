@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import msgpack
 import psutil
 import zmq
-import zmq.asyncio
 
 from coderai.bus.codec import decode, encode
 from coderai.bus.loop_socket import LoopSocket
@@ -70,7 +69,7 @@ class EngineSettings:
 
 class EngineWorker:
     def __init__(
-        self, settings: EngineSettings, context: zmq.asyncio.Context | None = None
+        self, settings: EngineSettings, context: zmq.Context[zmq.Socket[bytes]] | None = None
     ) -> None:
         self.s = settings
         #: a context shared with an in-process front (inproc://); None: this process's own
@@ -100,11 +99,10 @@ class EngineWorker:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
-        ctx = self._shared_context or zmq.asyncio.Context()
-        plain: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(ctx.underlying)
+        ctx: zmq.Context[zmq.Socket[bytes]] = self._shared_context or zmq.Context()
         self._welcome: asyncio.Future[Message] = loop.create_future()
         self._bus = LoopSocket(
-            connect_dealer(plain, self.s.connect, self.identity), loop, self._on_frames
+            connect_dealer(ctx, self.s.connect, self.identity), loop, self._on_frames
         )
         outbox = self._outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from coderai.bus.codec import decode, encode
 from coderai.bus.loop_socket import LoopSocket
@@ -98,14 +97,13 @@ class Dispatcher:
         self.streams: set[FrontJob] = set()
         self._ids = itertools.count(1)
         #: an asyncio context, so an in-process engine can share it (inproc://)
-        self.context = zmq.asyncio.Context()
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._sock: LoopSocket | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(self.context.underlying)
-        sock = bind_router(context, self.endpoint)
+        sock = bind_router(self.context, self.endpoint)
         self._sock = LoopSocket(sock, asyncio.get_running_loop(), self._take)
         self._tasks = [asyncio.create_task(self._reap(), name="bus-reaper")]
 

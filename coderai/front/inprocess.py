@@ -9,7 +9,7 @@ import asyncio
 import logging
 import threading
 
-import zmq.asyncio
+import zmq
 
 from coderai.engine.worker import EngineSettings, EngineWorker
 from coderai.front.engine_plan import EnginePlan
@@ -20,7 +20,9 @@ ENDPOINT = "inproc://coderai-bus"
 
 
 class InProcessEngine:
-    def __init__(self, plan: EnginePlan, context: zmq.asyncio.Context, token: str) -> None:
+    def __init__(
+        self, plan: EnginePlan, context: zmq.Context[zmq.Socket[bytes]], token: str
+    ) -> None:
         settings = EngineSettings(
             name=plan.name,
             connect=ENDPOINT,

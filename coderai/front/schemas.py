@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from coderai.errors import InvalidRequest
+from coderai.validation import first_problem
 
 #: the largest max_tokens accepted: far beyond any context, and within every int type
 MAX_TOKENS_LIMIT = 2**31 - 1
@@ -147,23 +148,7 @@ def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
     try:
         request = model.model_validate(body)
     except ValidationError as exc:
-        first = _most_telling(exc.errors())
-        # a union's branch names ("function-after[...]", "list[...]") are noise to a client
-        loc = [str(p) for p in first["loc"] if not _is_branch(p)]
-        message = str(first["msg"]).removeprefix("Value error, ")
+        loc, message = first_problem(exc)
         raise InvalidRequest(f"{'.'.join(loc)}: {message}", param=loc[0] if loc else None) from None
     request.check()
     return request
-
-
-def _is_branch(part: object) -> bool:
-    return isinstance(part, str) and ("[" in part or "(" in part)
-
-
-def _most_telling(errors: list[Any]) -> Any:
-    """Of the errors pydantic lists (one per branch of a union), the one a client can act
-    on: a failed check of ours says more than "not a string" from another branch."""
-    for error in errors:
-        if error["type"] == "value_error":
-            return error
-    return errors[0]

@@ -33,6 +33,8 @@ def run(
         ({"server": {"engine_specs": [{"name": "a", "backend": "tpu"}]}}, None, "backend"),
         ({}, [{"id": "a", "format": "fake"}, {"id": "a", "format": "fake"}], "used by two"),
         ({}, [{"id": "x"}], "needs a path or an explicit format"),
+        ({"sever": {"port": 8000}}, None, "sever: unknown key"),
+        ({"server": {"prot": 8000}}, None, "server.prot: unknown key"),
     ],
 )
 def test_a_bad_configuration_is_refused_with_a_clear_message(

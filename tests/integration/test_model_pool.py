@@ -53,28 +53,36 @@ def test_a_generating_model_is_never_unloaded(start_server: StartServer) -> None
 
 
 def _overlap(srv: Server, model: str) -> bool:
-    """Whether two streams of one model ran at the same time. Each lasts about 0.5 s (10
+    """Whether two streams of one model ran at the same time. Each lasts about 2 s (40
     tokens at 20/s); back to back, the second's first token and the first's end arrive
-    together, so only an overlap of over 0.2 s counts."""
-    body = {"model": model, "prompt": "x", "max_tokens": 10, "stream": True}
-    spans: list[tuple[float, float]] = []
+    together, so only an overlap of over 0.2 s counts. The second request is sent only
+    once the first has begun, and the test fails unless it was sent well before the first
+    ended: a second request that is merely late cannot pass for one that waited."""
+    body = {"model": model, "prompt": "x", "max_tokens": 40, "stream": True}
+    spans: dict[int, tuple[float, float, float]] = {}  # sent, first token, end
+    begun = threading.Event()
 
-    def one() -> None:
+    def one(i: int) -> None:
+        sent = time.monotonic()
         with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=30) as r:
             first = None
             for line in r.iter_lines():
                 if '"text"' in line and first is None:
                     first = time.monotonic()
+                    begun.set()
             assert first is not None
-            spans.append((first, time.monotonic()))
+            spans[i] = (sent, first, time.monotonic())
 
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for t in threads:
-        t.start()
+    threads = [threading.Thread(target=one, args=(0,))]
+    threads[0].start()
+    assert begun.wait(20)
+    threads.append(threading.Thread(target=one, args=(1,)))
+    threads[1].start()
     for t in threads:
         t.join()
-    (_, first_end), (second_start, _) = sorted(spans)
-    return second_start < first_end - 0.2
+    (_, _, first_end), (second_sent, second_first, _) = spans[0], spans[1]
+    assert second_sent < first_end - 1.0, "the second request was sent too late to tell"
+    return second_first < first_end - 0.2
 
 
 def test_one_single_sequence_instance_serves_requests_one_after_another(

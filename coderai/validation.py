@@ -1,0 +1,24 @@
+"""One way to tell a person what pydantic found wrong, for config files and HTTP bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+
+def first_problem(exc: ValidationError) -> tuple[list[str], str]:
+    """(where, what) of the error a person can act on first: the dotted path to the value
+    and the message. Of the errors listed for a union (one per branch), a failed check of
+    ours says more than "not a string" from another branch."""
+    errors = exc.errors()
+    chosen: Any = next((e for e in errors if e["type"] == "value_error"), errors[0])
+    # a union's branch names ("function-after[...]", "list[...]") are noise to a person
+    where = [str(p) for p in chosen["loc"] if not _is_branch(p)]
+    if chosen["type"] == "extra_forbidden":
+        return where, "unknown key (check its spelling)"
+    return where, str(chosen["msg"]).removeprefix("Value error, ")
+
+
+def _is_branch(part: object) -> bool:
+    return isinstance(part, str) and ("[" in part or "(" in part)

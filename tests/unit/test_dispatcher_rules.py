@@ -1,0 +1,201 @@
+"""The dispatcher's queueing rules, on a real ROUTER socket with test peers as engines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from coderai.bus.codec import decode, encode
+from coderai.bus.messages import Bye, Cancel, Done, Fail, Hello, Job, Message, Welcome
+from coderai.config import ModelEntry, ServerConfig
+from coderai.errors import EngineFailed, NoEngine
+from coderai.front.dispatcher import Dispatcher
+from coderai.front.jobs import FrontJob
+
+TOKEN = "t0ken"
+
+
+class Peer:
+    """A test engine on the bus: it says HELLO and reads what the front sends it."""
+
+    def __init__(self, endpoint: str, name: str, slots: int) -> None:
+        self.name = name
+        self.sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, f"{name}:1".encode())
+        self.sock.connect(endpoint)
+        self.slots = slots
+
+    async def join(self) -> None:
+        await self.send(Hello(self.name, 1, 1, "cpu", ["fake"], self.slots, TOKEN))
+        assert isinstance(await self.recv(), Welcome)
+
+    async def send(self, msg: Message) -> None:
+        await self.sock.send_multipart(encode(msg))
+
+    async def recv(self) -> Message:
+        async with asyncio.timeout(5):
+            return decode(await self.sock.recv_multipart())
+
+    async def job_ids(self, count: int) -> list[int]:
+        ids: list[int] = []
+        while len(ids) < count:
+            msg = await self.recv()
+            if isinstance(msg, Job):
+                ids.append(msg.job_id)
+        return ids
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+@asynccontextmanager
+async def bus(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[Dispatcher, str]]:
+    endpoint = f"ipc://{tmp_path}/bus.sock"
+    dispatcher = Dispatcher(ServerConfig(**settings), endpoint, TOKEN)
+    await dispatcher.start()
+    try:
+        yield dispatcher, endpoint
+    finally:
+        await dispatcher.stop()
+
+
+def job(job_id: int, model: str = "m") -> FrontJob:
+    entry = ModelEntry(id=model, format="fake")
+    return FrontJob(job_id, entry, "fake", Job(job_id, entry.spec("fake"), "completion", "hi"))
+
+
+async def until(cond: Callable[[], object], limit: float) -> None:
+    async with asyncio.timeout(limit):
+        while not cond():
+            await asyncio.sleep(0.005)
+
+
+def test_jobs_of_one_model_run_in_arrival_order(tmp_path: Path) -> None:
+    async def scenario() -> list[int]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            peer = Peer(endpoint, "e", slots=1)
+            await peer.join()
+            for i in (1, 2, 3):
+                dispatcher.submit(job(i))
+            order = await peer.job_ids(1)
+            for _ in range(2):
+                await peer.send(Done(order[-1], "stop", 1, 1))
+                order += await peer.job_ids(1)
+            peer.close()
+            return order
+
+    assert asyncio.run(scenario()) == [1, 2, 3]
+
+
+def test_a_busy_answer_puts_the_job_back_at_the_head(tmp_path: Path) -> None:
+    async def scenario() -> list[int]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            peer = Peer(endpoint, "e", slots=1)
+            await peer.join()
+            dispatcher.submit(job(1))
+            dispatcher.submit(job(2))
+            assert await peer.job_ids(1) == [1]
+            await peer.send(Fail(1, "busy", "no free slot"))
+            again = await peer.job_ids(1)  # job 1 again, ahead of job 2
+            await peer.send(Done(1, "stop", 1, 1))
+            again += await peer.job_ids(1)
+            peer.close()
+            return again
+
+    assert asyncio.run(scenario()) == [1, 2]
+
+
+def test_jobs_of_a_lost_engine_run_elsewhere_in_their_order_ahead_of_the_queue(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> list[int]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            first = Peer(endpoint, "a", slots=2)
+            await first.join()
+            for i in (1, 2, 3):  # 1 and 2 run on "a", 3 waits
+                dispatcher.submit(job(i))
+            assert sorted(await first.job_ids(2)) == [1, 2]
+            await first.send(Bye("leaving"))
+            await until(lambda: not dispatcher.registry.all(), 5)
+            second = Peer(endpoint, "b", slots=3)
+            await second.join()
+            order = await second.job_ids(3)
+            first.close()
+            second.close()
+            return order
+
+    assert asyncio.run(scenario()) == [1, 2, 3]
+
+
+def test_drain_cancels_what_outlives_the_grace_and_counts_it(tmp_path: Path) -> None:
+    async def scenario() -> tuple[int, list[FrontJob], list[Message]]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            peer = Peer(endpoint, "e", slots=2)
+            await peer.join()
+            jobs = [job(1), job(2)]
+            for j in jobs:
+                dispatcher.submit(j)
+            await peer.job_ids(2)
+            await peer.send(Done(1, "stop", 1, 1))  # one ends within the grace
+            await until(lambda: jobs[0].outcome is not None, 5)
+            cancelled = await dispatcher.drain("e", grace=0.1)
+            told = [await peer.recv()]
+            peer.close()
+            return cancelled, jobs, told
+
+    cancelled, jobs, told = asyncio.run(scenario())
+    assert cancelled == 1
+    assert isinstance(jobs[0].outcome, Done)
+    assert isinstance(jobs[1].outcome, EngineFailed)
+    assert told == [Cancel(2)]
+
+
+def test_a_queued_job_expires_after_queue_timeout(tmp_path: Path) -> None:
+    timeout, interval = 0.3, 0.1
+
+    async def scenario() -> tuple[FrontJob, float]:
+        async with bus(tmp_path, queue_timeout=timeout, heartbeat_interval=interval) as (
+            dispatcher,
+            endpoint,
+        ):
+            peer = Peer(endpoint, "e", slots=1)
+            await peer.join()
+            dispatcher.submit(job(1))
+            waiting = job(2)
+            dispatcher.submit(waiting)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            # the reaper looks every half heartbeat interval
+            await until(lambda: waiting.outcome is not None, timeout + interval + 5)
+            waited = loop.time() - start
+            peer.close()
+            return waiting, waited
+
+    waiting, waited = asyncio.run(scenario())
+    assert isinstance(waiting.outcome, NoEngine)
+    assert waited >= timeout
+
+
+def test_a_queued_job_no_engine_can_come_for_is_answered_at_once(tmp_path: Path) -> None:
+    """An engine that failed to join is not waited for: the supervisor takes it out of the
+    joinable set and asks the dispatcher to answer what only it could serve."""
+    joinable = {"e"}
+
+    async def scenario() -> FrontJob:
+        async with bus(tmp_path) as (dispatcher, _):
+            dispatcher.engines_joinable = lambda: joinable
+            waiting = job(1)
+            dispatcher.submit(waiting)  # queued: an engine is on its way
+            assert waiting.outcome is None and len(dispatcher.queue) == 1
+            joinable.clear()
+            dispatcher.answer_unservable()
+            return waiting
+
+    waiting = asyncio.run(scenario())
+    assert isinstance(waiting.outcome, NoEngine)
