@@ -55,6 +55,7 @@ class AdminRoutes:
         self.dispatcher = front.dispatcher
         self.directory = front.directory
         self.supervisor = front.supervisor
+        self.views = front.engines
         self.catalogue_file = catalogue_file
         self.drain_grace = drain_grace
         self._saving = asyncio.Lock()
@@ -90,28 +91,7 @@ class AdminRoutes:
         return web.json_response({"engine": name, "state": "restarting", "cancelled": cancelled})
 
     async def engines(self, request: web.Request) -> web.Response:
-        running = self.supervisor.running() if self.supervisor else set()
-        out = []
-        for plan in self.directory.plans:
-            record = self.dispatcher.registry.by_name(plan.name)
-            item: dict[str, object] = {
-                "name": plan.name,
-                "backend": plan.backend,
-                "capabilities": list(plan.capabilities),
-                "gpus": list(plan.gpus),
-                "slots": plan.slots,
-                "restarts": self.supervisor.restarts.get(plan.name, 0) if self.supervisor else 0,
-            }
-            if record is not None:
-                item.update(record.describe())
-            else:
-                item.update(
-                    state="starting" if plan.name in running else "down",
-                    free_slots=0,
-                    loaded_models=[],
-                )
-            out.append(item)
-        return web.json_response({"engines": out})
+        return web.json_response({"engines": [v.public() for v in self.views()]})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(self._models_body())

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from coderai.front.admin_api import AdminRoutes, admin_auth
 from coderai.front.dispatcher import Dispatcher
-from coderai.front.health import health_report
+from coderai.front.engine_view import EngineView, engine_views
 from coderai.front.http import error_boundary
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
@@ -56,17 +56,22 @@ class Front:
         self.supervisor = runner if isinstance(runner, Supervisor) else None
         self.metrics = metrics
 
+    def engines(self) -> list[EngineView]:
+        """Every planned engine as /healthz, the admin API and /metrics show it."""
+        statuses = self.supervisor.status if self.supervisor else {}
+        return engine_views(self.directory.plans, self.dispatcher.registry.all(), statuses)
+
     async def healthz(self, request: web.Request) -> web.Response:
-        dispatcher = self.dispatcher
-        status, body = health_report(
-            [plan.name for plan in self.directory.plans],
-            {e.name: e for e in dispatcher.registry.all()},
-            dispatcher.draining,
-            self.supervisor.status if self.supervisor else {},
-        )
-        body["queued"] = len(dispatcher.queue)
-        body["dropped_bus_frames"] = dispatcher.dropped_frames
-        return web.json_response(body, status=status)
+        """200 while at least one engine serves, else 503."""
+        views = self.engines()
+        up = any(v.serving for v in views)
+        body = {
+            "status": "ok" if up else "unavailable",
+            "engines": [v.public() for v in views],
+            "queued": len(self.dispatcher.queue),
+            "dropped_bus_frames": self.dispatcher.dropped_frames,
+        }
+        return web.json_response(body, status=200 if up else 503)
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain; version=0.0.4")
@@ -83,8 +88,8 @@ def build_app(
         client_max_size=MAX_BODY_BYTES,
     )
     app[METRICS] = front.metrics
-    dispatcher, supervisor = front.dispatcher, front.supervisor
-    front.metrics.watch(dispatcher, lambda: supervisor.restarts if supervisor else {})
+    dispatcher = front.dispatcher
+    front.metrics.watch(dispatcher, front.engines)
     OpenAIRoutes(dispatcher, front.directory, front.metrics).add_to(app)
     AdminRoutes(front, catalogue_file, drain_grace).add_to(app)
     app.router.add_get("/healthz", front.healthz)

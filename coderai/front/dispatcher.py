@@ -83,8 +83,6 @@ class Dispatcher:
         self.registry = Registry()
         self.queue = JobQueue()
         self._pin_noted: set[tuple[str, str]] = set()
-        #: engines taking no new jobs until their next incarnation joins
-        self.draining: set[str] = set()
         self.dropped_frames = 0
         self._drop_log = ThrottledLog(log)
         #: cleared at shutdown: new requests are refused, those admitted may still finish
@@ -202,11 +200,11 @@ class Dispatcher:
     async def drain(self, name: str, grace: float) -> int:
         """Stop giving an engine jobs, let its running ones finish for `grace` seconds,
         then cancel the rest with an error. Returns how many were cancelled."""
-        self.draining.add(name)
-        self._pump()  # queued jobs for this engine's models go elsewhere
         record = self.registry.by_name(name)
         if record is None:
             return 0
+        record.draining = True
+        self._pump()  # queued jobs for this engine's models go elsewhere
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         while record.jobs and loop.time() < deadline:
@@ -265,7 +263,7 @@ class Dispatcher:
 
     def serving(self) -> list[EngineRecord]:
         """Engines that take new jobs."""
-        return [e for e in self.registry.all() if e.name not in self.draining]
+        return [e for e in self.registry.all() if not e.draining]
 
     def _place(self, job: FrontJob) -> EngineRecord | None:
         """The engine to dispatch to now, or None to wait for one's credit."""
@@ -396,7 +394,6 @@ class Dispatcher:
             slots=max(1, msg.slots),
             gpus=msg.gpus,
         )
-        self.draining.discard(msg.name)  # a new incarnation starts afresh
         previous = self.registry.add(record)
         if previous is not None:
             self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")

@@ -14,31 +14,37 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.engine_view import EngineView
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class _StateCollector(Collector):
-    def __init__(self, dispatcher: Dispatcher, restarts: Callable[[], dict[str, int]]) -> None:
+    def __init__(self, dispatcher: Dispatcher, engines: Callable[[], list[EngineView]]) -> None:
         self.dispatcher = dispatcher
-        self.restarts = restarts
+        self.engines = engines
 
     def collect(self) -> Iterator[Metric]:
         queue = GaugeMetricFamily("coderai_queue_depth", "Requests waiting for an engine slot")
         queue.add_metric([], len(self.dispatcher.queue))
         yield queue
+        views = self.engines()
         in_flight = GaugeMetricFamily(
             "coderai_engine_in_flight", "Requests running on each engine", labels=["engine"]
         )
-        for engine in self.dispatcher.registry.all():
-            in_flight.add_metric([engine.name], len(engine.jobs))
-        yield in_flight
         restarts = CounterMetricFamily(
             "coderai_engine_restarts", "Engine process restarts", labels=["engine"]
         )
-        for name, count in self.restarts().items():
-            restarts.add_metric([name], count)
+        up = GaugeMetricFamily(
+            "coderai_engine_serving", "1 while an engine takes requests", labels=["engine"]
+        )
+        for view in views:
+            in_flight.add_metric([view.name], view.in_flight)
+            restarts.add_metric([view.name], view.restarts)
+            up.add_metric([view.name], int(view.serving))
+        yield in_flight
         yield restarts
+        yield up
         dropped = CounterMetricFamily(
             "coderai_bus_dropped_frames", "Malformed or unexpected bus frames dropped"
         )
@@ -73,8 +79,8 @@ class Metrics:
             registry=self.registry,
         )
 
-    def watch(self, dispatcher: Dispatcher, restarts: Callable[[], dict[str, int]]) -> None:
-        self.registry.register(_StateCollector(dispatcher, restarts))
+    def watch(self, dispatcher: Dispatcher, engines: Callable[[], list[EngineView]]) -> None:
+        self.registry.register(_StateCollector(dispatcher, engines))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

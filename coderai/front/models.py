@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from coderai.config import Catalogue, ModelEntry
 from coderai.errors import ModelFileError, ModelNotFound
 from coderai.front.engine_plan import EnginePlan
-from coderai.front.placement import Assignment, EngineView, ModelView, assign_owners
+from coderai.front.placement import Assignment, EngineAbility, ModelView, assign_owners
 from coderai.front.probe import Probed, probe, same
 from coderai.front.registry import EngineRecord
 from coderai.modelfile import required_capability
@@ -50,7 +50,7 @@ class ModelDirectory:
             ModelView(e.id, route_key(e), self._capability_or_none(e), e.engine)
             for e in catalogue.entries
         ]
-        engines = [EngineView(p.name, frozenset(p.capabilities)) for p in self.plans]
+        engines = [EngineAbility(p.name, frozenset(p.capabilities)) for p in self.plans]
         assignment = assign_owners(views, engines, self.default_engine)
         for model_id, result in self._probed.items():
             if isinstance(result, ModelFileError):  # such a model has no owner, no pin warning

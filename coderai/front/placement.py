@@ -25,7 +25,7 @@ class ModelView:
 
 
 @dataclass(frozen=True)
-class EngineView:
+class EngineAbility:
     name: str
     capabilities: frozenset[str]
 
@@ -39,7 +39,7 @@ class Assignment:
 
 
 def assign_owners(
-    models: list[ModelView], engines: list[EngineView], default_engine: str | None
+    models: list[ModelView], engines: list[EngineAbility], default_engine: str | None
 ) -> Assignment:
     out = Assignment()
     names = {e.name: e for e in engines}

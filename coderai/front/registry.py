@@ -26,28 +26,14 @@ class EngineRecord:
     loading: dict[str, float] = field(default_factory=dict)
     rss: int = 0
     cooldown: bool = False
+    #: takes no new jobs (admin drain); its next incarnation is a new record
+    draining: bool = False
     #: jobs dispatched and not yet ended by DONE/FAIL: the front's side of the credit
     jobs: dict[int, FrontJob] = field(default_factory=dict)
 
     @property
     def free(self) -> int:
         return max(0, self.slots - len(self.jobs))
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "epoch": self.epoch,
-            "pid": self.pid,
-            "backend": self.backend,
-            "capabilities": sorted(self.capabilities),
-            "gpus": self.gpus,
-            "state": self.state,
-            "slots": self.slots,
-            "free_slots": self.free,
-            "loaded_models": self.loaded,
-            "loading": self.loading,
-            "rss": self.rss,
-        }
 
 
 class Registry:

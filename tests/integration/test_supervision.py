@@ -182,6 +182,9 @@ def test_a_drained_engine_gets_no_new_requests(start_server: StartServer) -> Non
     assert (r.status_code, r.json()["cancelled"]) == (200, 0)
     states = {e["name"]: e["state"] for e in srv.health()["engines"]}
     assert states == {"alpha": "draining", "beta": "ready"}
+    # the admin API shows the same view of each engine
+    admin = httpx.get(srv.url + "/admin/api/engines", headers=AUTH, timeout=10).json()
+    assert {e["name"]: e["state"] for e in admin["engines"]} == states
     body = {"model": "a-slow", "prompt": "x", "max_tokens": 2}
     r = httpx.post(srv.url + "/v1/completions", json=body, timeout=10)
     assert r.headers["x-coderai-engine"] == "beta"

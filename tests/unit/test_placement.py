@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from coderai.front.placement import EngineView, ModelView, assign_owners, route
+from coderai.front.placement import EngineAbility, ModelView, assign_owners, route
 from coderai.front.registry import EngineRecord
 
 BOTH = frozenset({"transformers", "gguf"})
@@ -20,7 +20,7 @@ def model(model_id: str, capability: str | None = "gguf", pin: str | None = None
     return ModelView(model_id, key or model_id, capability, pin)
 
 
-NVIDIA_RADEON = [EngineView("nvidia", BOTH), EngineView("radeon", GGUF)]
+NVIDIA_RADEON = [EngineAbility("nvidia", BOTH), EngineAbility("radeon", GGUF)]
 
 
 # -- ownership -------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def test_a_model_no_engine_can_run_has_no_owner_and_a_warning() -> None:
 
 def test_one_cpu_engine_owns_everything() -> None:
     models = [model("a"), model("t", "transformers")]
-    owners = assign_owners(models, [EngineView("engine-0", BOTH)], None).owners
+    owners = assign_owners(models, [EngineAbility("engine-0", BOTH)], None).owners
     assert owners == {"a": "engine-0", "t": "engine-0"}
 
 

@@ -1,0 +1,113 @@
+"""One view of each planned engine, built in one place from what the front knows: the plan,
+the engine's record on the bus (if it has joined), and the supervisor's status (for a
+process the front supervises). /healthz, the admin API and /metrics all render these, so
+they cannot disagree about an engine's state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from coderai.front.engine_plan import EnginePlan
+from coderai.front.registry import EngineRecord
+from coderai.front.supervisor import EngineStatus
+
+#: engine states in which an engine takes requests (a loading engine serves its other models)
+SERVING = frozenset({"ready", "loading"})
+
+
+@dataclass(frozen=True)
+class EngineView:
+    name: str
+    backend: str
+    capabilities: tuple[str, ...]
+    gpus: tuple[str, ...]
+    slots: int
+    #: ready | loading | cooling | draining on the bus; starting | restarting | backoff |
+    #: dead off it
+    state: str
+    restarts: int = 0
+    flapping: bool = False
+    #: the rest is known only while the engine is on the bus
+    pid: int | None = None
+    epoch: int | None = None
+    free_slots: int = 0
+    in_flight: int = 0
+    loaded_models: tuple[str, ...] = ()
+    loading: dict[str, float] = field(default_factory=dict)
+    rss: int = 0
+
+    @property
+    def serving(self) -> bool:
+        return self.state in SERVING
+
+    def public(self) -> dict[str, Any]:
+        """The JSON form; `pid` and `epoch` appear only for an engine on the bus."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "backend": self.backend,
+            "capabilities": list(self.capabilities),
+            "gpus": list(self.gpus),
+            "state": self.state,
+            "slots": self.slots,
+            "free_slots": self.free_slots,
+            "loaded_models": list(self.loaded_models),
+            "loading": self.loading,
+            "rss": self.rss,
+            "restarts": self.restarts,
+            "flapping": self.flapping,
+        }
+        if self.pid is not None:
+            out["pid"], out["epoch"] = self.pid, self.epoch
+        return out
+
+
+def engine_state(record: EngineRecord | None, status: EngineStatus | None) -> str:
+    if record is not None:
+        if record.draining:
+            return "draining"
+        return "cooling" if record.cooldown else record.state
+    if status is None or status.state == "stopped":
+        return "dead"
+    if status.state == "backoff":
+        return "backoff"
+    return "restarting" if status.restarts else "starting"
+
+
+def engine_views(
+    plans: list[EnginePlan],
+    records: list[EngineRecord],
+    statuses: dict[str, EngineStatus],
+) -> list[EngineView]:
+    by_name = {r.name: r for r in records}
+    views = []
+    for plan in plans:
+        record = by_name.get(plan.name)
+        status = statuses.get(plan.name)
+        common: dict[str, Any] = {
+            "name": plan.name,
+            "capabilities": tuple(plan.capabilities),
+            "state": engine_state(record, status),
+            "restarts": status.restarts if status else 0,
+            "flapping": status.flapping if status else False,
+        }
+        if record is None:
+            views.append(EngineView(backend=plan.backend, gpus=tuple(plan.gpus),
+                                    slots=plan.slots, **common))  # fmt: skip
+            continue
+        views.append(
+            EngineView(
+                backend=record.backend,
+                gpus=tuple(record.gpus),
+                slots=record.slots,
+                pid=record.pid,
+                epoch=record.epoch,
+                free_slots=record.free,
+                in_flight=len(record.jobs),
+                loaded_models=tuple(record.loaded),
+                loading=dict(record.loading),
+                rss=record.rss,
+                **{**common, "capabilities": tuple(sorted(record.capabilities))},
+            )
+        )
+    return views
