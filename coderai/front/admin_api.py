@@ -54,7 +54,7 @@ class AdminRoutes:
     def __init__(self, front: Front, catalogue_file: Path | None, drain_grace: float) -> None:
         self.dispatcher = front.dispatcher
         self.directory = front.directory
-        self.supervisor = front.supervisor
+        self.host = front.dispatcher.host
         self.views = front.engines
         self.catalogue_file = catalogue_file
         self.drain_grace = drain_grace
@@ -83,10 +83,10 @@ class AdminRoutes:
     async def restart(self, request: web.Request) -> web.Response:
         """Drain, then stop and start the engine again while the others serve."""
         name = self._engine_name(request)
-        if self.supervisor is None:
+        if not self.host.restartable:
             raise InvalidRequest("this server does not supervise engine processes")
         cancelled = await self.dispatcher.drain(name, self.drain_grace)
-        await self.supervisor.restart(name)
+        await self.host.restart(name)
         log.info("engine %s restarted (%d requests cancelled)", name, cancelled)
         return web.json_response({"engine": name, "state": "restarting", "cancelled": cancelled})
 

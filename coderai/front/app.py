@@ -1,10 +1,9 @@
-"""Assembles the front: the aiohttp application around the dispatcher and the supervisor."""
+"""Assembles the front: the aiohttp application around the dispatcher and its engines."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Protocol
 
 from aiohttp import web
 
@@ -15,7 +14,6 @@ from coderai.front.http import error_boundary
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import OpenAIRoutes
-from coderai.front.supervisor import Supervisor
 
 METRICS = web.AppKey("metrics", Metrics)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
@@ -30,15 +28,6 @@ def count_answer(request: web.Request, response: web.StreamResponse) -> None:
         request.app[METRICS].requests.labels(route, str(response.status)).inc()
 
 
-class EngineRunner(Protocol):
-    """What starts and stops the engines: the supervisor, or the in-process engine."""
-
-    def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    def joined(self, name: str, pid: int) -> None:
-        """The engine said HELLO."""
-
-
 class Front:
     """The front's parts, for the routes that report on all of them."""
 
@@ -46,20 +35,17 @@ class Front:
         self,
         directory: ModelDirectory,
         dispatcher: Dispatcher,
-        runner: EngineRunner,
         metrics: Metrics,
     ) -> None:
         self.directory = directory
         self.dispatcher = dispatcher
-        self.runner = runner
-        #: restarts, back-off and flapping exist only for supervised processes
-        self.supervisor = runner if isinstance(runner, Supervisor) else None
         self.metrics = metrics
 
     def engines(self) -> list[EngineView]:
         """Every planned engine as /healthz, the admin API and /metrics show it."""
-        statuses = self.supervisor.status if self.supervisor else {}
-        return engine_views(self.directory.plans, self.dispatcher.registry.all(), statuses)
+        dispatcher = self.dispatcher
+        statuses = dispatcher.host.statuses()
+        return engine_views(self.directory.plans, dispatcher.registry.all(), statuses)
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 while at least one engine serves, else 503."""
@@ -96,10 +82,8 @@ def build_app(
     app.router.add_get("/metrics", front.metrics_text)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        await dispatcher.start()
-        front.runner.start()
+        await dispatcher.start()  # and its engine host
         yield
-        await front.runner.stop()
         await dispatcher.stop()
 
     app.cleanup_ctx.append(lifecycle)

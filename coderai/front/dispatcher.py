@@ -47,6 +47,7 @@ from coderai.errors import (
     StreamStalled,
     from_engine_failure,
 )
+from coderai.front.host import EngineHost, Unhosted
 from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
 from coderai.front.placement import compatible, route
@@ -65,21 +66,20 @@ class Dispatcher:
         settings: ServerConfig,
         endpoint: str,
         token: str,
-        engines_joinable: Callable[[], set[str]] = set,
-        kill_engine: Callable[[str, int], None] = lambda name, pid: None,
+        host: EngineHost | None = None,
         engine_config: Callable[[str], dict[str, Any]] = lambda name: {},
+        preloads: Callable[[EngineRecord], list[dict[str, Any]]] = lambda engine: [],
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
         self.settings = settings
         self.endpoint = endpoint
         self._token = token
-        #: names of engine processes alive that may yet join (the supervisor knows)
-        self.engines_joinable = engines_joinable
-        #: ends a silent engine's process so that it is restarted (the supervisor's)
-        self.kill_engine = kill_engine
+        #: runs the engines: started and stopped with the bus
+        self.host: EngineHost = host or Unhosted()
         #: settings sent in WELCOME, by engine name
         self.engine_config = engine_config
-        #: called when an engine has joined (to preload its models)
-        self.on_join: Callable[[EngineRecord], None] = lambda record: None
+        #: specs of the models an engine that has just joined should load at once
+        self.preloads = preloads
         self.registry = Registry()
         self.queue = JobQueue()
         self._pin_noted: set[tuple[str, str]] = set()
@@ -94,8 +94,8 @@ class Dispatcher:
         #: streams being written to their clients (the handlers add and remove them)
         self.streams: set[FrontJob] = set()
         self._ids = itertools.count(1)
-        #: an asyncio context, so an in-process engine can share it (inproc://)
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        #: shared with an in-process engine, for inproc://
+        self.context: zmq.Context[zmq.Socket[bytes]] = context or zmq.Context()
         self._sock: LoopSocket | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -104,6 +104,7 @@ class Dispatcher:
         sock = bind_router(self.context, self.endpoint)
         self._sock = LoopSocket(sock, asyncio.get_running_loop(), self._take)
         self._tasks = [asyncio.create_task(self._reap(), name="bus-reaper")]
+        self.host.start(self)
 
     async def shutdown(self, grace: float) -> int:
         """Take no new requests; let those in flight and queued finish for `grace` seconds,
@@ -154,6 +155,7 @@ class Dispatcher:
             job.writer.cancel()
 
     async def stop(self) -> None:
+        await self.host.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -259,7 +261,7 @@ class Dispatcher:
 
     def _engines_starting(self) -> bool:
         """Engine processes alive that have not said HELLO yet: they may serve soon."""
-        return bool(self.engines_joinable() - {e.name for e in self.registry.all()})
+        return bool(self.host.joinable() - {e.name for e in self.registry.all()})
 
     def serving(self) -> list[EngineRecord]:
         """Engines that take new jobs."""
@@ -407,7 +409,10 @@ class Dispatcher:
             "engine %s (pid %d, %s) joined with %d slots, capabilities %s",
             msg.name, msg.pid, msg.backend, record.slots, ",".join(msg.capabilities),
         )  # fmt: skip
-        self.on_join(record)
+        self.host.joined(record.name, record.pid)
+        for spec in self.preloads(record):
+            log.info("asking engine %s to load %s now", record.name, spec.get("id"))
+            self.control(record, "load", {"model": spec})
         self._pump()
 
     def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
@@ -495,7 +500,7 @@ class Dispatcher:
                 if now - record.last_seen > silence:
                     log.warning("engine %s missed its heartbeats for %.1f s", record.name, silence)
                     self._lose(record, f"engine {record.name} stopped responding")
-                    self.kill_engine(record.name, record.pid)
+                    self.host.kill(record.name, record.pid)
             self._expire_queue(now)
             self._end_stalled(now)
 

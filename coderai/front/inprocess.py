@@ -13,6 +13,8 @@ import zmq
 
 from coderai.engine.worker import EngineSettings, EngineWorker
 from coderai.front.engine_plan import EnginePlan
+from coderai.front.host import HostListener
+from coderai.front.supervisor import EngineStatus
 
 log = logging.getLogger("coderai.front")
 
@@ -41,14 +43,26 @@ class InProcessEngine:
         code = asyncio.run(self.worker.run())
         log.info("in-process engine %s stopped (%d)", self.name, code)
 
-    def start(self) -> None:
+    #: the engine is a thread of this process: there is nothing to stop and start again
+    restartable = False
+
+    def start(self, listener: HostListener) -> None:
         self._thread.start()
+
+    def joinable(self) -> set[str]:
+        return {self.name} if self._thread.is_alive() else set()
 
     def joined(self, name: str, pid: int) -> None:
         """Nothing to track: the engine lives as long as its thread."""
 
-    def running(self) -> set[str]:
-        return {self.name} if self._thread.is_alive() else set()
+    def kill(self, name: str, pid: int) -> None:
+        """A thread cannot be killed; a hung in-process engine hangs the front as well."""
+
+    async def restart(self, name: str) -> None:
+        """Not restartable (see restartable)."""
+
+    def statuses(self) -> dict[str, EngineStatus]:
+        return {}
 
     async def stop(self) -> None:
         self.worker.request_stop()

@@ -13,14 +13,16 @@ import shutil
 import signal
 from pathlib import Path
 
+import zmq
 from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
 from coderai.config import Catalogue, Config, engine_settings
-from coderai.front.app import EngineRunner, Front, build_app
+from coderai.front.app import Front, build_app
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import plan_engines
 from coderai.front.gpus import NvmlSensor
+from coderai.front.host import EngineHost
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.probe import Probed, probe
@@ -93,35 +95,22 @@ def _assemble(
     def settings(name: str) -> dict[str, object]:
         return engine_settings(config, name)
 
-    engine_runner: EngineRunner
+    def preloads(engine: EngineRecord) -> list[dict[str, object]]:
+        return [directory.spec_of(e) for e in directory.preloads_for(engine)]
+
+    host: EngineHost
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     if config.server.single_process:
         from coderai.front.inprocess import ENDPOINT, InProcessEngine
 
-        dispatcher = Dispatcher(config.server, ENDPOINT, token, engine_config=settings)
-        in_process = InProcessEngine(plans[0], dispatcher.context, token)
-        dispatcher.engines_joinable = in_process.running
-        engine_runner = in_process
+        # inproc:// endpoints exist only within one context: the engine shares the front's
+        endpoint = ENDPOINT
+        host = InProcessEngine(plans[0], context, token)
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
     else:
         endpoint = ipc_endpoint(runtime_dir)
-        dispatcher = Dispatcher(config.server, endpoint, token, engine_config=settings)
-        supervisor = Supervisor(
-            plans,
-            endpoint,
-            token,
-            dispatcher.engine_exited,
-            config.server.engine_join_timeout,
-            lambda name: dispatcher.answer_unservable(),
-        )
-        dispatcher.engines_joinable = supervisor.joinable
-        dispatcher.kill_engine = supervisor.kill
-        engine_runner = supervisor
-
-    def preload(engine: EngineRecord) -> None:
-        engine_runner.joined(engine.name, engine.pid)
-        for entry in directory.preloads_for(engine):
-            log.info("asking engine %s to load %s now", engine.name, entry.id)
-            dispatcher.control(engine, "load", {"model": directory.spec_of(entry)})
-
-    dispatcher.on_join = preload
-    return Front(directory, dispatcher, engine_runner, Metrics())
+        host = Supervisor(plans, endpoint, token, config.server.engine_join_timeout)
+    dispatcher = Dispatcher(
+        config.server, endpoint, token, host, settings, preloads, context=context
+    )
+    return Front(directory, dispatcher, Metrics())

@@ -13,10 +13,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from coderai.front.engine_plan import EnginePlan
+
+if TYPE_CHECKING:
+    from coderai.front.host import HostListener
 
 log = logging.getLogger("coderai.supervisor")
 
@@ -69,17 +72,14 @@ class Supervisor:
         specs: list[EnginePlan],
         endpoint: str,
         token: str,
-        on_exit: Callable[[str, int | None], None],
         join_timeout: float = 60.0,
-        on_join_failed: Callable[[str], None] = lambda name: None,
     ) -> None:
         self.specs = specs
         self.join_timeout = join_timeout
-        #: requests waiting only for this engine are answered at once (the dispatcher's)
-        self._on_join_failed = on_join_failed
         self.endpoint = endpoint
         self._token = token
-        self._on_exit = on_exit
+        #: told when an engine exits or will not come (the dispatcher)
+        self._listener: HostListener | None = None
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.status: dict[str, EngineStatus] = {spec.name: EngineStatus() for spec in specs}
         self._tasks: list[asyncio.Task[None]] = []
@@ -90,8 +90,15 @@ class Supervisor:
     def restarts(self) -> dict[str, int]:
         return {name: s.restarts for name, s in self.status.items()}
 
-    def start(self) -> None:
+    #: a supervised engine can be stopped and started again
+    restartable = True
+
+    def start(self, listener: HostListener) -> None:
+        self._listener = listener
         self._tasks = [asyncio.create_task(self._keep(spec)) for spec in self.specs]
+
+    def statuses(self) -> dict[str, EngineStatus]:
+        return self.status
 
     def running(self) -> set[str]:
         """Names of engines whose process is alive (joined the bus or not yet)."""
@@ -168,7 +175,8 @@ class Supervisor:
             status.state, status.retry_at = "starting", None
             log.info("started engine %s (pid %d)", spec.name, proc.pid)
             code = await self._wait_joined_then_exit(spec.name, proc, joined)
-            self._on_exit(spec.name, proc.pid)
+            assert self._listener is not None
+            self._listener.engine_exited(spec.name, proc.pid)
             if self._stopping:
                 status.state = "stopped"
                 return
@@ -214,7 +222,8 @@ class Supervisor:
                 name, proc.pid, self.join_timeout,
             )  # fmt: skip
             self.status[name].join_failed = True
-            self._on_join_failed(name)
+            if self._listener is not None:
+                self._listener.answer_unservable()
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         return await exited

@@ -16,6 +16,7 @@ from coderai.bus.messages import Bye, Cancel, Done, Fail, Hello, Job, Message, W
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import EngineFailed, NoEngine
 from coderai.front.dispatcher import Dispatcher
+from coderai.front.host import Unhosted
 from coderai.front.jobs import FrontJob
 
 TOKEN = "t0ken"
@@ -183,19 +184,23 @@ def test_a_queued_job_expires_after_queue_timeout(tmp_path: Path) -> None:
 
 
 def test_a_queued_job_no_engine_can_come_for_is_answered_at_once(tmp_path: Path) -> None:
-    """An engine that failed to join is not waited for: the supervisor takes it out of the
+    """An engine that failed to join is not waited for: its host takes it out of the
     joinable set and asks the dispatcher to answer what only it could serve."""
     joinable = {"e"}
 
     async def scenario() -> FrontJob:
-        async with bus(tmp_path) as (dispatcher, _):
-            dispatcher.engines_joinable = lambda: joinable
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN, Unhosted(joinable))
+        await dispatcher.start()
+        try:
             waiting = job(1)
             dispatcher.submit(waiting)  # queued: an engine is on its way
             assert waiting.outcome is None and len(dispatcher.queue) == 1
             joinable.clear()
             dispatcher.answer_unservable()
             return waiting
+        finally:
+            await dispatcher.stop()
 
     waiting = asyncio.run(scenario())
     assert isinstance(waiting.outcome, NoEngine)
