@@ -18,6 +18,20 @@ from typing import Any, ClassVar
 from coderai.errors import BusProtocolError
 
 
+class EngineState(enum.StrEnum):
+    """What an engine says it is doing, in each HEARTBEAT."""
+
+    READY = "ready"
+    LOADING = "loading"  #: a model load is under way (it serves its other models)
+
+
+class ControlAction(enum.StrEnum):
+    LOAD = "load"  #: args {"model": spec}: load it now
+    UNLOAD = "unload"  #: args {"model": id}: unload its idle instances
+    CONFIG = "config"  #: args: the settings WELCOME carries, changed while it runs
+    SHUTDOWN = "shutdown"  #: leave the bus and exit (for a host that cannot signal it)
+
+
 class MsgType(enum.IntEnum):
     # engine -> front
     HELLO = 1
@@ -25,7 +39,6 @@ class MsgType(enum.IntEnum):
     CHUNKS = 3  #: deltas of many jobs from one engine step (or several merged steps)
     DONE = 4
     FAIL = 5
-    ACK = 6
     BYE = 7
     EMBEDDINGS = 8
     # front -> engine
@@ -58,19 +71,15 @@ class Hello(Message):
     slots: int
     token: str
     gpus: list[str] = field(default_factory=list)
-    vram_total: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat(Message):
     TYPE = MsgType.HEARTBEAT
-    state: str  #: "ready" | "loading" | "busy" | "draining"
-    free_slots: int
+    state: str  #: EngineState
     loaded: list[str] = field(default_factory=list)
     loading: dict[str, float] = field(default_factory=dict)  #: model id -> progress 0..1
     rss: int = 0
-    vram_used: int = 0
-    cooldown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,14 +114,6 @@ class Embeddings(Message):
     TYPE = MsgType.EMBEDDINGS
     job_id: int
     vectors: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Ack(Message):
-    TYPE = MsgType.ACK
-    ref: int
-    ok: bool
-    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +177,7 @@ class Resume(Message):
 class Control(Message):
     TYPE = MsgType.CONTROL
     ref: int
-    action: str  #: "shutdown" | "drain" | "load" | "unload" | "config"
+    action: str  #: a ControlAction
     args: dict[str, Any] = field(default_factory=dict)
 
 
@@ -195,7 +196,6 @@ RECORDS: dict[MsgType, type[Message]] = {
         Done,
         Fail,
         Embeddings,
-        Ack,
         Bye,
         Welcome,
         Refuse,

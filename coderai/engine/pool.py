@@ -113,6 +113,22 @@ class ModelPool:
         if not self.resident.get(key) and key not in self.loading:
             self._start_load(key, spec)
 
+    def unload(self, model_id: str) -> int:
+        """Unload a model's idle instances (asked for by the front); busy ones stay and
+        are unloaded like any other idle model later. Returns how many went."""
+        gone = 0
+        for key, instances in list(self.resident.items()):
+            for resident in [r for r in instances if r.model_id == model_id and not r.active]:
+                instances.remove(resident)
+                gone += 1
+            if not instances:
+                del self.resident[key]
+        busy = sum(r.model_id == model_id for rs in self.resident.values() for r in rs)
+        log.info("unloaded %d instances of %s (%d busy stay)", gone, model_id, busy)
+        if gone:
+            gc.collect()
+        return gone
+
     def release(self, instance: ModelInstance) -> None:
         for instances in self.resident.values():
             for resident in instances:

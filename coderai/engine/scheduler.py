@@ -73,8 +73,8 @@ class Scheduler:
         lookup is atomic; a job that ends just after is resumed by the front anyway)."""
         return job_id in self._jobs
 
-    def busy_slots(self) -> int:
-        return len(self._jobs)
+    def unload(self, model_id: str) -> None:
+        self._inbox.put(("unload", model_id))
 
     # -- the scheduler thread -------------------------------------------------------------
     def run(self) -> None:
@@ -129,6 +129,8 @@ class Scheduler:
                 self._loaded(arg)
             elif kind == "preload":
                 self._preload(arg)
+            elif kind == "unload":
+                self.pool.unload(arg)
             elif kind == "stop":
                 self._stopped = True
                 return

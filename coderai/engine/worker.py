@@ -26,6 +26,8 @@ from coderai.bus.messages import (
     Bye,
     Cancel,
     Control,
+    ControlAction,
+    EngineState,
     Fail,
     Heartbeat,
     Hello,
@@ -239,22 +241,25 @@ class EngineWorker:
             task.add_done_callback(self._sending.discard)
 
     def _control(self, msg: Control) -> None:
-        if msg.action == "shutdown":
+        model = msg.args.get("model")
+        if msg.action == ControlAction.SHUTDOWN:
             self._stop.set()
-        elif msg.action == "load" and isinstance(msg.args.get("model"), dict):
-            self.scheduler.preload(msg.args["model"])
+        elif msg.action == ControlAction.LOAD and isinstance(model, dict):
+            self.scheduler.preload(model)
+        elif msg.action == ControlAction.UNLOAD and isinstance(model, str):
+            self.scheduler.unload(model)
+        elif msg.action == ControlAction.CONFIG:
+            self._configure(msg.args)
         else:
-            log.warning("control action %r is not supported by this engine", msg.action)
+            self._drop_log.warning("dropped a CONTROL %r with args %r", msg.action, msg.args)
 
     def _heartbeat(self) -> Heartbeat:
         pool = self.scheduler.pool
         loading = pool.load_progress()
         for model_id, fraction in loading.items():
             log.info("loading model %s: %d%%", model_id, fraction * 100)
-        free = max(0, self.s.slots - self.scheduler.busy_slots())
         return Heartbeat(
-            state="loading" if loading else "ready",
-            free_slots=free,
+            state=EngineState.LOADING if loading else EngineState.READY,
             loaded=pool.loaded_ids(),
             loading=loading,
             rss=self._proc.memory_info().rss,

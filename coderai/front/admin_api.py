@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from coderai.bus.messages import ControlAction
 from coderai.config import Catalogue, catalogue_from, write_json_atomically
 from coderai.errors import ConfigError, InvalidRequest, NotFound, Unauthorized
 from coderai.front.http import read_json
@@ -63,6 +64,7 @@ class AdminRoutes:
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(PREFIX + "engines", self.engines)
         app.router.add_post(PREFIX + "engines/{name}/drain", self.drain)
+        app.router.add_post(PREFIX + "engines/{name}/unload", self.unload)
         app.router.add_post(PREFIX + "engines/{name}/restart", self.restart)
         app.router.add_get(PREFIX + "models", self.models)
         app.router.add_put(PREFIX + "models", self.save_models)
@@ -72,6 +74,21 @@ class AdminRoutes:
         if name not in {p.name for p in self.directory.plans}:
             raise NotFound(f"no engine named {name!r}")
         return name
+
+    async def unload(self, request: web.Request) -> web.Response:
+        """Ask an engine to unload a model's idle instances (busy ones finish first)."""
+        name = self._engine_name(request)
+        body = await read_json(request)
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str):
+            raise InvalidRequest('send {"model": "<model id>"}', param="model")
+        entry = self.directory.entry(model)
+        record = self.dispatcher.registry.by_name(name)
+        if record is None:
+            raise NotFound(f"engine {name} is not on the bus")
+        self.dispatcher.control(record, ControlAction.UNLOAD, {"model": entry.id})
+        return web.json_response({"engine": name, "model": entry.id, "state": "unloading"},
+                                 status=202)  # fmt: skip
 
     async def drain(self, request: web.Request) -> web.Response:
         """No new jobs for the engine; running ones get the grace period, then an error."""

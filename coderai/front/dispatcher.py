@@ -22,13 +22,16 @@ from coderai.bus.messages import (
     Cancel,
     Chunks,
     Control,
+    ControlAction,
     Done,
     Embeddings,
+    EngineState,
     Fail,
     Heartbeat,
     Hello,
     Hold,
     Message,
+    Ping,
     Refuse,
     Resume,
     Welcome,
@@ -56,6 +59,9 @@ from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front")
 
+_ENGINE_STATES = frozenset(EngineState)
+#: heartbeats an engine may miss before it is "missing" and PINGed
+MISSING_AFTER_BEATS = 2
 #: FAIL kinds after which a job that produced nothing may run elsewhere
 _RETRYABLE = frozenset({"busy"})
 
@@ -358,6 +364,7 @@ class Dispatcher:
         if record is None:
             raise BusProtocolError(f"{type(msg).__name__} from a peer that has not said HELLO")
         record.last_seen = time.monotonic()
+        record.missing = False
         if isinstance(msg, Chunks):
             self._chunks(record, msg.deltas)
         elif isinstance(msg, Embeddings):
@@ -369,11 +376,12 @@ class Dispatcher:
         elif isinstance(msg, Fail):
             self._failed(record, msg)
         elif isinstance(msg, Heartbeat):
+            if msg.state not in _ENGINE_STATES:
+                raise BusProtocolError(f"HEARTBEAT.state {msg.state!r} is not an engine state")
             record.state = msg.state
             record.loaded = msg.loaded
             record.loading = msg.loading
             record.rss = msg.rss
-            record.cooldown = msg.cooldown
         elif isinstance(msg, Bye):
             log.info("engine %s said goodbye: %s", record.name, msg.reason)
             self._lose(record, f"engine {record.name} left: {msg.reason}", died=False)
@@ -412,7 +420,7 @@ class Dispatcher:
         self.host.joined(record.name, record.pid)
         for spec in self.preloads(record):
             log.info("asking engine %s to load %s now", record.name, spec.get("id"))
-            self.control(record, "load", {"model": spec})
+            self.control(record, ControlAction.LOAD, {"model": spec})
         self._pump()
 
     def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
@@ -497,7 +505,12 @@ class Dispatcher:
                     else self.settings.heartbeat_liveness
                 )
                 silence = interval * beats
-                if now - record.last_seen > silence:
+                quiet = now - record.last_seen
+                if quiet > MISSING_AFTER_BEATS * interval and not record.missing:
+                    # before it is declared lost: one PING, which it answers at once
+                    record.missing = True
+                    self._send(record, Ping(next(self._ids)))
+                if quiet > silence:
                     log.warning("engine %s missed its heartbeats for %.1f s", record.name, silence)
                     self._lose(record, f"engine {record.name} stopped responding")
                     self.host.kill(record.name, record.pid)

@@ -23,7 +23,7 @@ class EngineView:
     capabilities: tuple[str, ...]
     gpus: tuple[str, ...]
     slots: int
-    #: ready | loading | cooling | draining on the bus; starting | restarting | backoff |
+    #: ready | loading | missing | draining on the bus; starting | restarting | backoff |
     #: dead off it
     state: str
     restarts: int = 0
@@ -66,7 +66,7 @@ def engine_state(record: EngineRecord | None, status: EngineStatus | None) -> st
     if record is not None:
         if record.draining:
             return "draining"
-        return "cooling" if record.cooldown else record.state
+        return "missing" if record.missing else record.state
     if status is None or status.state == "stopped":
         return "dead"
     if status.state == "backoff":

@@ -25,7 +25,8 @@ class EngineRecord:
     loaded: list[str] = field(default_factory=list)
     loading: dict[str, float] = field(default_factory=dict)
     rss: int = 0
-    cooldown: bool = False
+    #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
+    missing: bool = False
     #: takes no new jobs (admin drain); its next incarnation is a new record
     draining: bool = False
     #: jobs dispatched and not yet ended by DONE/FAIL: the front's side of the credit

@@ -18,6 +18,7 @@ from coderai.bus.messages import (
     Control,
     Done,
     Fail,
+    Heartbeat,
     Hello,
     Job,
     Message,
@@ -136,3 +137,40 @@ def test_engine_only_is_an_alias_of_engine() -> None:
         check=True,
     ).stdout
     assert "--connect" in out
+
+
+def test_a_config_control_changes_settings_while_the_engine_runs(front: FrontPeer) -> None:
+    """One instance of a single-sequence model serves one job at a time; two instances
+    serve two at once (the second job's text arrives before the first job's DONE)."""
+    model = {"id": "single", "path": "", "format": "fake",
+             "options": {"capacity": 1, "tokens_per_second": 50, "output_tokens": 20}}  # fmt: skip
+
+    def second_starts_before_first_ends(base: int) -> bool:
+        front.send(Job(base, model, "completion", prompt="a"))
+        front.send(Job(base + 1, model, "completion", prompt="b"))
+        seen = front.recv_until(Done)
+        seen += front.recv_until(Done)  # the other one
+        # the messages before the second job's first text: did the first job end in them?
+        first_text = next(i for i, m in enumerate(seen) if text_of([m], base + 1))
+        before = seen[:first_text]
+        return len(text_of(before, base)) < len(text_of(seen, base)) // 2
+
+    assert not second_starts_before_first_ends(10)
+    front.send(Control(ref=2, action="config", args={"max_model_instances": 2}))
+    assert second_starts_before_first_ends(20)
+
+
+def test_an_unload_control_unloads_an_idle_model(front: FrontPeer) -> None:
+    front.send(_job(1))
+    front.recv_until(Done)
+
+    def loaded() -> list[str]:
+        while True:
+            msg = front.recv()
+            if isinstance(msg, Heartbeat):
+                return list(msg.loaded)
+
+    assert loaded() == ["f"]
+    front.send(Control(ref=3, action="unload", args={"model": "f"}))
+    while loaded():  # heartbeats every 0.2 s; the next ones show it gone
+        pass

@@ -252,3 +252,23 @@ def test_a_request_no_engine_takes_in_time_is_answered_503(start_server: StartSe
     assert time.monotonic() - start < 2.5
     srv.stop()
     busy.join()
+
+
+def test_the_admin_api_unloads_an_idle_model(start_server: StartServer) -> None:
+    srv = start_two(start_server)
+    r = httpx.post(srv.url + "/v1/completions", json={"model": "good", "prompt": "x"},
+                   timeout=10)  # fmt: skip
+    engine = r.headers["x-coderai-engine"]
+
+    def loaded() -> list[str]:
+        return list(
+            next(e for e in srv.health()["engines"] if e["name"] == engine)["loaded_models"]
+        )
+
+    wait_for(lambda: loaded() == ["good"])
+    url = f"{srv.url}/admin/api/engines/{engine}/unload"
+    r = httpx.post(url, json={"model": "good"}, headers=AUTH, timeout=10)
+    assert (r.status_code, r.json()["state"]) == (202, "unloading")
+    wait_for(lambda: loaded() == [])
+    missing = httpx.post(url, json={"model": "nope"}, headers=AUTH, timeout=10)
+    assert missing.status_code == 404

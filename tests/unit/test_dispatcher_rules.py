@@ -12,7 +12,18 @@ import zmq
 import zmq.asyncio
 
 from coderai.bus.codec import decode, encode
-from coderai.bus.messages import Bye, Cancel, Done, Fail, Hello, Job, Message, Welcome
+from coderai.bus.messages import (
+    Bye,
+    Cancel,
+    Done,
+    Fail,
+    Heartbeat,
+    Hello,
+    Job,
+    Message,
+    Ping,
+    Welcome,
+)
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import EngineFailed, NoEngine
 from coderai.front.dispatcher import Dispatcher
@@ -204,3 +215,25 @@ def test_a_queued_job_no_engine_can_come_for_is_answered_at_once(tmp_path: Path)
 
     waiting = asyncio.run(scenario())
     assert isinstance(waiting.outcome, NoEngine)
+
+
+def test_a_silent_engine_is_missing_and_pinged_before_it_is_lost(tmp_path: Path) -> None:
+    interval, liveness = 0.1, 20
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        async with bus(tmp_path, heartbeat_interval=interval, heartbeat_liveness=liveness) as (
+            dispatcher,
+            endpoint,
+        ):
+            peer = Peer(endpoint, "e", slots=1)
+            await peer.join()  # and then says nothing
+            ping = await peer.recv()  # sent after two silent intervals, long before lost
+            (record,) = dispatcher.registry.all()
+            missing = record.missing
+            await peer.send(Heartbeat("ready"))  # the answer to a PING
+            await until(lambda: not record.missing, 5)
+            still_there = dispatcher.registry.all() == [record]
+            peer.close()
+            return isinstance(ping, Ping), missing, still_there
+
+    assert asyncio.run(scenario()) == (True, True, True)
