@@ -118,16 +118,6 @@ class NotAFileOrFolder(ModelFileError):
     have side effects, so a catalogue that names one is refused when it is saved."""
 
 
-def from_engine_failure(engine: str, kind: str, message: str) -> CoderaiError:
-    """The HTTP meaning of an engine's FAIL: the request's fault, the model file's, or the
-    engine's."""
-    if kind in ("bad_request", "unsupported"):
-        return InvalidRequest(message)
-    if kind == "model_file":
-        return ModelFileError(message)
-    return EngineFailed(f"engine {engine}: {message}")
-
-
 class ConfigError(CoderaiError):
     """A configuration or catalogue file is unreadable or invalid."""
 
@@ -139,7 +129,7 @@ class BusProtocolError(CoderaiError):
 class JobError(CoderaiError):
     """A job an engine cannot run (bad parameters, model that fails to load)."""
 
-    def __init__(self, message: str, *, kind: str = "job_error") -> None:
+    def __init__(self, message: str, *, kind: str = "backend_error") -> None:
         super().__init__(message)
         self.kind = kind
 

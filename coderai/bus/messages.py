@@ -15,7 +15,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from coderai.errors import BusProtocolError
+from coderai.errors import (
+    BusProtocolError,
+    CoderaiError,
+    EngineFailed,
+    InvalidRequest,
+    ModelFileError,
+)
 
 
 class EngineState(enum.StrEnum):
@@ -30,6 +36,53 @@ class ControlAction(enum.StrEnum):
     UNLOAD = "unload"  #: args {"model": id}: unload its idle instances
     CONFIG = "config"  #: args: the settings WELCOME carries, changed while it runs
     SHUTDOWN = "shutdown"  #: leave the bus and exit (for a host that cannot signal it)
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"  #: the model ended, or a stop sequence matched
+    LENGTH = "length"  #: max_tokens, or the model's context, is full
+    CANCELLED = "cancelled"  #: the front cancelled it
+
+
+class JobKind(enum.StrEnum):
+    CHAT = "chat"
+    COMPLETION = "completion"
+    EMBEDDING = "embedding"
+
+
+class FailKind(enum.StrEnum):
+    """Why an engine failed a job. Next to each: may the job run on another engine, and
+    what the client is told (only the front turns these into HTTP)."""
+
+    BUSY = "busy"  #: no free slot (a confused front): retried elsewhere
+    BAD_REQUEST = "bad_request"  #: the request's fault (a prompt too long): 400
+    UNSUPPORTED = "unsupported"  #: the model cannot do it (embeddings): 400
+    BAD_JOB = "bad_job"  #: the JOB did not make sense to the engine: 503
+    MODEL_FILE = "model_file"  #: missing or unreadable model file: 503 model_file_error
+    BAD_MODEL = "bad_model"  #: the catalogue entry's options are wrong: 503
+    LOAD_FAILED = "load_failed"  #: the model failed to load: 503
+    MODEL_ERROR = "model_error"  #: the model failed while generating: 503
+    BACKEND_ERROR = "backend_error"  #: a backend bug: 503
+
+    @property
+    def retryable(self) -> bool:
+        """May a job that produced nothing run on another engine after this?"""
+        return self is FailKind.BUSY
+
+    def error(self, engine: str, message: str) -> CoderaiError:
+        if self in (FailKind.BAD_REQUEST, FailKind.UNSUPPORTED):
+            return InvalidRequest(message)
+        if self is FailKind.MODEL_FILE:
+            return ModelFileError(message)
+        return EngineFailed(f"engine {engine}: {message}")
+
+    @classmethod
+    def of(cls, kind: str) -> FailKind:
+        """A kind from the wire; one this side does not know is a backend error."""
+        try:
+            return cls(kind)
+        except ValueError:
+            return cls.BACKEND_ERROR
 
 
 class MsgType(enum.IntEnum):

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import Any
 
-from coderai.bus.messages import Done, Embeddings, Fail, Job, Message
+from coderai.bus.messages import Done, Embeddings, Fail, FailKind, FinishReason, Job, Message
 from coderai.engine.backends.base import END, Backend, ModelInstance, Sequence
 from coderai.engine.outbox import Outbox
 from coderai.engine.pool import ModelPool, instance_key
@@ -142,9 +142,9 @@ class Scheduler:
             log.warning("job %d rejected: %s", job.job_id, exc)
             seq = self._jobs.get(job.job_id)
             if seq is not None:
-                self._finish_fail(seq, "bad_job", f"invalid job: {exc!r}")
+                self._finish_fail(seq, FailKind.BAD_JOB, f"invalid job: {exc!r}")
             else:
-                self._fail_new(job.job_id, "bad_job", f"invalid job: {exc!r}")
+                self._fail_new(job.job_id, FailKind.BAD_JOB, f"invalid job: {exc!r}")
 
     def _admit_job(self, job: Job) -> None:
         if job.job_id in self._jobs:
@@ -152,7 +152,7 @@ class Scheduler:
             return
         if len(self._jobs) >= self.slots:
             # the front dispatches within credit; this guards against a confused front
-            self._fail_new(job.job_id, "busy", "engine has no free slot")
+            self._fail_new(job.job_id, FailKind.BUSY, "engine has no free slot")
             return
         seq = Sequence(job=job, stopper=StopMatcher(job.stop))
         self._jobs[job.job_id] = seq
@@ -189,7 +189,7 @@ class Scheduler:
         except Exception as exc:
             log.error("model load failed: %s", exc)
             if not self.pool.has_resident(key):
-                kind = exc.kind if isinstance(exc, JobError) else "load_failed"
+                kind = exc.kind if isinstance(exc, JobError) else FailKind.LOAD_FAILED
                 message = exc.message if isinstance(exc, JobError) else str(exc)
                 for seq, _spec in list(self._waiting.pop(key, ())):
                     self._finish_fail(seq, kind, message)
@@ -203,7 +203,7 @@ class Scheduler:
             self._finish_fail(seq, exc.kind, exc.message)
             return
         except Exception as exc:  # e.g. messages without a role: the job is bad
-            self._finish_fail(seq, "bad_job", f"invalid job: {exc!r}")
+            self._finish_fail(seq, FailKind.BAD_JOB, f"invalid job: {exc!r}")
             return
         if seq.job.kind == "embedding":
             return
@@ -216,7 +216,7 @@ class Scheduler:
     def _cancel(self, job_id: int) -> None:
         seq = self._jobs.get(job_id)
         if seq is not None:
-            self._finish(seq, "cancelled")
+            self._finish(seq, FinishReason.CANCELLED)
 
     def _step_due(self) -> None:
         now = time.monotonic()
@@ -232,7 +232,7 @@ class Scheduler:
             except Exception as exc:  # a backend bug fails its batch, never the engine
                 log.exception("step failed")
                 for seq in due:
-                    self._finish_fail(seq, "backend_error", str(exc))
+                    self._finish_fail(seq, FailKind.BACKEND_ERROR, str(exc))
                 continue
             for seq, result in zip(due, results, strict=True):
                 self._apply(seq, result)
@@ -244,22 +244,22 @@ class Scheduler:
 
     def _apply(self, seq: Sequence, result: str | Exception | None) -> None:
         if isinstance(result, Exception):
-            kind = result.kind if isinstance(result, JobError) else "backend_error"
+            kind = result.kind if isinstance(result, JobError) else FailKind.BACKEND_ERROR
             self._finish_fail(seq, kind, str(result))
             return
         if result is END:
             self._emit(seq, seq.stopper.flush())
-            self._finish(seq, "stop")
+            self._finish(seq, FinishReason.STOP)
             return
         seq.completion_tokens += 1
         text, stopped = seq.stopper.feed(result)
         if stopped:
             self._emit(seq, text)
-            self._finish(seq, "stop")
+            self._finish(seq, FinishReason.STOP)
             return
         if seq.completion_tokens >= seq.limit:
             self._emit(seq, text + seq.stopper.flush())
-            self._finish(seq, "length")
+            self._finish(seq, FinishReason.LENGTH)
             return
         self._emit(seq, text)
 
@@ -292,7 +292,7 @@ class Scheduler:
         vectors, tokens = instance.embed(seq.job.inputs)
         seq.prompt_tokens = tokens
         self._terminal.append(Embeddings(seq.job.job_id, vectors))
-        self._finish(seq, "stop")
+        self._finish(seq, FinishReason.STOP)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         self._detach(seq)

@@ -29,6 +29,7 @@ from coderai.bus.messages import (
     ControlAction,
     EngineState,
     Fail,
+    FailKind,
     Heartbeat,
     Hello,
     Hold,
@@ -235,7 +236,7 @@ class EngineWorker:
         except Exception:
             return
         if isinstance(job_id, int) and not isinstance(job_id, bool):
-            fail = encode(Fail(job_id, "bad_job", "the JOB message is malformed"))
+            fail = encode(Fail(job_id, FailKind.BAD_JOB, "the JOB message is malformed"))
             task = asyncio.get_running_loop().create_task(self._send(fail))
             self._sending.add(task)  # keep a reference until it is sent
             task.add_done_callback(self._sending.discard)

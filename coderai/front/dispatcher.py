@@ -27,6 +27,7 @@ from coderai.bus.messages import (
     Embeddings,
     EngineState,
     Fail,
+    FailKind,
     Heartbeat,
     Hello,
     Hold,
@@ -48,7 +49,6 @@ from coderai.errors import (
     QueueFull,
     ShuttingDown,
     StreamStalled,
-    from_engine_failure,
 )
 from coderai.front.host import EngineHost, Unhosted
 from coderai.front.job_queue import JobQueue
@@ -62,8 +62,6 @@ log = logging.getLogger("coderai.front")
 _ENGINE_STATES = frozenset(EngineState)
 #: heartbeats an engine may miss before it is "missing" and PINGed
 MISSING_AFTER_BEATS = 2
-#: FAIL kinds after which a job that produced nothing may run elsewhere
-_RETRYABLE = frozenset({"busy"})
 
 
 class Dispatcher:
@@ -448,13 +446,12 @@ class Dispatcher:
     def _failed(self, record: EngineRecord, msg: Fail) -> None:
         job = record.jobs.pop(msg.job_id, None)
         if job is not None:
-            if msg.kind in _RETRYABLE and not (
-                job.started or job.abandoned or job.outcome is not None
-            ):
+            kind = FailKind.of(msg.kind)
+            if kind.retryable and not (job.started or job.abandoned or job.outcome is not None):
                 job.engine = None
                 self.queue.appendleft(job)
             else:
-                job.finish(from_engine_failure(record.name, msg.kind, msg.message))
+                job.finish(kind.error(record.name, msg.message))
         self._pump()
 
     # -- liveness -------------------------------------------------------------------------
