@@ -18,11 +18,13 @@ from tests.integration.server import Server
 
 KEY = "test-admin-key"
 ENGINES = [{"name": "alpha", "backend": "cpu"}, {"name": "beta", "backend": "cpu"}]
+LOAD_SECONDS = 5.0
 MODELS: list[dict[str, Any]] = [
     {"id": "on-alpha", "format": "fake", "engine": "alpha"},
     {"id": "on-beta", "format": "fake", "engine": "beta",
      "options": {"tokens_per_second": 50, "output_tokens": 1000}},
-    {"id": "slow-load", "format": "fake", "engine": "alpha", "options": {"load_seconds": 5}},
+    {"id": "slow-load", "format": "fake", "engine": "alpha",
+     "options": {"load_seconds": LOAD_SECONDS}},
     {"id": "ghost-pin", "format": "fake", "engine": "gamma"},
     {"id": "free-1", "format": "fake"},
     {"id": "free-2", "format": "fake"},
@@ -87,6 +89,7 @@ def test_a_model_loading_on_one_engine_never_delays_another_engines_stream(
     async def run() -> tuple[list[float], dict[str, Any]]:
         arrivals: list[float] = []
         during: dict[str, Any] = {}
+        begun = asyncio.Event()
         async with aiohttp.ClientSession() as session:
 
             async def stream() -> None:
@@ -94,24 +97,31 @@ def test_a_model_loading_on_one_engine_never_delays_another_engines_stream(
                     async for line in r.content:
                         if line.startswith(b"data: {"):
                             arrivals.append(time.monotonic())
+                            begun.set()
 
             task = asyncio.create_task(stream())
-            await asyncio.sleep(0.5)
+            await begun.wait()
             load = {"model": "slow-load", "prompt": "x", "max_tokens": 2}
             loading = asyncio.create_task(session.post(server.url + "/v1/completions", json=load))
-            await asyncio.sleep(1.0)
-            async with session.get(server.url + "/healthz") as r:
-                during.update(await r.json())
+            # the next heartbeat shows the load under way (it lasts LOAD_SECONDS)
+            while "slow-load" not in during.get("alpha", {}).get("loading", {}):
+                async with session.get(server.url + "/healthz") as r:
+                    during["alpha"] = next(
+                        e for e in (await r.json())["engines"] if e["name"] == "alpha"
+                    )
+                await asyncio.sleep(0.05)
+            during["stream_events_by_then"] = len(arrivals)
             await task
             (await loading).close()
         return arrivals, during
 
     arrivals, during = asyncio.run(run())
-    alpha = next(e for e in during["engines"] if e["name"] == "alpha")
-    assert "slow-load" in alpha["loading"], "the load overlapped the stream"
+    assert during["stream_events_by_then"] < len(arrivals), "the load overlapped the stream"
     gaps = [b - a for a, b in itertools.pairwise(arrivals[1:])]  # from the second event
     assert len(gaps) > 150
-    assert max(gaps) < 0.05, f"longest gap {max(gaps) * 1000:.0f} ms"
+    # a stream stalled by the load would wait for all of it; a loaded 2-core machine can
+    # delay an event by tens of milliseconds, never by a large part of the load
+    assert max(gaps) < LOAD_SECONDS / 5, f"longest gap {max(gaps) * 1000:.0f} ms"
 
 
 def test_admin_api_needs_the_key(server: Server) -> None:

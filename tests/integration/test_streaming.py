@@ -95,7 +95,9 @@ def test_malformed_bus_frames_are_dropped_without_harming_a_stream(
     async def stream_while_attacked() -> str:
         async with aiohttp.ClientSession() as session:
             task = asyncio.create_task(stream_chat(session, srv.url, body))
-            await asyncio.sleep(0.2)
+            # attacked while the stream runs: its engine has the job
+            while srv.health()["engines"][0]["free_slots"] == 8:
+                await asyncio.sleep(0.01)
             await asyncio.to_thread(_send_garbage, srv.bus_endpoint())
             text, _ = await task
             return text

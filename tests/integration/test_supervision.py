@@ -105,7 +105,10 @@ def test_sigkill_mid_stream_errors_that_stream_only_and_reruns_the_waiting_job(
     assert victim.first.wait(10)
     waiting = Stream(srv, "a-single", 5)  # waits inside alpha for the single instance
     bystander = Stream(srv, "b-slow", 40)
-    time.sleep(0.3)
+    assert bystander.first.wait(10)
+    # both of alpha's jobs are on alpha (8 slots), so the kill catches the waiting one there
+    wait_for(lambda: next(e for e in srv.health()["engines"]
+                          if e["name"] == "alpha")["free_slots"] == 6)  # fmt: skip
     killed_at = time.monotonic()
     os.kill(alpha, signal.SIGKILL)
     victim.join()

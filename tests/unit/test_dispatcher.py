@@ -41,10 +41,11 @@ def test_a_send_to_an_engine_that_vanished_loses_it_and_fails_its_job(tmp_path: 
             assert isinstance(decode(await peer.recv_multipart()), Job)
             job.push("first token")  # it started, so it cannot move elsewhere
             peer.close(linger=0)  # the engine is gone without a word
-            await asyncio.sleep(0.2)
-            dispatcher.cancel(job)  # this CANCEL has nowhere to go
-            await asyncio.sleep(0.05)
-            assert dispatcher.registry.all() == []
+            # each CANCEL is sent until libzmq has seen the peer go; then one fails
+            async with asyncio.timeout(5):
+                while dispatcher.registry.all():
+                    dispatcher.cancel(job)
+                    await asyncio.sleep(0.01)
             assert isinstance(job.outcome, EngineFailed)
         finally:
             await dispatcher.stop()

@@ -47,13 +47,14 @@ def test_fail_after_tokens_fails_only_that_sequence() -> None:
 def test_load_reports_progress_while_it_runs() -> None:
     progress = LoadProgress()
     loader = threading.Thread(
-        target=FakeBackend().load, args=({"options": {"load_seconds": 0.5}}, progress)
+        target=FakeBackend().load, args=({"options": {"load_seconds": 2.0}}, progress)
     )
     loader.start()
-    time.sleep(0.2)
-    midway = progress.fraction
+    while progress.fraction == 0.0 and loader.is_alive():  # its first report
+        time.sleep(0.001)
+    midway, running = progress.fraction, loader.is_alive()
     loader.join()
-    assert 0.1 < midway < 0.9
+    assert running and 0.0 < midway < 1.0
     assert progress.fraction == 1.0
 
 
