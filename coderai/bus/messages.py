@@ -185,6 +185,29 @@ class Welcome(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The settings the front gives an engine, in WELCOME and CONTROL config; checked at
+    the edge (parse), so the engine never re-checks a dict. None leaves one unchanged."""
+
+    max_model_instances: int | None = None
+    memory_budget_mb: float | None = None
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> EngineConfig:
+        instances = data.get("max_model_instances")
+        budget = data.get("memory_budget_mb")
+        if instances is not None and (
+            isinstance(instances, bool) or not isinstance(instances, int) or instances < 1
+        ):
+            raise BusProtocolError(f"max_model_instances {instances!r} is not an int >= 1")
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
+        ):
+            raise BusProtocolError(f"memory_budget_mb {budget!r} is not a number >= 0")
+        return cls(instances, budget)
+
+
+@dataclass(frozen=True, slots=True)
 class Refuse(Message):
     TYPE = MsgType.REFUSE
     reason: str

@@ -50,6 +50,19 @@ def estimate_bytes(spec: dict[str, Any]) -> int:
     )
 
 
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """What the heartbeat reports, published by the scheduler thread whenever it changes,
+    so the event loop reads one immutable record instead of the pool's dicts mid-change.
+    A load's progress is a float its loader thread stores (an atomic write)."""
+
+    loaded: tuple[str, ...] = ()
+    loading: tuple[tuple[str, LoadProgress], ...] = ()
+
+    def progress(self) -> dict[str, float]:
+        return {model_id: progress.fraction for model_id, progress in self.loading}
+
+
 @dataclass(eq=False)
 class Resident:
     key: str
@@ -86,6 +99,14 @@ class ModelPool:
         self.budget_bytes = budget_bytes
         self.resident: dict[str, list[Resident]] = {}
         self.loading: dict[str, _Loading] = {}
+        #: replaced (never changed) after every change above; read from other threads
+        self.snapshot = PoolSnapshot()
+
+    def _publish(self) -> None:
+        self.snapshot = PoolSnapshot(
+            tuple(sorted({r.model_id for rs in self.resident.values() for r in rs})),
+            tuple((ld.model_id, ld.progress) for ld in self.loading.values()),
+        )
 
     def backend_for(self, spec: dict[str, Any]) -> Backend:
         capability = required_capability(str(spec.get("format")), spec.get("options", {}))
@@ -126,6 +147,7 @@ class ModelPool:
         busy = sum(r.model_id == model_id for rs in self.resident.values() for r in rs)
         log.info("unloaded %d instances of %s (%d busy stay)", gone, model_id, busy)
         if gone:
+            self._publish()
             gc.collect()
         return gone
 
@@ -147,6 +169,7 @@ class ModelPool:
         future = self._executor.submit(backend.load, spec, progress)
         future.add_done_callback(lambda _f: self._on_loaded(key))
         self.loading[key] = _Loading(model_id, future, progress, size)
+        self._publish()
 
     def _make_room(self, needed: int) -> None:
         everyone = [r for rs in self.resident.values() for r in rs]
@@ -159,6 +182,7 @@ class ModelPool:
                 if not self.resident[resident.key]:
                     del self.resident[resident.key]
         if doomed:
+            self._publish()
             gc.collect()
 
     def _free_bytes(self) -> int:
@@ -171,20 +195,16 @@ class ModelPool:
     def finish_load(self, key: str) -> None:
         """Scheduler thread, once a load ends: keep the instance or raise what failed."""
         loading = self.loading.pop(key)
+        self._publish()  # the load has ended, whether or not it worked
         instance = loading.future.result()
         log.info("model %s loaded in %.1f s", loading.model_id, time.monotonic() - loading.started)
         self.resident.setdefault(key, []).append(
             Resident(key, loading.model_id, instance, loading.size)
         )
+        self._publish()
 
     def has_resident(self, key: str) -> bool:
         return bool(self.resident.get(key))
-
-    def loaded_ids(self) -> list[str]:
-        return sorted({r.model_id for rs in list(self.resident.values()) for r in rs})
-
-    def load_progress(self) -> dict[str, float]:
-        return {ld.model_id: ld.progress.fraction for ld in list(self.loading.values())}
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

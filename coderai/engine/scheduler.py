@@ -13,7 +13,16 @@ import time
 from collections import deque
 from typing import Any
 
-from coderai.bus.messages import Done, Embeddings, Fail, FailKind, FinishReason, Job, Message
+from coderai.bus.messages import (
+    Done,
+    Embeddings,
+    EngineConfig,
+    Fail,
+    FailKind,
+    FinishReason,
+    Job,
+    Message,
+)
 from coderai.engine.backends.base import END, Backend, ModelInstance, Sequence
 from coderai.engine.outbox import Outbox
 from coderai.engine.pool import ModelPool, instance_key
@@ -76,6 +85,10 @@ class Scheduler:
     def unload(self, model_id: str) -> None:
         self._inbox.put(("unload", model_id))
 
+    def configure(self, config: EngineConfig) -> None:
+        """Applied between steps, on the scheduler thread, which owns the pool."""
+        self._inbox.put(("config", config))
+
     # -- the scheduler thread -------------------------------------------------------------
     def run(self) -> None:
         try:
@@ -131,6 +144,8 @@ class Scheduler:
                 self._preload(arg)
             elif kind == "unload":
                 self.pool.unload(arg)
+            elif kind == "config":
+                self._configure(arg)
             elif kind == "stop":
                 self._stopped = True
                 return
@@ -145,6 +160,12 @@ class Scheduler:
                 self._finish_fail(seq, FailKind.BAD_JOB, f"invalid job: {exc!r}")
             else:
                 self._fail_new(job.job_id, FailKind.BAD_JOB, f"invalid job: {exc!r}")
+
+    def _configure(self, config: EngineConfig) -> None:
+        if config.max_model_instances is not None:
+            self.pool.max_instances = config.max_model_instances
+        if config.memory_budget_mb is not None:
+            self.pool.budget_bytes = int(config.memory_budget_mb * (1 << 20))
 
     def _admit_job(self, job: Job) -> None:
         if job.job_id in self._jobs:

@@ -27,6 +27,7 @@ from coderai.bus.messages import (
     Cancel,
     Control,
     ControlAction,
+    EngineConfig,
     EngineState,
     Fail,
     FailKind,
@@ -138,15 +139,6 @@ class EngineWorker:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._stop.set)
 
-    def _configure(self, config: dict[str, object]) -> None:
-        pool = self.scheduler.pool
-        instances = config.get("max_model_instances")
-        if isinstance(instances, int) and instances > 0:
-            pool.max_instances = instances
-        budget = config.get("memory_budget_mb")
-        if isinstance(budget, int | float) and budget >= 0:
-            pool.budget_bytes = int(budget * (1 << 20))
-
     def _schedule(self) -> None:
         try:
             self.scheduler.run()
@@ -182,7 +174,10 @@ class EngineWorker:
             return False
         assert isinstance(msg, Welcome)
         self._heartbeat_interval = msg.heartbeat_interval
-        self._configure(msg.config)
+        try:
+            self.scheduler.configure(EngineConfig.parse(msg.config))
+        except BusProtocolError as exc:
+            log.error("the front's settings are malformed (%s); keeping the defaults", exc)
         log.info("engine %s joined the bus", self.s.name)
         return True
 
@@ -250,18 +245,21 @@ class EngineWorker:
         elif msg.action == ControlAction.UNLOAD and isinstance(model, str):
             self.scheduler.unload(model)
         elif msg.action == ControlAction.CONFIG:
-            self._configure(msg.args)
+            try:
+                self.scheduler.configure(EngineConfig.parse(msg.args))
+            except BusProtocolError as exc:
+                self._drop_log.warning("dropped a CONTROL config: %s", exc)
         else:
             self._drop_log.warning("dropped a CONTROL %r with args %r", msg.action, msg.args)
 
     def _heartbeat(self) -> Heartbeat:
-        pool = self.scheduler.pool
-        loading = pool.load_progress()
+        snapshot = self.scheduler.pool.snapshot
+        loading = snapshot.progress()
         for model_id, fraction in loading.items():
             log.info("loading model %s: %d%%", model_id, fraction * 100)
         return Heartbeat(
             state=EngineState.LOADING if loading else EngineState.READY,
-            loaded=pool.loaded_ids(),
+            loaded=list(snapshot.loaded),
             loading=loading,
             rss=self._proc.memory_info().rss,
         )

@@ -9,6 +9,7 @@ from coderai.bus.messages import (
     Cancel,
     Chunks,
     Done,
+    EngineConfig,
     Fail,
     Heartbeat,
     Hello,
@@ -85,3 +86,12 @@ def test_malformed_frames_are_rejected_with_the_reason(frames: list[bytes], faul
 def test_another_protocol_version_is_a_distinct_error() -> None:
     with pytest.raises(ProtocolVersionMismatch):
         decode([b"CAI2", b"\x04", msgpack.packb({})])
+
+
+def test_engine_settings_are_checked_at_the_edge() -> None:
+    assert EngineConfig.parse({"max_model_instances": 2}) == EngineConfig(2, None)
+    assert EngineConfig.parse({}) == EngineConfig()
+    for bad in ({"max_model_instances": 0}, {"max_model_instances": True},
+                {"memory_budget_mb": "lots"}, {"memory_budget_mb": -1}):  # fmt: skip
+        with pytest.raises(BusProtocolError):
+            EngineConfig.parse(bad)
