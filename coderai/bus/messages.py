@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -182,6 +183,33 @@ class Welcome(Message):
     liveness: int
     #: engine settings resolved by the front: max_model_instances, memory_budget_mb
     config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What an engine needs to load a model: a JOB's `model` and a CONTROL load's, checked
+    at the edge (parse) so that nothing inside the engine re-checks a dict."""
+
+    id: str
+    path: str
+    format: str  #: "fake" | "gguf" | "transformers"
+    options: dict[str, Any] = field(default_factory=dict)
+    #: an instance made for embeddings (llama.cpp computes them only in such a context)
+    embedding: bool = False
+
+    @classmethod
+    def parse(cls, data: object) -> ModelSpec:
+        if not isinstance(data, dict):
+            raise BusProtocolError(f"a model spec is {type(data).__name__}, not a map")
+        fields = {"id": str, "path": str, "format": str, "options": dict}
+        for name, kind in fields.items():
+            if not isinstance(data.get(name), kind):
+                raise BusProtocolError(f"model spec field {name!r} is not a {kind.__name__}")
+        return cls(data["id"], data["path"], data["format"], data["options"])
+
+    def key(self) -> str:
+        """Two specs that differ in any option are two different models."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
 
 
 @dataclass(frozen=True, slots=True)

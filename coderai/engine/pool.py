@@ -10,17 +10,16 @@ would not fit; a model that is generating is never unloaded.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
+from coderai.bus.messages import ModelSpec
 from coderai.engine.backends.base import Backend, LoadProgress, ModelInstance
 from coderai.engine.eviction import ResidentView, plan_evictions
 from coderai.errors import JobError
@@ -30,18 +29,13 @@ log = logging.getLogger("coderai.engine")
 MIB = 1 << 20
 
 
-def instance_key(spec: dict[str, Any]) -> str:
-    """Two specs that differ in any option are two different models."""
-    return json.dumps(spec, sort_keys=True, default=str)
-
-
-def estimate_bytes(spec: dict[str, Any]) -> int:
+def estimate_bytes(spec: ModelSpec) -> int:
     """Rough memory a model takes once loaded: its weights on disk (or options.memory_mb)."""
-    options = spec.get("options", {})
+    options = spec.options
     if "memory_mb" in options:
         return int(float(options["memory_mb"]) * MIB)
-    path = Path(str(spec.get("path") or ""))
-    if not spec.get("path") or not path.exists():
+    path = Path(spec.path)
+    if not spec.path or not path.exists():
         return 0
     if path.is_file():
         return path.stat().st_size
@@ -108,16 +102,16 @@ class ModelPool:
             tuple((ld.model_id, ld.progress) for ld in self.loading.values()),
         )
 
-    def backend_for(self, spec: dict[str, Any]) -> Backend:
-        capability = required_capability(str(spec.get("format")), spec.get("options", {}))
+    def backend_for(self, spec: ModelSpec) -> Backend:
+        capability = required_capability(spec.format, spec.options)
         backend = self._backends.get(capability)
         if backend is None:
             raise JobError(f"this engine cannot run {capability!r} models", kind="unsupported")
         return backend
 
-    def acquire(self, spec: dict[str, Any]) -> ModelInstance | None:
+    def acquire(self, spec: ModelSpec) -> ModelInstance | None:
         """An instance with room for one more sequence, or None (a load may be under way)."""
-        key = instance_key(spec)
+        key = spec.key()
         instances = self.resident.get(key, [])
         roomy = [r for r in instances if r.active < r.instance.capacity]
         if roomy:
@@ -129,8 +123,8 @@ class ModelPool:
             self._start_load(key, spec)
         return None
 
-    def preload(self, spec: dict[str, Any]) -> None:
-        key = instance_key(spec)
+    def preload(self, spec: ModelSpec) -> None:
+        key = spec.key()
         if not self.resident.get(key) and key not in self.loading:
             self._start_load(key, spec)
 
@@ -159,12 +153,12 @@ class ModelPool:
                     resident.last_used = time.monotonic()
                     return
 
-    def _start_load(self, key: str, spec: dict[str, Any]) -> None:
+    def _start_load(self, key: str, spec: ModelSpec) -> None:
         backend = self.backend_for(spec)
         size = estimate_bytes(spec)
         self._make_room(size)
         progress = LoadProgress()
-        model_id = str(spec.get("id"))
+        model_id = spec.id
         log.info("loading model %s (%.0f MiB)", model_id, size / MIB)
         future = self._executor.submit(backend.load, spec, progress)
         future.add_done_callback(lambda _f: self._on_loaded(key))

@@ -22,10 +22,11 @@ from coderai.bus.messages import (
     FinishReason,
     Job,
     Message,
+    ModelSpec,
 )
 from coderai.engine.backends.base import END, Backend, ModelInstance, Sequence
 from coderai.engine.outbox import Outbox
-from coderai.engine.pool import ModelPool, instance_key
+from coderai.engine.pool import ModelPool
 from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
@@ -48,7 +49,7 @@ class Scheduler:
         self._batches: dict[ModelInstance, list[Sequence]] = {}
         self._next_step: dict[ModelInstance, float] = {}
         #: per instance key, sequences waiting for an instance with room, in arrival order
-        self._waiting: dict[str, deque[tuple[Sequence, dict[str, Any]]]] = {}
+        self._waiting: dict[str, deque[tuple[Sequence, ModelSpec]]] = {}
         self._jobs: dict[int, Sequence] = {}
         #: instance keys whose instances gained room this iteration
         self._freed: set[str] = set()
@@ -62,7 +63,7 @@ class Scheduler:
     def submit(self, job: Job) -> None:
         self._inbox.put(("job", job))
 
-    def preload(self, spec: dict[str, Any]) -> None:
+    def preload(self, spec: ModelSpec) -> None:
         self._inbox.put(("preload", spec))
 
     def cancel(self, job_id: int) -> None:
@@ -178,8 +179,9 @@ class Scheduler:
         seq = Sequence(job=job, stopper=StopMatcher(job.stop))
         self._jobs[job.job_id] = seq
         try:
-            spec = self.pool.backend_for(job.model).instance_spec(job.model, job.kind)
-            seq.key = instance_key(spec)
+            model = ModelSpec.parse(job.model)  # the edge: a bad spec fails this job
+            spec = self.pool.backend_for(model).instance_spec(model, job.kind)
+            seq.key = spec.key()
             self._waiting.setdefault(seq.key, deque()).append((seq, spec))
             self._admit_waiting(seq.key)
         except JobError as exc:
@@ -198,11 +200,11 @@ class Scheduler:
             self._begin(instance, seq)
         self._waiting.pop(key, None)
 
-    def _preload(self, spec: dict[str, Any]) -> None:
+    def _preload(self, spec: ModelSpec) -> None:
         try:
             self.pool.preload(spec)
         except JobError as exc:
-            log.error("cannot preload model %s: %s", spec.get("id"), exc.message)
+            log.error("cannot preload model %s: %s", spec.id, exc.message)
 
     def _loaded(self, key: str) -> None:
         try:

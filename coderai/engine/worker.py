@@ -36,6 +36,7 @@ from coderai.bus.messages import (
     Hold,
     Job,
     Message,
+    ModelSpec,
     MsgType,
     Ping,
     Refuse,
@@ -241,7 +242,10 @@ class EngineWorker:
         if msg.action == ControlAction.SHUTDOWN:
             self._stop.set()
         elif msg.action == ControlAction.LOAD and isinstance(model, dict):
-            self.scheduler.preload(model)
+            try:
+                self.scheduler.preload(ModelSpec.parse(model))
+            except BusProtocolError as exc:
+                self._drop_log.warning("dropped a CONTROL load: %s", exc)
         elif msg.action == ControlAction.UNLOAD and isinstance(model, str):
             self.scheduler.unload(model)
         elif msg.action == ControlAction.CONFIG:

@@ -11,7 +11,7 @@ import aiohttp
 import httpx
 import pytest
 
-from coderai.bus.messages import Job
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import END, LoadProgress, ModelInstance, Sequence
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.transformers_backend import TransformersBackend
@@ -111,7 +111,11 @@ def test_greedy_text_through_the_stack_equals_the_backend_called_directly(
 ) -> None:
     spec = next(m for m in models if m["id"] == model)
     backend = TransformersBackend() if model == "tiny-hf" else LlamaCppBackend()
-    instance = backend.load({**spec, "options": spec.get("options", {})}, LoadProgress())
+    entry = {"path": "", **spec, "options": spec.get("options", {})}
+    instance = backend.load(
+        ModelSpec.parse({**entry, "format": "gguf" if model == "tiny-gguf" else "transformers"}),
+        LoadProgress(),
+    )
     for prompt in PROMPTS:
         r = chat(server, model, prompt)
         usage = r.json()["usage"]

@@ -15,6 +15,7 @@ from coderai.bus.messages import (
     Hello,
     Job,
     Message,
+    ModelSpec,
     MsgType,
 )
 from coderai.errors import BusProtocolError, ProtocolVersionMismatch
@@ -95,3 +96,11 @@ def test_engine_settings_are_checked_at_the_edge() -> None:
                 {"memory_budget_mb": "lots"}, {"memory_budget_mb": -1}):  # fmt: skip
         with pytest.raises(BusProtocolError):
             EngineConfig.parse(bad)
+
+
+def test_a_model_spec_is_checked_at_the_edge() -> None:
+    good = {"id": "m", "path": "/m.gguf", "format": "gguf", "options": {"n_ctx": 64}}
+    assert ModelSpec.parse(good) == ModelSpec("m", "/m.gguf", "gguf", {"n_ctx": 64})
+    for bad in (1, {**good, "options": None}, {k: v for k, v in good.items() if k != "path"}):
+        with pytest.raises(BusProtocolError):
+            ModelSpec.parse(bad)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from coderai.bus.messages import Job
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import END, LoadProgress, Sequence
 from coderai.engine.backends.fake import FakeBackend, fake_tokens, job_prompt
 from coderai.errors import JobError
@@ -15,6 +15,10 @@ def _job(prompt: str, seed: int | None = None) -> Job:
     return Job(1, {"id": "f", "format": "fake", "options": {}}, "completion", prompt, seed=seed)
 
 
+def _spec(options: dict[str, object]) -> ModelSpec:
+    return ModelSpec("f", "", "fake", options)
+
+
 def test_text_is_a_pure_function_of_prompt_and_seed() -> None:
     assert fake_tokens("a", 0, 20) == fake_tokens("a", 0, 20)
     assert fake_tokens("a", 0, 20) != fake_tokens("b", 0, 20)
@@ -22,7 +26,7 @@ def test_text_is_a_pure_function_of_prompt_and_seed() -> None:
 
 
 def test_instance_steps_produce_fake_tokens_then_end() -> None:
-    instance = FakeBackend().load({"options": {"output_tokens": 5}}, LoadProgress())
+    instance = FakeBackend().load(_spec({"output_tokens": 5}), LoadProgress())
     seq = Sequence(job=_job("hello", seed=3))
     instance.start(seq)
     produced = []
@@ -37,7 +41,7 @@ def test_instance_steps_produce_fake_tokens_then_end() -> None:
 
 
 def test_fail_after_tokens_fails_only_that_sequence() -> None:
-    instance = FakeBackend().load({"options": {"fail_after_tokens": 0}}, LoadProgress())
+    instance = FakeBackend().load(_spec({"fail_after_tokens": 0}), LoadProgress())
     seq = Sequence(job=_job("x"))
     instance.start(seq)
     (result,) = instance.step([seq])
@@ -47,7 +51,7 @@ def test_fail_after_tokens_fails_only_that_sequence() -> None:
 def test_load_reports_progress_while_it_runs() -> None:
     progress = LoadProgress()
     loader = threading.Thread(
-        target=FakeBackend().load, args=({"options": {"load_seconds": 2.0}}, progress)
+        target=FakeBackend().load, args=(_spec({"load_seconds": 2.0}), progress)
     )
     loader.start()
     while progress.fraction == 0.0 and loader.is_alive():  # its first report
@@ -61,4 +65,4 @@ def test_load_reports_progress_while_it_runs() -> None:
 @pytest.mark.parametrize("bad", [-1, "fast", True])
 def test_bad_options_are_job_errors(bad: object) -> None:
     with pytest.raises(JobError, match="tokens_per_second"):
-        FakeBackend().load({"options": {"tokens_per_second": bad}}, LoadProgress())
+        FakeBackend().load(_spec({"tokens_per_second": bad}), LoadProgress())

@@ -12,7 +12,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from coderai.bus.messages import Job
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
@@ -91,13 +91,13 @@ class ModelInstance(abc.ABC):
 
 
 class Backend(abc.ABC):
-    def instance_spec(self, spec: dict[str, Any], kind: str) -> dict[str, Any]:
+    def instance_spec(self, spec: ModelSpec, kind: str) -> ModelSpec:
         """The spec of the instance that serves a job of this kind (a backend may need a
         differently configured instance for embeddings)."""
         return spec
 
     @abc.abstractmethod
-    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
+    def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
         """Load a model (blocking; runs on the engine's loader thread)."""
 
 

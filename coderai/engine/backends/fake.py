@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from coderai.bus.messages import Job
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -115,8 +115,8 @@ class FakeInstance(ModelInstance):
 
 
 class FakeBackend(Backend):
-    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
-        options = spec.get("options", {})
+    def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
+        options = spec.options
         instance = FakeInstance(options)
         load_seconds = _option(options, "load_seconds", 0)
         deadline = time.monotonic() + load_seconds

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import dataclasses
 import importlib
 import logging
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coderai.bus.messages import ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -44,15 +46,15 @@ class _Row:
 
 
 class LlamaCppBackend(Backend):
-    def instance_spec(self, spec: dict[str, Any], kind: str) -> dict[str, Any]:
+    def instance_spec(self, spec: ModelSpec, kind: str) -> ModelSpec:
         # llama.cpp computes embeddings only in a context created for them
-        return {**spec, "embedding": True} if kind == "embedding" else spec
+        return dataclasses.replace(spec, embedding=True) if kind == "embedding" else spec
 
-    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
+    def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
         import llama_cpp
 
-        path = Path(spec["path"])
-        options: dict[str, Any] = spec.get("options", {})
+        path = Path(spec.path)
+        options = spec.options
         if not path.is_file():
             raise JobError(f"model file {path} does not exist", kind="model_file")
         kv = options.get("kv_cache", "f16")
@@ -70,7 +72,7 @@ class LlamaCppBackend(Backend):
             "type_v": _KV_TYPES[kv],
             "verbose": False,
         }
-        if spec.get("embedding"):
+        if spec.embedding:
             # a pooled input is decoded in one batch, so the default batch of 512 tokens
             # would cap inputs below the context
             kwargs.update(embedding=True, pooling_type=_POOLING_MEAN, n_batch=n_ctx, n_ubatch=n_ctx)

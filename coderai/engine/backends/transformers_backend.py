@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from coderai.bus.messages import Job
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -71,12 +71,12 @@ class _Row:
 
 
 class TransformersBackend(Backend):
-    def load(self, spec: dict[str, Any], progress: LoadProgress) -> ModelInstance:
+    def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = Path(spec["path"])
-        options: dict[str, Any] = spec.get("options", {})
+        path = Path(spec.path)
+        options = spec.options
         if not path.exists():
             raise JobError(f"model file {path} does not exist", kind="model_file")
         cuda = torch.cuda.is_available()
