@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from coderai.tinymodel import build
-from tests.integration.server import Server
+from tests.support.server import Server
 
 StartServer = Callable[..., Server]
 

@@ -28,7 +28,7 @@ from coderai.bus.messages import (
 )
 from coderai.bus.sockets import bind_router
 from coderai.engine.backends.fake import fake_tokens
-from tests.messages_support import text_of
+from tests.support.bus import text_of
 
 TOKEN = "test-token"
 MODEL = {"id": "f", "path": "", "format": "fake", "options": {"output_tokens": 6}}

@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import msgpack
 import pytest
-import zmq
 
 from coderai.bus.codec import MAGIC, encode
 from coderai.bus.messages import Hello, MsgType
-from tests.integration.server import Server, wait_for
+from tests.support.bus import intruder
+from tests.support.server import Server, wait_for
 
 KEY = "hostile-admin-key"
 SLOTS = 2
@@ -171,11 +171,7 @@ def test_a_wrong_token_hello_is_counted_and_a_flood_of_bad_frames_is_logged_spar
 ) -> None:
     before = server.health()["dropped_bus_frames"]
     flood = 2_000
-    ctx = zmq.Context()
-    peer = ctx.socket(zmq.DEALER)
-    peer.setsockopt(zmq.IDENTITY, b"intruder:1")
-    peer.connect(server.bus_endpoint())
-    try:
+    with intruder(server.bus_endpoint()) as peer:
         peer.send_multipart(encode(Hello("intruder", 1, 1, "cpu", ["fake"], 4, token="guess")))
         assert peer.poll(5000), "a HELLO with a wrong token is answered with REFUSE"
         assert peer.recv_multipart()[1][0] == MsgType.REFUSE
@@ -183,9 +179,6 @@ def test_a_wrong_token_hello_is_counted_and_a_flood_of_bad_frames_is_logged_spar
         for _ in range(flood):
             peer.send_multipart([MAGIC, bytes([MsgType.CHUNKS]), msgpack.packb({"deltas": 1})])
         wait_for(lambda: server.health()["dropped_bus_frames"] == before + 1 + flood)
-    finally:
-        peer.close(linger=0)
-        ctx.term()
     lines = [line for line in server.log().splitlines() if "dropped a bus frame" in line]
     # at most one line per throttle interval (10 s) while the flood lasted, plus the first
     assert 1 <= len(lines) <= 3, lines

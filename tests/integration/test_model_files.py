@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server
+from tests.support.server import Server
 
 KEY = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

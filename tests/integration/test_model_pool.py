@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server, wait_for
+from tests.support.server import Server, wait_for
 
 QUICK = {"heartbeat_interval": 0.2}
 

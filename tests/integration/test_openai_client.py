@@ -13,7 +13,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from coderai.engine.backends.fake import fake_tokens
-from tests.integration.server import Server, expected_chat, wait_for
+from tests.support.server import Server, expected_chat, wait_for
+from tests.support.sse import DONE, events, is_error
 
 MODELS: list[dict[str, Any]] = [
     {"id": "fake", "alias": "fake-alias", "format": "fake", "options": {"output_tokens": 24}},
@@ -166,10 +167,10 @@ def test_failure_after_first_byte_is_an_error_event(server: Server) -> None:
     body = {"model": "flaky", "messages": _user("x"), "stream": True}
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200
-        events = [line for line in r.iter_lines() if line.startswith("data: ")]
-    assert '"error"' in events[-1]
-    assert "failed after 3 tokens" in events[-1]
-    assert "data: [DONE]" not in events
+        evs = events(r.read())
+    assert is_error(evs[-1])
+    assert "failed after 3 tokens" in evs[-1]["error"]["message"]
+    assert DONE not in evs
 
 
 def test_openai_client_raises_on_error_event(client: openai.OpenAI) -> None:

@@ -14,7 +14,8 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.integration.server import Server
+from tests.support.server import Server
+from tests.support.sse import DONE, event
 
 KEY = "test-admin-key"
 ENGINES = [{"name": "alpha", "backend": "cpu"}, {"name": "beta", "backend": "cpu"}]
@@ -95,7 +96,7 @@ def test_a_model_loading_on_one_engine_never_delays_another_engines_stream(
             async def stream() -> None:
                 async with session.post(server.url + "/v1/completions", json=body) as r:
                     async for line in r.content:
-                        if line.startswith(b"data: {"):
+                        if event(line) not in (None, DONE):
                             arrivals.append(time.monotonic())
                             begun.set()
 

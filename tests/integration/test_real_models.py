@@ -16,7 +16,8 @@ from coderai.engine.backends.base import END, LoadProgress, ModelInstance, Seque
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.transformers_backend import TransformersBackend
 from coderai.tinymodel import CONTEXT
-from tests.integration.server import Server
+from tests.support.server import Server
+from tests.support.sse import content, events
 
 PROMPTS = [
     "What is the capital of France?",
@@ -143,11 +144,8 @@ def test_streamed_text_equals_the_whole_response(server: Server, model: str) -> 
     body = {"model": model, "messages": [{"role": "user", "content": "stream please"}],
             "temperature": 0, "max_tokens": TOKENS, "stream": True}  # fmt: skip
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        lines = [line for line in r.iter_lines() if line.startswith("data: {")]
-    import json
-
-    parts = [json.loads(line[6:])["choices"][0]["delta"].get("content") or "" for line in lines]
-    assert "".join(parts) == whole
+        streamed = content(events(r.read()))
+    assert streamed == whole
 
 
 @pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])

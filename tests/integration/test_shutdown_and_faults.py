@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server, site_hook, wait_for
+from tests.support.server import Server, site_hook, wait_for
+from tests.support.sse import event
 
 SLOW = {"tokens_per_second": 20, "output_tokens": 10_000}
 
@@ -24,7 +25,7 @@ class Request:
     def __init__(self, url: str, body: dict[str, Any]) -> None:
         self.url, self.body = url, body
         self.status = 0
-        self.events: list[str] = []
+        self.events: list[dict[str, Any]] = []
         self.json: dict[str, Any] = {}
         self.error: Exception | None = None
         self.first = threading.Event()
@@ -40,8 +41,8 @@ class Request:
                     self.json = json.loads(r.read())
                     return
                 for line in r.iter_lines():  # raises if the body is cut short
-                    if line.startswith("data: "):
-                        self.events.append(line[6:])
+                    if (e := event(line)) is not None:
+                        self.events.append(e)
                         self.first.set()
         except Exception as exc:
             self.error = exc
@@ -72,7 +73,7 @@ def test_sigterm_ends_streams_with_an_error_event_and_queued_requests_with_503(
         stream.join()
         assert stream.error is None, stream.error  # the chunked body ended properly
         assert (stream.status, len(stream.events) > 1) == (200, True)
-        assert json.loads(stream.events[-1])["error"]["code"] == "shutting_down"
+        assert stream.events[-1]["error"]["code"] == "shutting_down"
     for request in queued:
         request.join()
         assert request.error is None, request.error

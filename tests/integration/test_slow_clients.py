@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server, wait_for
+from tests.support.server import Server, wait_for
+from tests.support.sse import events
 
 BACKLOG = 64 * 1024
 FAST = {"id": "fast", "format": "fake", "options": {"output_tokens": 10_000_000}}
@@ -108,8 +109,7 @@ def test_a_client_that_stops_reading_gets_an_error_event_and_frees_its_slot(
     finally:
         sock.close()
     assert data.endswith(b"\r\n0\r\n\r\n")
-    last = data.rsplit(b"data: ", 1)[1].split(b"\n\n")[0]
-    assert json.loads(last)["error"]["code"] == "stream_stalled"
+    assert events(data)[-1]["error"]["code"] == "stream_stalled"
 
 
 def test_a_whole_response_is_never_held(start_server: StartServer) -> None:

@@ -12,13 +12,13 @@ from pathlib import Path
 import aiohttp
 import httpx
 import msgpack
-import zmq
 
 from coderai.bus.codec import MAGIC, encode
 from coderai.bus.messages import Hello, MsgType
 from tests.integration.conftest import StartServer
-from tests.integration.server import expected_chat, wait_for
-from tests.integration.sse_client import stream_chat
+from tests.support.bus import intruder
+from tests.support.server import expected_chat, wait_for
+from tests.support.sse import stream_chat
 
 SLOW = {"id": "slow", "format": "fake", "options": {"tokens_per_second": 40, "output_tokens": 400}}
 FAST = {"id": "fast", "format": "fake", "options": {"output_tokens": 1000}}
@@ -112,11 +112,7 @@ def test_malformed_bus_frames_are_dropped_without_harming_a_stream(
 
 
 def _send_garbage(endpoint: str) -> None:
-    ctx = zmq.Context()
-    peer = ctx.socket(zmq.DEALER)
-    peer.setsockopt(zmq.IDENTITY, b"intruder:1")
-    peer.connect(endpoint)
-    try:
+    with intruder(endpoint) as peer:
         peer.send_multipart([b"junk"])  # wrong frame count
         peer.send_multipart([b"XXXX", b"\x03", b"\x80"])  # bad magic
         peer.send_multipart([MAGIC, b"\x63", msgpack.packb({})])  # unknown type
@@ -132,9 +128,6 @@ def _send_garbage(endpoint: str) -> None:
         peer.send_multipart([b"CAI9", bytes([MsgType.HELLO]), msgpack.packb({})])
         assert peer.poll(5000), "another protocol version is answered with REFUSE"
         assert peer.recv_multipart()[1][0] == MsgType.REFUSE
-    finally:
-        peer.close(linger=0)
-        ctx.term()
 
 
 # Runs the front exactly as `coderai run` does, plus a SIGUSR1 handler that writes the

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.conftest import StartServer
-from tests.integration.server import Server, site_hook, wait_for
+from tests.support.server import Server, site_hook, wait_for
+from tests.support.sse import content, events
 
 KEY = "supervision-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -90,10 +91,7 @@ class Stream:
         return self
 
     def text(self) -> str:
-        import json
-
-        return "".join(json.loads(e[6:])["choices"][0]["text"]
-                       for e in self.events if e.startswith("data: {\"id\""))  # fmt: skip
+        return content(events("\n".join(self.events)))
 
 
 def test_sigkill_mid_stream_errors_that_stream_only_and_reruns_the_waiting_job(

@@ -11,7 +11,7 @@ from coderai.bus.messages import Chunks, Done, Job, Message
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
-from tests.messages_support import text_of
+from tests.support.bus import text_of
 
 
 async def _until(cond: object, what: str) -> None:

@@ -3,89 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import zmq
-import zmq.asyncio
-
-from coderai.bus.codec import decode, encode
 from coderai.bus.messages import (
     Bye,
     Cancel,
     Done,
     Fail,
     Heartbeat,
-    Hello,
-    Job,
     Message,
     Ping,
-    Welcome,
 )
-from coderai.config import ModelEntry, ServerConfig
+from coderai.config import ServerConfig
 from coderai.errors import EngineFailed, NoEngine
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.host import Unhosted
 from coderai.front.jobs import FrontJob
-
-TOKEN = "t0ken"
-
-
-class Peer:
-    """A test engine on the bus: it says HELLO and reads what the front sends it."""
-
-    def __init__(self, endpoint: str, name: str, slots: int) -> None:
-        self.name = name
-        self.sock = zmq.asyncio.Context.instance().socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, f"{name}:1".encode())
-        self.sock.connect(endpoint)
-        self.slots = slots
-
-    async def join(self) -> None:
-        await self.send(Hello(self.name, 1, 1, "cpu", ["fake"], self.slots, TOKEN))
-        assert isinstance(await self.recv(), Welcome)
-
-    async def send(self, msg: Message) -> None:
-        await self.sock.send_multipart(encode(msg))
-
-    async def recv(self) -> Message:
-        async with asyncio.timeout(5):
-            return decode(await self.sock.recv_multipart())
-
-    async def job_ids(self, count: int) -> list[int]:
-        ids: list[int] = []
-        while len(ids) < count:
-            msg = await self.recv()
-            if isinstance(msg, Job):
-                ids.append(msg.job_id)
-        return ids
-
-    def close(self) -> None:
-        self.sock.close(linger=0)
-
-
-@asynccontextmanager
-async def bus(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[Dispatcher, str]]:
-    endpoint = f"ipc://{tmp_path}/bus.sock"
-    dispatcher = Dispatcher(ServerConfig(**settings), endpoint, TOKEN)
-    await dispatcher.start()
-    try:
-        yield dispatcher, endpoint
-    finally:
-        await dispatcher.stop()
-
-
-def job(job_id: int, model: str = "m") -> FrontJob:
-    entry = ModelEntry(id=model, format="fake")
-    return FrontJob(job_id, entry, "fake", Job(job_id, entry.spec("fake"), "completion", "hi"))
-
-
-async def until(cond: Callable[[], object], limit: float) -> None:
-    async with asyncio.timeout(limit):
-        while not cond():
-            await asyncio.sleep(0.005)
+from tests.support.bus import TOKEN, Peer, bus, job, until
 
 
 def test_jobs_of_one_model_run_in_arrival_order(tmp_path: Path) -> None:

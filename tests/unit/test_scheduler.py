@@ -10,7 +10,7 @@ from coderai.bus.messages import Chunks, Done, Fail, Job, Message
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
-from tests.messages_support import text_of
+from tests.support.bus import text_of
 
 
 def _job(job_id: int, options: dict[str, object], max_tokens: int | None = None) -> Job:

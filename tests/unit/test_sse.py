@@ -1,22 +1,19 @@
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from coderai.bus.messages import Done
 from coderai.errors import EngineFailed
 from coderai.front.sse import DONE_EVENT, StreamTemplate, error_event, whole_response
+from tests.support.sse import DONE, event
 
 
 def events(raw: bytes) -> list[object]:
+    """The events of rendered bytes, which must be whole `data:` blocks and nothing else."""
     assert raw.endswith(b"\n\n")
-    out: list[object] = []
-    for block in raw[:-2].split(b"\n\n"):
-        assert block.startswith(b"data: ")
-        data = block.removeprefix(b"data: ")
-        out.append("[DONE]" if data == b"[DONE]" else json.loads(data))
-    return out
+    blocks = raw[:-2].split(b"\n\n")
+    assert all(block.startswith(b"data: ") for block in blocks)
+    return ["[DONE]" if e is DONE else e for e in map(event, blocks)]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""A real `coderai run` in a subprocess, for integration tests."""
+"""A real `coderai run` in a subprocess, for integration tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
 from coderai.engine.backends.fake import fake_tokens, render_chat
@@ -93,8 +94,21 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
     def health(self) -> dict[str, Any]:
-        body: dict[str, Any] = httpx.get(self.url + "/healthz", timeout=5).json()
+        """/healthz's body (it answers 503 while no engine serves)."""
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=5) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+        body: dict[str, Any] = json.loads(raw)
         return body
+
+    @property
+    def front(self) -> psutil.Process:
+        return psutil.Process(self.proc.pid)
+
+    def engine_processes(self) -> list[psutil.Process]:
+        return [psutil.Process(int(e["pid"])) for e in self.health()["engines"] if "pid" in e]
 
     def wait_ready(self, engines: int, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -103,7 +117,7 @@ class Server:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 health = self.health()
-            except httpx.TransportError:
+            except OSError:  # not listening yet
                 time.sleep(0.1)
                 continue
             joined = [e for e in health["engines"] if "pid" in e]
