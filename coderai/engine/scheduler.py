@@ -21,6 +21,7 @@ from coderai.bus.messages import (
     FailKind,
     FinishReason,
     Job,
+    JobKind,
     Message,
     ModelSpec,
 )
@@ -221,14 +222,14 @@ class Scheduler:
 
     def _begin(self, instance: ModelInstance, seq: Sequence) -> None:
         try:
-            instance.start(seq) if seq.job.kind != "embedding" else self._embed(instance, seq)
+            instance.start(seq) if seq.job.kind != JobKind.EMBEDDING else self._embed(instance, seq)
         except JobError as exc:
             self._finish_fail(seq, exc.kind, exc.message)
             return
         except Exception as exc:  # e.g. messages without a role: the job is bad
             self._finish_fail(seq, FailKind.BAD_JOB, f"invalid job: {exc!r}")
             return
-        if seq.job.kind == "embedding":
+        if seq.job.kind == JobKind.EMBEDDING:
             return
         seq.limit = completion_limit(seq.job.max_tokens, seq.room)
         batch = self._batches.setdefault(instance, [])

@@ -273,15 +273,17 @@ class Dispatcher:
 
     def _place(self, job: FrontJob) -> EngineRecord | None:
         """The engine to dispatch to now, or None to wait for one's credit."""
-        target = route(
+        serving = {e.name: e for e in self.serving()}
+        chosen = route(
             job.capability,
             job.entry.id,
             job.owner,
             self.settings.default_engine,
-            self.serving(),
+            [e.candidate() for e in serving.values()],
         )
-        if target is None:
+        if chosen is None:
             return None
+        target = serving[chosen.name]
         pin = job.entry.engine
         if pin is not None and target.name != pin and (job.entry.id, pin) not in self._pin_noted:
             # one line per model and engine, however many requests follow

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import HttpVersion11, web
 
-from coderai.bus.messages import Done, Job
+from coderai.bus.messages import Done, Job, JobKind
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError, StreamStalled
 from coderai.front.dispatcher import Dispatcher
@@ -57,17 +57,17 @@ class OpenAIRoutes:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-        return await self._run(request, req, entry, "chat", messages=messages)
+        return await self._run(request, req, entry, JobKind.CHAT, messages=messages)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        return await self._run(request, req, entry, "completion", prompt=req.prompt_text())
+        return await self._run(request, req, entry, JobKind.COMPLETION, prompt=req.prompt_text())
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        job = self._submit(entry, "embedding", inputs=req.texts())
+        job = self._submit(entry, JobKind.EMBEDDING, inputs=req.texts())
         try:
             while job.outcome is None:
                 await job.wait()
@@ -84,7 +84,7 @@ class OpenAIRoutes:
         body = {"object": "list", "data": data, "model": entry.id, "usage": usage}
         return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
 
-    def _submit(self, entry: ModelEntry, kind: str, **fields: Any) -> FrontJob:
+    def _submit(self, entry: ModelEntry, kind: JobKind, **fields: Any) -> FrontJob:
         job_id = self.dispatcher.next_job_id()
         message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
         capability = self.directory.capability_of(entry)
@@ -97,7 +97,7 @@ class OpenAIRoutes:
         request: web.Request,
         req: ChatRequest | CompletionRequest,
         entry: ModelEntry,
-        kind: str,
+        kind: JobKind,
         **payload: Any,
     ) -> web.StreamResponse:
         job = self._submit(
@@ -110,7 +110,7 @@ class OpenAIRoutes:
             seed=req.seed,
             **payload,
         )
-        chat = kind == "chat"
+        chat = kind == JobKind.CHAT
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         try:

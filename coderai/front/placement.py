@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from coderai.front.registry import EngineRecord
+from typing import Protocol, TypeVar
 
 
 @dataclass(frozen=True)
@@ -78,8 +77,28 @@ def _own(out: Assignment, load: dict[str, int], model: ModelView, engine: str) -
     load[engine] += 1
 
 
-def compatible(capability: str, engines: Iterable[EngineRecord]) -> list[EngineRecord]:
+class Capable(Protocol):
+    @property
+    def capabilities(self) -> frozenset[str]: ...
+
+
+C = TypeVar("C", bound=Capable)
+
+
+def compatible(capability: str, engines: Iterable[C]) -> list[C]:
     return [e for e in engines if capability in e.capabilities]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An engine as request-time routing sees it, frozen at the moment of the decision."""
+
+    name: str
+    capabilities: frozenset[str]
+    #: models it holds or is loading
+    resident: frozenset[str]
+    free: int
+    loaded: int
 
 
 def route(
@@ -87,8 +106,8 @@ def route(
     model_id: str,
     owner: str | None,
     default_engine: str | None,
-    engines: Iterable[EngineRecord],
-) -> EngineRecord | None:
+    engines: Iterable[Candidate],
+) -> Candidate | None:
     """The engine a request for this model should wait for, whether or not it has a free
     slot now; None when no running engine can run it."""
     able = compatible(capability, engines)
@@ -97,10 +116,10 @@ def route(
     for engine in able:
         if engine.name == owner:
             return engine
-    resident = [e for e in able if model_id in e.loaded or model_id in e.loading]
+    resident = [e for e in able if model_id in e.resident]
     if resident:
         return max(resident, key=lambda e: e.free)
     for engine in able:
         if engine.name == default_engine:
             return engine
-    return max(able, key=lambda e: (e.free, -len(e.loaded)))
+    return max(able, key=lambda e: (e.free, -e.loaded))

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from coderai.front.placement import Candidate
+
 if TYPE_CHECKING:
     from coderai.front.jobs import FrontJob
 
@@ -35,6 +37,15 @@ class EngineRecord:
     @property
     def free(self) -> int:
         return max(0, self.slots - len(self.jobs))
+
+    def candidate(self) -> Candidate:
+        return Candidate(
+            self.name,
+            self.capabilities,
+            frozenset(self.loaded) | frozenset(self.loading),
+            self.free,
+            len(self.loaded),
+        )
 
 
 class Registry:

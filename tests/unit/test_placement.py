@@ -1,18 +1,14 @@
 from __future__ import annotations
 
-from coderai.front.placement import EngineAbility, ModelView, assign_owners, route
-from coderai.front.registry import EngineRecord
+from coderai.front.placement import Candidate, EngineAbility, ModelView, assign_owners, route
 
 BOTH = frozenset({"transformers", "gguf"})
 GGUF = frozenset({"gguf"})
 
 
 def engine(name: str, caps: tuple[str, ...] = ("gguf",), slots: int = 2, busy: int = 0,
-           loaded: tuple[str, ...] = ()) -> EngineRecord:  # fmt: skip
-    record = EngineRecord(name.encode(), name, 1, 1, "cpu", frozenset(caps), slots)
-    record.jobs = {i: None for i in range(busy)}  # type: ignore[misc]
-    record.loaded = list(loaded)
-    return record
+           loaded: tuple[str, ...] = ()) -> Candidate:  # fmt: skip
+    return Candidate(name, frozenset(caps), frozenset(loaded), slots - busy, len(loaded))
 
 
 def model(model_id: str, capability: str | None = "gguf", pin: str | None = None,

@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from coderai.bus.messages import Job, ModelSpec
+from coderai.bus.messages import Job, JobKind, ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -46,7 +46,7 @@ def render_chat(messages: list[Any]) -> str:
 
 
 def job_prompt(job: Job) -> str:
-    return render_chat(job.messages) if job.kind == "chat" else job.prompt
+    return render_chat(job.messages) if job.kind == JobKind.CHAT else job.prompt
 
 
 def _start_state(prompt: str, seed: int) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coderai.bus.messages import ModelSpec
+from coderai.bus.messages import JobKind, ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -48,7 +48,7 @@ class _Row:
 class LlamaCppBackend(Backend):
     def instance_spec(self, spec: ModelSpec, kind: str) -> ModelSpec:
         # llama.cpp computes embeddings only in a context created for them
-        return dataclasses.replace(spec, embedding=True) if kind == "embedding" else spec
+        return dataclasses.replace(spec, embedding=True) if kind == JobKind.EMBEDDING else spec
 
     def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
         import llama_cpp
@@ -143,7 +143,7 @@ class LlamaCppInstance(ModelInstance):
 
     def prompt_tokens(self, seq: Sequence) -> list[int]:
         job = seq.job
-        if job.kind == "chat":
+        if job.kind == JobKind.CHAT:
             if self.formatter is None:
                 raise JobError("this GGUF has no chat template; use /v1/completions",
                                kind="bad_request")  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from coderai.bus.messages import Job, ModelSpec
+from coderai.bus.messages import Job, JobKind, ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -154,7 +154,7 @@ class TransformersInstance(ModelInstance):
 
     # -- prompts ----------------------------------------------------------------------------
     def prompt_ids(self, job: Job) -> list[int]:
-        if job.kind == "chat":
+        if job.kind == JobKind.CHAT:
             text = self.tokenizer.apply_chat_template(
                 job.messages, add_generation_prompt=True, tokenize=False
             )
