@@ -86,10 +86,6 @@ class Supervisor:
         self._joined: dict[str, asyncio.Event] = {}
         self._stopping = False
 
-    @property
-    def restarts(self) -> dict[str, int]:
-        return {name: s.restarts for name, s in self.status.items()}
-
     #: a supervised engine can be stopped and started again
     restartable = True
 
@@ -99,10 +95,6 @@ class Supervisor:
 
     def statuses(self) -> dict[str, EngineStatus]:
         return self.status
-
-    def running(self) -> set[str]:
-        """Names of engines whose process is alive (joined the bus or not yet)."""
-        return {name for name, p in self.procs.items() if p.returncode is None}
 
     def joinable(self) -> set[str]:
         """Engines that requests may wait for: alive or being restarted at once. Not those
