@@ -140,16 +140,17 @@ class Dispatcher:
             for job in list(record.jobs.values()):
                 if job.outcome is None:
                     ended += 1
-                    self._end(job, error)
+                    self._end(job, error, record)
         return ended
 
-    def _end(self, job: FrontJob, error: CoderaiError) -> None:
+    def _end(self, job: FrontJob, error: CoderaiError, engine: EngineRecord | None) -> None:
         """The front answers a dispatched job itself: its engine is told to stop, and what
-        it still sends for the job is dropped (it is never run again elsewhere)."""
-        job.finish(error)
+        it still sends for the job is dropped (it is never run again elsewhere). The job
+        keeps its engine's credit until the engine confirms with DONE or FAIL."""
+        job.finish(error, engine.name if engine else None)
         job.abandoned = True
-        if job.engine is not None:
-            self._send(job.engine, Cancel(job.id))
+        if engine is not None:
+            self._send(engine, Cancel(job.id))
 
     def _interrupt(self, job: FrontJob) -> None:
         """Stop a stream's handler waiting on a client that does not read: it leaves its
@@ -219,35 +220,47 @@ class Dispatcher:
         for job in list(record.jobs.values()):
             if job.outcome is None:
                 cancelled += 1
-                self._end(job, EngineFailed(f"engine {name} was drained before this request ended"))
+                error = EngineFailed(f"engine {name} was drained before this request ended")
+                self._end(job, error, record)
         return cancelled
 
     def control(self, engine: EngineRecord, action: str, args: dict[str, Any]) -> None:
         self._send(engine, Control(next(self._ids), action, args))
+
+    def engine_of(self, job: FrontJob) -> EngineRecord | None:
+        """The engine running a job, if it was dispatched and has not ended there. The
+        engine's record is the one place that says so; engines are few, so a scan is cheap
+        and nothing else has to be kept in step with it."""
+        for record in self.registry.all():
+            if record.jobs.get(job.id) is job:
+                return record
+        return None
 
     def cancel(self, job: FrontJob) -> None:
         """The client went away: forget a queued job, or tell its engine to stop."""
         if job.outcome is not None:
             return
         job.abandoned = True
-        if job.engine is None:
+        engine = self.engine_of(job)
+        if engine is None:
             self.queue.remove(job)
             return
-        self._send(job.engine, Cancel(job.id))
+        self._send(engine, Cancel(job.id))
 
-    def hold(self, job: FrontJob) -> None:
+    def _hold(self, engine: EngineRecord, job: FrontJob) -> None:
         """The stream's client lags by more than stream_backlog_chars: its engine stops
         that sequence until the client has taken what waits for it."""
-        if job.engine is not None and not job.held and job.outcome is None:
+        if not job.held and job.outcome is None:
             job.held = True
             self.holds += 1
-            self._send(job.engine, Hold(job.id))
+            self._send(engine, Hold(job.id))
 
     def resume(self, job: FrontJob) -> None:
         if job.held:
             job.held = False
-            if job.engine is not None and job.outcome is None:
-                self._send(job.engine, Resume(job.id))
+            engine = self.engine_of(job)
+            if engine is not None and job.outcome is None:
+                self._send(engine, Resume(job.id))
 
     def _end_stalled(self, now: float) -> None:
         """Streams whose write has waited past stream_stall_timeout: the client stopped
@@ -260,7 +273,8 @@ class Dispatcher:
                 continue
             log.info("request %d: its client read nothing for %.0f s; ending it", job.id, limit)
             if job.outcome is None:
-                self._end(job, StreamStalled(f"the client read nothing for {limit:.0f} s"))
+                error = StreamStalled(f"the client read nothing for {limit:.0f} s")
+                self._end(job, error, self.engine_of(job))
             self._interrupt(job)
 
     def _engines_starting(self) -> bool:
@@ -295,7 +309,6 @@ class Dispatcher:
         return target if target.free else None
 
     def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
-        job.engine = engine
         engine.jobs[job.id] = job
         self._send_frames(engine, job.frames)
 
@@ -436,13 +449,13 @@ class Dispatcher:
             if not isinstance(text, str):
                 raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
             # only a stream's client can lag: a whole response takes all as it comes
-            if job.push(text) > backlog and job.writer is not None and not job.held:
-                self.hold(job)
+            if job.push(record.name, text) > backlog and job.writer is not None and not job.held:
+                self._hold(record, job)
 
     def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:
         job = record.jobs.pop(job_id, None)
         if job is not None:
-            job.finish(outcome)
+            job.finish(outcome, record.name)
         self._pump()
 
     def _failed(self, record: EngineRecord, msg: Fail) -> None:
@@ -450,10 +463,9 @@ class Dispatcher:
         if job is not None:
             kind = FailKind.of(msg.kind)
             if kind.retryable and not (job.started or job.abandoned or job.outcome is not None):
-                job.engine = None
                 self.queue.appendleft(job)
             else:
-                job.finish(kind.error(record.name, msg.message))
+                job.finish(kind.error(record.name, msg.message), record.name)
         self._pump()
 
     # -- liveness -------------------------------------------------------------------------
@@ -475,17 +487,16 @@ class Dispatcher:
             if died:
                 job.lost_on.append(record.name)
             if self.stopping or job.started or job.abandoned or job.outcome is not None:
-                job.finish(EngineFailed(f"{why} while running this request"))
+                job.finish(EngineFailed(f"{why} while running this request"), record.name)
             elif len(job.lost_on) > 1:
                 log.warning("request %d outlived two engines; not retrying it", job.id)
                 job.finish(EngineFailed(
                     f"engines {' and '.join(job.lost_on)} each died while running this"
                     " request; the request itself is the likely cause, so it is not retried"
-                ))  # fmt: skip
+                ), record.name)  # fmt: skip
             else:
                 requeue.append(job)
         for job in reversed(requeue):
-            job.engine = None
             job.held = False
             self.queue.appendleft(job)
         if requeue:

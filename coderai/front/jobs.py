@@ -1,4 +1,7 @@
-"""A request's job as the front sees it: where it runs and what has arrived for it.
+"""A request's job as the front sees it: what has arrived for it and how it ended.
+
+Which engine runs a job is recorded in one place, the engine's record (`EngineRecord.jobs`),
+whose size is the front's side of that engine's credit; the dispatcher looks it up there.
 
 The bus loop only appends text and sets an event; the request's own handler task renders
 and writes. A slow client therefore never blocks the bus loop, and while it lags its
@@ -11,14 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
-
-if TYPE_CHECKING:
-    from coderai.front.registry import EngineRecord
 
 Outcome = Done | CoderaiError
 
@@ -35,8 +35,8 @@ class FrontJob:
     #: the JOB encoded once, at admission: what cannot be encoded is refused up front
     frames: list[bytes] = field(default_factory=list)
     enqueued_at: float = field(default_factory=time.monotonic)
-    engine: EngineRecord | None = None
-    #: the engine that produced the first output; it names the response's engine
+    #: the engine that produced the first output, or that the job ended on: it names the
+    #: response's engine in the X-CoderAI-Engine header
     served_by: str | None = None
     started: bool = False
     #: the client went away; output is dropped until the engine confirms the cancel
@@ -58,21 +58,22 @@ class FrontJob:
     _parts: list[str] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def push(self, text: str) -> int:
-        """Add text from the engine; returns the characters now waiting."""
+    def push(self, engine: str, text: str) -> int:
+        """Add text from the engine named; returns the characters now waiting."""
         if not self.started:
             self.started = True
-            self.served_by = self.engine.name if self.engine else None
+            self.served_by = engine
         self._parts.append(text)
         self.pending += len(text)
         self._wake.set()
         return self.pending
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self, outcome: Outcome, engine: str | None = None) -> None:
+        """End the job, once; `engine` is the one it ended on, if it was dispatched."""
         if self.outcome is None:
             self.outcome = outcome
-            if self.served_by is None and self.engine is not None:
-                self.served_by = self.engine.name
+            if self.served_by is None:
+                self.served_by = engine
             self._wake.set()
 
     async def wait(self) -> None:

@@ -30,7 +30,7 @@ def test_a_send_to_an_engine_that_vanished_loses_it_and_fails_its_job(tmp_path: 
             job = FrontJob(1, entry, "fake", Job(1, entry.spec("fake"), "completion", "hi"))
             dispatcher.submit(job)
             assert await peer.job_ids(1) == [1]
-            job.push("first token")  # it started, so it cannot move elsewhere
+            job.push("e", "first token")  # it started, so it cannot move elsewhere
             peer.close()  # the engine is gone without a word
             # each CANCEL is sent until libzmq has seen the peer go; then one fails
             async with asyncio.timeout(5):

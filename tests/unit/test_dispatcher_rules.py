@@ -79,6 +79,42 @@ def test_jobs_of_a_lost_engine_run_elsewhere_in_their_order_ahead_of_the_queue(
     assert asyncio.run(scenario()) == [1, 2, 3]
 
 
+def test_a_job_that_moved_is_cancelled_on_and_named_for_the_engine_that_ran_it(
+    tmp_path: Path,
+) -> None:
+    """Which engine runs a job is read from that engine's record alone: after its first
+    engine left, the CANCEL goes to the second, the response names the second, and the
+    job's credit there is given back when the engine confirms."""
+
+    async def scenario() -> tuple[FrontJob, Message, bool, int, int]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            first = Peer(endpoint, "a", slots=1)
+            await first.join()
+            moved = job(1)
+            dispatcher.submit(moved)
+            assert await first.job_ids(1) == [1]
+            await first.send(Bye("leaving"))
+            await until(lambda: not dispatcher.registry.all(), 5)
+            second = Peer(endpoint, "b", slots=1)
+            await second.join()
+            assert await second.job_ids(1) == [1]
+            (record,) = dispatcher.registry.all()
+            on_second = dispatcher.engine_of(moved) is record
+            dispatcher.cancel(moved)
+            told = await second.recv()
+            busy = record.free
+            await second.send(Done(1, "cancelled", 1, 0))
+            await until(lambda: moved.outcome is not None, 5)
+            first.close()
+            second.close()
+            return moved, told, on_second, busy, record.free
+
+    moved, told, on_second, busy, free = asyncio.run(scenario())
+    assert on_second and told == Cancel(1)
+    assert (busy, free) == (0, 1)
+    assert moved.served_by == "b"
+
+
 def test_drain_cancels_what_outlives_the_grace_and_counts_it(tmp_path: Path) -> None:
     async def scenario() -> tuple[int, list[FrontJob], list[Message]]:
         async with bus(tmp_path) as (dispatcher, endpoint):
