@@ -134,6 +134,20 @@ class Heartbeat(Message):
     loaded: list[str] = field(default_factory=list)
     loading: dict[str, float] = field(default_factory=dict)  #: model id -> progress 0..1
     rss: int = 0
+    #: per model id, counters such as running and waiting sequences and KV cells used
+    #: (checked by the front with model_counters)
+    models: dict[str, Any] = field(default_factory=dict)
+
+
+def model_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """A HEARTBEAT's per-model counters, checked: names to maps of names to integers."""
+    for model, counters in models.items():
+        if not isinstance(counters, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in counters.items()
+        ):
+            raise BusProtocolError(f"HEARTBEAT.models[{model!r}] is not a map of counters")
+    return models
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,6 +197,16 @@ class ModelPool:
         )
         self._publish()
 
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Each resident model's instance counters, summed over its instances."""
+        out: dict[str, dict[str, int]] = {}
+        for instances in self.resident.values():
+            for resident in instances:
+                totals = out.setdefault(resident.model_id, {})
+                for name, value in resident.instance.stats().items():
+                    totals[name] = totals.get(name, 0) + value
+        return out
+
     def has_resident(self, key: str) -> bool:
         return bool(self.resident.get(key))
 

@@ -25,20 +25,23 @@ from coderai.bus.messages import (
     Message,
     ModelSpec,
 )
-from coderai.engine.backends.base import END, Backend, ModelInstance, Sequence
+from coderai.engine.backends.base import (
+    END,
+    PENDING,
+    Backend,
+    ModelInstance,
+    Sequence,
+    StepResult,
+    completion_limit,
+)
 from coderai.engine.outbox import Outbox
 from coderai.engine.pool import ModelPool
 from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
-
-
-def completion_limit(max_tokens: int | None, room: int) -> int:
-    """Where a completion ends with "length": at the request's max_tokens, or where the
-    model's context is full, whichever comes first. Stopping there, rather than when a
-    backend fails to decode past its context, keeps the text generated so far."""
-    return room if max_tokens is None else min(max_tokens, room)
+#: seconds between copies of the counters the heartbeat reports
+STATS_INTERVAL = 0.2
 
 
 class Scheduler:
@@ -58,6 +61,12 @@ class Scheduler:
         self._terminal: list[Message] = []
         #: jobs whose client lags (the front said HOLD): not stepped where the backend allows
         self._held: set[int] = set()
+        #: instances whose last step moved no sequence (all wait for KV room that only a
+        #: finish, a cancel or a resume frees): not stepped again until one of those
+        self._stalled: set[ModelInstance] = set()
+        #: per model counters for the heartbeat: replaced, never changed, by this thread
+        self.stats: dict[str, dict[str, int]] = {}
+        self._stats_at = 0.0
         self._stopped = False
 
     # -- called from the event loop thread -------------------------------------------------
@@ -99,16 +108,36 @@ class Scheduler:
                 self._step_due()
                 self._admit_freed()
                 self._flush()
+                self._publish_stats()
         finally:
             self.pool.close()
+
+    def _publish_stats(self, force: bool = False) -> None:
+        """A fresh copy of the counters a few times a second (the heartbeat reads one each
+        interval), and before the loop waits for work: cheap beside a step, and never a
+        dict changing under its reader."""
+        now = time.monotonic()
+        if not force and now - self._stats_at < STATS_INTERVAL:
+            return
+        self._stats_at = now
+        stats = self.pool.stats()
+        for waiting in self._waiting.values():
+            if waiting:
+                model = stats.setdefault(waiting[0][1].id, {})
+                model["queued"] = model.get("queued", 0) + len(waiting)
+        self.stats = stats
 
     def _admit_freed(self) -> None:
         while self._freed:
             self._admit_waiting(self._freed.pop())
 
     def _wait_time(self) -> float | None:
-        if self._held:
-            steps = [self._next_step[i] for i, b in self._batches.items() if self._due(i, b)]
+        if self._held or self._stalled:
+            steps = [
+                self._next_step[i]
+                for i, b in self._batches.items()
+                if i not in self._stalled and self._due(i, b)
+            ]
         else:
             steps = list(self._next_step.values())
         if not steps:
@@ -123,6 +152,8 @@ class Scheduler:
         return [seq for seq in batch if seq.job.job_id not in self._held]
 
     def _admit(self, timeout: float | None) -> None:
+        if timeout is None:  # waiting for work: the counters stay as they are now
+            self._publish_stats(force=True)
         block = timeout is None or timeout > 0
         while True:
             try:
@@ -130,6 +161,7 @@ class Scheduler:
             except queue.Empty:
                 return
             block = False
+            self._stalled.clear()
             if kind == "job":
                 self._start(arg)
             elif kind == "cancel":
@@ -245,7 +277,7 @@ class Scheduler:
     def _step_due(self) -> None:
         now = time.monotonic()
         for instance, batch in list(self._batches.items()):
-            if self._next_step[instance] > now:
+            if self._next_step[instance] > now or instance in self._stalled:
                 continue
             # a copy: finishing a sequence removes it from its batch
             due = list(self._due(instance, batch) if self._held else batch)
@@ -258,6 +290,8 @@ class Scheduler:
                 for seq in due:
                     self._finish_fail(seq, FailKind.BACKEND_ERROR, str(exc))
                 continue
+            if all(result is PENDING for result in results):
+                self._stalled.add(instance)
             for seq, result in zip(due, results, strict=True):
                 self._apply(seq, result)
             if instance in self._next_step:  # the batch may have just emptied
@@ -266,7 +300,9 @@ class Scheduler:
                     self._next_step[instance] + instance.step_interval, now
                 )
 
-    def _apply(self, seq: Sequence, result: str | Exception | None) -> None:
+    def _apply(self, seq: Sequence, result: StepResult) -> None:
+        if result is PENDING:
+            return
         if isinstance(result, Exception):
             kind = result.kind if isinstance(result, JobError) else FailKind.BACKEND_ERROR
             self._finish_fail(seq, kind, str(result))
@@ -275,6 +311,7 @@ class Scheduler:
             self._emit(seq, seq.stopper.flush())
             self._finish(seq, FinishReason.STOP)
             return
+        assert isinstance(result, str)
         seq.completion_tokens += 1
         text, stopped = seq.stopper.feed(result)
         if stopped:
@@ -308,6 +345,7 @@ class Scheduler:
                 del self._next_step[instance]
         instance.release(seq)
         self.pool.release(instance)
+        self._stalled.discard(instance)  # the cells it held are free
         seq.instance = None
         # admitted after this iteration's steps, not from inside them
         self._freed.add(seq.key)

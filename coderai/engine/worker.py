@@ -266,6 +266,7 @@ class EngineWorker:
             loaded=list(snapshot.loaded),
             loading=loading,
             rss=self._proc.memory_info().rss,
+            models=self.scheduler.stats,
         )
 
     async def _heartbeats(self) -> None:

@@ -36,6 +36,7 @@ from coderai.bus.messages import (
     Refuse,
     Resume,
     Welcome,
+    model_counters,
 )
 from coderai.bus.sockets import bind_router
 from coderai.config import ServerConfig
@@ -391,6 +392,7 @@ class Dispatcher:
         elif isinstance(msg, Heartbeat):
             if msg.state not in _ENGINE_STATES:
                 raise BusProtocolError(f"HEARTBEAT.state {msg.state!r} is not an engine state")
+            record.models = model_counters(msg.models)
             record.state = msg.state
             record.loaded = msg.loaded
             record.loading = msg.loading

@@ -36,6 +36,8 @@ class EngineView:
     loaded_models: tuple[str, ...] = ()
     loading: dict[str, float] = field(default_factory=dict)
     rss: int = 0
+    #: per model counters the engine reports (running, waiting, KV cells, prefix cache)
+    models: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def serving(self) -> bool:
@@ -54,6 +56,7 @@ class EngineView:
             "loaded_models": list(self.loaded_models),
             "loading": self.loading,
             "rss": self.rss,
+            "models": self.models,
             "restarts": self.restarts,
             "flapping": self.flapping,
         }
@@ -107,6 +110,7 @@ def engine_views(
                 loaded_models=tuple(record.loaded),
                 loading=dict(record.loading),
                 rss=record.rss,
+                models=record.models,
                 **{**common, "capabilities": tuple(sorted(record.capabilities))},
             )
         )

@@ -16,6 +16,20 @@ from prometheus_client.registry import Collector
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView
 
+#: what the per-model counters engines report are called here: gauges, then counters
+_MODEL_GAUGES = {
+    "running": ("coderai_sequences_running", "Sequences decoding or reading their prompt"),
+    "waiting": ("coderai_sequences_waiting", "Sequences in a model instance waiting for KV room"),
+    "queued": ("coderai_sequences_queued", "Jobs in an engine waiting for a model instance"),
+    "kv_used": ("coderai_kv_cells_used", "KV cache cells holding tokens"),
+    "kv_reserved": ("coderai_kv_cells_reserved", "KV cache cells promised to sequences"),
+    "kv_cells": ("coderai_kv_cells", "KV cache cells in all"),
+}
+_MODEL_COUNTERS = {
+    "preempted": ("coderai_sequences_preempted", "Sequences whose KV cells were taken back"),
+    "prefix_hits": ("coderai_prefix_cache_hits", "Sequences that reused a cached prefix"),
+    "prefix_tokens": ("coderai_prefix_cache_tokens", "Prompt tokens read from the prefix cache"),
+}
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -45,6 +59,7 @@ class _StateCollector(Collector):
         yield in_flight
         yield restarts
         yield up
+        yield from _model_families(views)
         dropped = CounterMetricFamily(
             "coderai_bus_dropped_frames", "Malformed or unexpected bus frames dropped"
         )
@@ -55,6 +70,21 @@ class _StateCollector(Collector):
         )
         holds.add_metric([], self.dispatcher.holds)
         yield holds
+
+
+def _model_families(views: list[EngineView]) -> Iterator[Metric]:
+    labels = ["engine", "model"]
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+        **{k: GaugeMetricFamily(n, h, labels=labels) for k, (n, h) in _MODEL_GAUGES.items()},
+        **{k: CounterMetricFamily(n, h, labels=labels) for k, (n, h) in _MODEL_COUNTERS.items()},
+    }
+    for view in views:
+        for model, counters in view.models.items():
+            for name, value in counters.items():
+                family = families.get(name)  # a counter this front does not know is skipped
+                if family is not None:
+                    family.add_metric([view.name, model], value)
+    yield from families.values()
 
 
 class Metrics:

@@ -27,6 +27,8 @@ class EngineRecord:
     loaded: list[str] = field(default_factory=list)
     loading: dict[str, float] = field(default_factory=dict)
     rss: int = 0
+    #: per model: running and waiting sequences, KV cells, prefix cache (engine counters)
+    models: dict[str, dict[str, int]] = field(default_factory=dict)
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
     missing: bool = False
     #: takes no new jobs (admin drain); its next incarnation is a new record

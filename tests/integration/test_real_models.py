@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from coderai.bus.messages import Job, ModelSpec
-from coderai.engine.backends.base import END, LoadProgress, ModelInstance, Sequence
+from coderai.engine.backends.base import END, PENDING, LoadProgress, ModelInstance, Sequence
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.transformers_backend import TransformersBackend
 from coderai.tinymodel import CONTEXT
-from tests.support.server import Server
+from tests.support.server import Server, wait_for
 from tests.support.sse import content, events
 
 PROMPTS = [
@@ -98,6 +98,8 @@ def direct(instance: ModelInstance, content: str) -> tuple[str, int, int]:
     pieces: list[str] = []
     while len(pieces) < TOKENS:
         (result,) = instance.step([seq])
+        if result is PENDING:  # still reading its prompt
+            continue
         if result is END:
             break
         assert isinstance(result, str)
@@ -157,25 +159,60 @@ def test_stop_sequences_cut_real_model_text(server: Server, model: str) -> None:
     assert cut["finish_reason"] == "stop"
 
 
-def test_eight_concurrent_requests_share_one_transformers_instance(server: Server) -> None:
-    sequential = [
-        text_of(chat(server, "tiny-hf", f"{p} #{i}")) for i, p in enumerate(PROMPTS + PROMPTS[:3])
-    ]
+async def concurrently(srv: Server, bodies: list[dict[str, Any]]) -> list[str]:
+    """Chat requests sent at once; their texts in order."""
+    async with aiohttp.ClientSession() as session:
 
-    async def together() -> list[str]:
-        async with aiohttp.ClientSession() as session:
+        async def one(body: dict[str, Any]) -> str:
+            async with session.post(srv.url + "/v1/chat/completions", json=body) as r:
+                assert r.status == 200, await r.text()
+                data = await r.json()
+                return str(data["choices"][0]["message"]["content"])
 
-            async def one(i: int, p: str) -> str:
-                body = {"model": "tiny-hf", "messages": [{"role": "user", "content": f"{p} #{i}"}],
-                        "temperature": 0, "max_tokens": TOKENS}  # fmt: skip
-                async with session.post(server.url + "/v1/chat/completions", json=body) as r:
-                    assert r.status == 200
-                    data = await r.json()
-                    return str(data["choices"][0]["message"]["content"])
+        return await asyncio.gather(*(one(b) for b in bodies))
 
-            return await asyncio.gather(*(one(i, p) for i, p in enumerate(PROMPTS + PROMPTS[:3])))
 
-    assert asyncio.run(together()) == sequential
+def chat_body(model: str, content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": content}],
+            "temperature": 0, "max_tokens": TOKENS, **extra}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_eight_concurrent_requests_each_give_their_text_alone(server: Server, model: str) -> None:
+    """One transformers batch, or one llama.cpp context running several sequences."""
+    prompts = [f"{p} #{i}" for i, p in enumerate(PROMPTS + PROMPTS[:3])]
+    sequential = [text_of(chat(server, model, p)) for p in prompts]
+    together = asyncio.run(concurrently(server, [chat_body(model, p) for p in prompts]))
+    assert together == sequential
+
+
+def test_a_seeded_llamacpp_request_repeats_beside_others_and_an_unseeded_one_varies(
+    server: Server,
+) -> None:
+    seeded = chat_body("tiny-gguf", PROMPTS[0], temperature=1.0, seed=7)
+    alone = text_of(chat(server, "tiny-gguf", PROMPTS[0], temperature=1.0, seed=7))
+    beside = [chat_body("tiny-gguf", p, temperature=1.0) for p in PROMPTS[1:4]]
+    again, *_ = asyncio.run(concurrently(server, [seeded, *beside]))
+    assert again == alone
+    # after a seeded request, unseeded ones draw their own seeds (once, the seed stuck)
+    unseeded = [text_of(chat(server, "tiny-gguf", PROMPTS[0], temperature=1.0)) for _ in range(3)]
+    assert len(set(unseeded)) > 1
+
+
+def test_a_llamacpp_engine_reports_its_sequences_and_kv_cells(server: Server) -> None:
+    assert text_of(chat(server, "tiny-gguf", PROMPTS[0]))
+
+    def counters() -> dict[str, int]:
+        models: dict[str, dict[str, int]] = server.health()["engines"][0].get("models", {})
+        return models.get("tiny-gguf", {})
+
+    wait_for(lambda: counters().get("kv_cells"), 30)
+    seen = counters()
+    # the tiny GGUF's trained context fits the memory: it is the context made
+    assert seen["kv_cells"] == CONTEXT
+    metrics = httpx.get(server.url + "/metrics", timeout=10).text
+    engine = server.health()["engines"][0]["name"]
+    assert f'coderai_kv_cells{{engine="{engine}",model="tiny-gguf"}} {CONTEXT}.0' in metrics
 
 
 @pytest.mark.parametrize(("model", "dims"), [("tiny-hf", 64), ("tiny-gguf", 64)])

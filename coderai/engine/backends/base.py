@@ -16,9 +16,19 @@ from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
-#: what a step yields for one sequence: a token's text, END (end of sequence) or an error
+
+class _Pending:
+    """No token for this sequence this step: it waits for KV room or reads its prompt."""
+
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+#: what a step yields for one sequence: a token's text, END (end of sequence), PENDING or
+#: an error
 END = None
-StepResult = str | None | Exception
+PENDING = _Pending()
+StepResult = str | None | Exception | _Pending
 
 
 @dataclass(eq=False)
@@ -54,6 +64,13 @@ def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
     seq.room = context - prompt_tokens
 
 
+def completion_limit(max_tokens: int | None, room: int) -> int:
+    """Where a completion ends with "length": at the request's max_tokens, or where the
+    model's context is full, whichever comes first. Stopping there, rather than when a
+    backend fails to decode past its context, keeps the text generated so far."""
+    return room if max_tokens is None else min(max_tokens, room)
+
+
 def refuse_long_inputs(lengths: list[int], limit: int) -> None:
     """Refuse an embedding input longer than the model embeds: a vector of its first
     `limit` tokens would silently describe another text."""
@@ -84,6 +101,12 @@ class ModelInstance(abc.ABC):
 
     def release(self, seq: Sequence) -> None:  # noqa: B027 - optional hook
         """Free a finished sequence's resources."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters for the heartbeat and /metrics (summed over a model's instances):
+        running and waiting sequences, KV cells, prefix cache use. Read on the scheduler
+        thread."""
+        return {}
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         """One vector per text, and the tokens read."""

@@ -1,48 +1,53 @@
 """llama.cpp backend (llama-cpp-python): GGUF files on the CPU or offloaded to a GPU.
 
-A llama.cpp context holds one sequence's KV cache, so an instance runs one sequence at a
-time (capacity 1); parallel requests to one model use more instances
-(models.max_model_instances) or wait for this one.
+A generation instance is one context that many sequences share (llamacpp_batch.py), made
+through llama.cpp's own API; an embedding instance is a separate context made for pooled
+embeddings (llama-cpp-python's Llama), since llama.cpp computes them only in such a one.
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import dataclasses
 import importlib
 import logging
+import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from coderai.bus.messages import JobKind, ModelSpec
 from coderai.engine.backends.base import (
-    END,
     Backend,
     LoadProgress,
     ModelInstance,
     Sequence,
     StepResult,
-    fit_prompt,
     refuse_long_inputs,
 )
+from coderai.engine.backends.llamacpp_batch import LlamaCppBatchInstance
+from coderai.engine.kv import bytes_per_token, context_for_memory
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
 
-#: ggml type ids for the KV cache option
+#: ggml type ids for the KV cache option, and the bytes of one element
 _KV_TYPES = {"f32": 0, "f16": 1}
+_KV_BYTES = {"f32": 4, "f16": 2}
 _POOLING_MEAN = 1
-DEFAULT_CONTEXT = 4096
-
-
-@dataclass
-class _Row:
-    tokens: list[int]
-    decoder: codecs.IncrementalDecoder
-    generator: Any = None
+_FLASH_OFF, _FLASH_ON = 0, 1
+#: the largest embedding context made when the entry names none
+EMBEDDING_CONTEXT = 4096
+#: the smallest context made when memory is short
+CONTEXT_FLOOR = 2048
+#: of the memory available at load, the share a model's KV cache may take by default
+KV_SHARE = 0.25
+#: sequences one context runs at once, by default
+PARALLEL_CPU, PARALLEL_GPU = 4, 16
+#: completion tokens promised at a time to a request without max_tokens
+RESERVE_STEP = 256
 
 
 class LlamaCppBackend(Backend):
@@ -63,34 +68,95 @@ class LlamaCppBackend(Backend):
         gpu_layers = options.get("n_gpu_layers")
         if gpu_layers is None:
             gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
-        n_ctx = int(options.get("n_ctx") or _default_context(path))
-        kwargs: dict[str, Any] = {
-            "model_path": str(path),
-            "n_ctx": n_ctx,
-            "n_gpu_layers": int(gpu_layers),
-            "type_k": _KV_TYPES[kv],
-            "type_v": _KV_TYPES[kv],
-            "verbose": False,
-        }
-        if spec.embedding:
-            # a pooled input is decoded in one batch, so the default batch of 512 tokens
-            # would cap inputs below the context
-            kwargs.update(embedding=True, pooling_type=_POOLING_MEAN, n_batch=n_ctx, n_ubatch=n_ctx)
         progress.fraction = 0.1
         try:
-            with _extra_buffer_types(bool(options.get("extra_buffer_types", False))):
-                llm = llama_cpp.Llama(**kwargs)
+            if spec.embedding:
+                return self._load_embedder(spec, path, int(gpu_layers), kv)
+            return self._load_generator(spec, path, int(gpu_layers), kv)
         except (ValueError, RuntimeError) as exc:
             # llama.cpp says only "Failed to load model"; the file is what the user needs
             raise JobError(
                 f"llama.cpp cannot load model file {path}: {exc}", kind="model_file"
             ) from None
-        progress.fraction = 1.0
-        return LlamaCppInstance(llm)
+        finally:
+            progress.fraction = 1.0
+
+    def _load_generator(
+        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
+    ) -> LlamaCppBatchInstance:
+        import llama_cpp
+        from llama_cpp._internals import LlamaContext, LlamaModel
+
+        options = spec.options
+        _init_backend()
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = gpu_layers
+        model_params.use_extra_bufts = bool(options.get("extra_buffer_types", False))
+        model = LlamaModel(path_model=str(path), params=model_params, verbose=False)
+        trained = model.n_ctx_train()
+        per_token = bytes_per_token(model.metadata(), _KV_BYTES[kv])
+        n_ctx = int(options.get("n_ctx") or 0) or context_for_memory(
+            trained, per_token, int(psutil.virtual_memory().available * KV_SHARE), CONTEXT_FLOOR
+        )
+        on_gpu = gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload()
+        parallel = int(options.get("parallel") or (PARALLEL_GPU if on_gpu else PARALLEL_CPU))
+        n_batch = int(options.get("n_batch") or 512)
+        cores = len(os.sched_getaffinity(0))
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        params.n_seq_max = parallel
+        params.kv_unified = True  # every sequence may use the whole context
+        params.n_threads = int(options.get("n_threads") or cores)
+        params.n_threads_batch = int(options.get("n_threads_batch") or cores)
+        params.type_k = params.type_v = _KV_TYPES[kv]
+        params.no_perf = True
+        # flash attention sums in another order (and in f16 on the CPU): on by default only
+        # where it pays, on a GPU
+        flash = options.get("flash_attn", on_gpu)
+        params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
+        context = LlamaContext(model=model, params=params, verbose=False)
+        log.info(
+            "model %s: context of %d tokens (trained %d; KV cache %.0f MiB, %s), %d sequences"
+            " at once, %d/%d threads",
+            spec.id, n_ctx, trained, n_ctx * per_token / (1 << 20), kv, parallel,
+            params.n_threads, params.n_threads_batch,
+        )  # fmt: skip
+        return LlamaCppBatchInstance(
+            model,
+            context,
+            parallel=parallel,
+            n_batch=n_batch,
+            reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
+        )
+
+    def _load_embedder(
+        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
+    ) -> LlamaCppEmbedder:
+        import llama_cpp
+
+        # a pooled input is decoded in one batch, so the default batch of 512 tokens would
+        # cap inputs below the context
+        n_ctx = int(spec.options.get("n_ctx") or _embedding_context(path))
+        with _extra_buffer_types(bool(spec.options.get("extra_buffer_types", False))):
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_gpu_layers=gpu_layers,
+                type_k=_KV_TYPES[kv],
+                type_v=_KV_TYPES[kv],
+                embedding=True,
+                pooling_type=_POOLING_MEAN,
+                n_batch=n_ctx,
+                n_ubatch=n_ctx,
+                verbose=False,
+            )
+        return LlamaCppEmbedder(llm)
 
 
-def _default_context(path: Path) -> int:
-    """The model's trained context, capped: a 128k-token KV cache would not fit by default."""
+def _embedding_context(path: Path) -> int:
+    """The model's trained context, capped: an embedding input is decoded in one batch,
+    whose buffers grow with it."""
     import llama_cpp
 
     probe = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
@@ -99,7 +165,23 @@ def _default_context(path: Path) -> int:
         trained = int(meta.get(f"{meta.get('general.architecture', 'llama')}.context_length", 0))
     finally:
         probe.close()
-    return min(trained or DEFAULT_CONTEXT, DEFAULT_CONTEXT)
+    return min(trained or EMBEDDING_CONTEXT, EMBEDDING_CONTEXT)
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    """llama.cpp's one-time global set-up (Llama does it too; only the loader thread
+    loads)."""
+    global _backend_ready
+    if not _backend_ready:
+        import llama_cpp
+        from llama_cpp._logger import set_verbose
+
+        set_verbose(False)  # llama.cpp's load and context lines, on stderr, unless errors
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
 
 
 @contextlib.contextmanager
@@ -125,71 +207,17 @@ def _extra_buffer_types(enabled: bool) -> Iterator[None]:
         binding.llama_model_default_params = original
 
 
-class LlamaCppInstance(ModelInstance):
-    capacity = 1
+class LlamaCppEmbedder(ModelInstance):
+    """A context made for pooled embeddings; it generates nothing."""
 
     def __init__(self, llm: Any) -> None:
-        from llama_cpp import llama_chat_format
-
         self.llm = llm
-        meta: dict[str, str] = llm.metadata
-        self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
-        template = meta.get("tokenizer.chat_template")
-        self.formatter = None
-        if template:
-            bos = llm._model.token_get_text(llm.token_bos()) if llm.token_bos() >= 0 else ""
-            eos = llm._model.token_get_text(llm.token_eos()) if llm.token_eos() >= 0 else ""
-            self.formatter = llama_chat_format.Jinja2ChatFormatter(template, eos, bos)
-
-    def prompt_tokens(self, seq: Sequence) -> list[int]:
-        job = seq.job
-        if job.kind == JobKind.CHAT:
-            if self.formatter is None:
-                raise JobError("this GGUF has no chat template; use /v1/completions",
-                               kind="bad_request")  # fmt: skip
-            formatted = self.formatter(messages=job.messages)
-            add_bos = self.add_bos and not formatted.added_special
-            return list(self.llm.tokenize(formatted.prompt.encode(), add_bos=add_bos, special=True))
-        return list(self.llm.tokenize(job.prompt.encode(), add_bos=self.add_bos))
 
     def start(self, seq: Sequence) -> None:
-        tokens = self.prompt_tokens(seq)
-        if not tokens:
-            raise JobError("the prompt is empty", kind="bad_request")
-        # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so with
-        # prompt + completion <= n_ctx no llama_decode ever runs past the context
-        fit_prompt(seq, len(tokens), self.llm.n_ctx())
-        seq.state = _Row(tokens, codecs.getincrementaldecoder("utf-8")(errors="replace"))
+        raise JobError("this instance computes embeddings only", kind="unsupported")
 
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
-        return [self._next(seq) for seq in seqs]
-
-    def _next(self, seq: Sequence) -> StepResult:
-        import llama_cpp
-
-        row: _Row = seq.state
-        job = seq.job
-        if row.generator is None:
-            if job.seed is not None:
-                self.llm.set_seed(job.seed)
-            row.generator = self.llm.generate(
-                row.tokens,
-                top_k=0,
-                top_p=job.top_p,
-                min_p=0.0,
-                temp=job.temperature,
-                repeat_penalty=1.0,
-            )
-        token = next(row.generator)
-        if llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token):
-            return END
-        piece: str = row.decoder.decode(self.llm.detokenize([token]))
-        return piece
-
-    def release(self, seq: Sequence) -> None:
-        row: _Row | None = seq.state
-        if row is not None and row.generator is not None:
-            row.generator.close()
+        raise JobError("this instance computes embeddings only", kind="unsupported")
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         # counted as Llama.embed tokenises; its n_batch is the most one input may have

@@ -1,0 +1,278 @@
+"""Many sequences in one llama.cpp context: continuous batching with chunked prefill.
+
+One context per loaded model holds a unified KV cache that up to `parallel` sequences
+share. Each step is one `llama_decode` over one token of every decoding sequence and, in
+the room left in the batch (`n_batch` tokens), the next chunk of the prompts being read,
+oldest first, so a long prompt never freezes the other streams. A sequence joins between
+steps once the KV cells it needs can be promised to it (`kv.py`); one that finishes leaves
+and its cells are freed at once.
+
+A request without max_tokens is promised cells a few at a time. When one cannot grow, it
+pauses (the others go on); when every sequence that could move is paused, the youngest is
+preempted: its cells are freed and it reads its tokens again once there is room, keeping
+its sampler, so its text goes on as if nothing happened.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from coderai.bus.messages import JobKind
+from coderai.engine.backends.base import (
+    END,
+    PENDING,
+    ModelInstance,
+    Sequence,
+    StepResult,
+    completion_limit,
+    fit_prompt,
+)
+from coderai.engine.backends.llamacpp_sampler import SamplerChain
+from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
+from coderai.errors import JobError
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One sequence in the context."""
+
+    seq_id: int
+    #: the prompt, then each token sampled
+    tokens: list[int]
+    sampler: SamplerChain
+    decoder: codecs.IncrementalDecoder
+    #: the most KV cells it can ever use, and whether the request bounded its length
+    need: int
+    bounded: bool
+    #: tokens[:decoded] are in the KV cache
+    decoded: int = 0
+    admitted: bool = False
+    #: admission order: the youngest is preempted first
+    order: int = 0
+
+
+@dataclass(eq=False)
+class _Plan:
+    """What one step decodes: (slot, first position, end position) runs."""
+
+    runs: list[tuple[_Slot, int, int]] = field(default_factory=list)
+    paused: list[_Slot] = field(default_factory=list)
+
+
+class LlamaCppBatchInstance(ModelInstance):
+    def __init__(
+        self,
+        model: Any,
+        context: Any,
+        *,
+        parallel: int,
+        n_batch: int,
+        reserve_step: int,
+    ) -> None:
+        import llama_cpp
+        from llama_cpp import llama_chat_format
+        from llama_cpp._internals import LlamaBatch
+
+        self._lib: Any = llama_cpp
+        self.model = model
+        self.context = context
+        self.ctx = context.ctx
+        self.vocab = model.vocab
+        self.capacity = parallel
+        self.n_batch = n_batch
+        self.reserve_step = reserve_step
+        self.n_ctx = int(llama_cpp.llama_n_ctx_seq(self.ctx))
+        self.ledger = KvLedger(int(llama_cpp.llama_n_ctx(self.ctx)))
+        self._batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._free_ids = list(range(parallel - 1, -1, -1))
+        #: sequences started and not yet promised cells, in arrival order
+        self._waiting: deque[_Slot] = deque()
+        #: every sequence started here and not yet released
+        self._slots: set[_Slot] = set()
+        self._admissions = itertools.count()
+        self._preemptions = 0
+        self._piece = ctypes.create_string_buffer(64)
+        meta: dict[str, str] = model.metadata()
+        self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
+        template = meta.get("tokenizer.chat_template")
+        self.formatter = None
+        if template:
+            bos = model.token_get_text(model.token_bos()) if model.token_bos() >= 0 else ""
+            eos = model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else ""
+            self.formatter = llama_chat_format.Jinja2ChatFormatter(template, eos, bos)
+
+    # -- sequences --------------------------------------------------------------------------
+    def prompt_tokens(self, seq: Sequence) -> list[int]:
+        job = seq.job
+        if job.kind == JobKind.CHAT:
+            if self.formatter is None:
+                raise JobError("this GGUF has no chat template; use /v1/completions",
+                               kind="bad_request")  # fmt: skip
+            formatted = self.formatter(messages=job.messages)
+            add_bos = self.add_bos and not formatted.added_special
+            return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True))
+        return list(self.model.tokenize(job.prompt.encode(), self.add_bos, False))
+
+    def start(self, seq: Sequence) -> None:
+        tokens = self.prompt_tokens(seq)
+        if not tokens:
+            raise JobError("the prompt is empty", kind="bad_request")
+        # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so with
+        # prompt + completion <= n_ctx no llama_decode ever runs past the context
+        fit_prompt(seq, len(tokens), self.n_ctx)
+        job = seq.job
+        limit = completion_limit(job.max_tokens, seq.room)
+        slot = _Slot(
+            seq_id=self._free_ids.pop(),
+            tokens=tokens,
+            sampler=SamplerChain(job.temperature, job.top_p, seed=job.seed),
+            decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
+            need=cells_needed(len(tokens), limit),
+            bounded=job.max_tokens is not None,
+        )
+        seq.state = slot
+        self._slots.add(slot)
+        self._waiting.append(slot)
+
+    def release(self, seq: Sequence) -> None:
+        slot: _Slot | None = seq.state
+        if slot is None:
+            return
+        seq.state = None
+        self._slots.discard(slot)
+        if slot in self._waiting:
+            self._waiting.remove(slot)
+        self._forget_cells(slot)
+        slot.sampler.close()
+        self._free_ids.append(slot.seq_id)
+
+    def stats(self) -> dict[str, int]:
+        admitted = [s for s in self._slots if s.admitted]
+        return {
+            "running": len(admitted),
+            "waiting": len(self._waiting),
+            "kv_used": sum(s.decoded for s in admitted),
+            "kv_reserved": self.ledger.reserved,
+            "kv_cells": self.ledger.cells,
+            "preempted": self._preemptions,
+        }
+
+    def _forget_cells(self, slot: _Slot) -> None:
+        self._lib.llama_memory_seq_rm(self.context.memory, slot.seq_id, -1, -1)
+        self.ledger.release(slot.seq_id)
+        slot.decoded = 0
+        slot.admitted = False
+
+    def _admit(self) -> None:
+        """Promise cells to waiting sequences in arrival order while the cache has room."""
+        while self._waiting:
+            slot = self._waiting[0]
+            want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
+            if not self.ledger.reserve(slot.seq_id, want):
+                return
+            self._waiting.popleft()
+            slot.admitted = True
+            slot.order = next(self._admissions)
+
+    def _grow(self, slot: _Slot) -> bool:
+        held = self.ledger.holds(slot.seq_id)
+        more = grown(held, slot.need, self.reserve_step)
+        return more > held and self.ledger.reserve(slot.seq_id, more)
+
+    def _preempt(self, paused: list[_Slot]) -> None:
+        """Free the youngest paused sequence's cells so the others can grow; it waits at
+        the head of the line and reads its tokens again when there is room."""
+        victim = max(paused, key=lambda s: s.order)
+        self._preemptions += 1
+        self._forget_cells(victim)
+        self._waiting.appendleft(victim)
+
+    # -- the step ---------------------------------------------------------------------------
+    def step(self, seqs: list[Sequence]) -> list[StepResult]:
+        plan = self._plan(seqs)
+        while not plan.runs and plan.paused:
+            self._preempt(plan.paused)
+            plan = self._plan(seqs)
+        if not plan.runs:
+            return [PENDING] * len(seqs)
+        try:
+            produced = self._decode(plan.runs)
+        except JobError as exc:
+            failed = {slot for slot, _, _ in plan.runs}
+            return [exc if seq.state in failed else PENDING for seq in seqs]
+        return [produced.get(seq.state, PENDING) for seq in seqs]
+
+    def _plan(self, seqs: list[Sequence]) -> _Plan:
+        plan = _Plan()
+        slots: list[_Slot] = [seq.state for seq in seqs]
+        # a paused sequence is waiting to grow: new ones do not take the cells it needs
+        if not any(s.admitted and self._must_grow(s) for s in slots):
+            self._admit()
+        budget = self.n_batch
+        for slot in slots:
+            if slot.admitted and len(slot.tokens) - slot.decoded == 1 and budget:
+                if self._must_grow(slot) and not self._grow(slot):
+                    plan.paused.append(slot)
+                    continue
+                plan.runs.append((slot, slot.decoded, slot.decoded + 1))
+                budget -= 1
+        reading = [s for s in slots if s.admitted and len(s.tokens) - s.decoded > 1]
+        for slot in sorted(reading, key=lambda s: s.order):
+            if not budget:
+                break
+            end = min(len(slot.tokens), slot.decoded + budget)
+            plan.runs.append((slot, slot.decoded, end))
+            budget -= end - slot.decoded
+        return plan
+
+    def _must_grow(self, slot: _Slot) -> bool:
+        return slot.decoded + 1 > self.ledger.holds(slot.seq_id)
+
+    def _decode(self, runs: list[tuple[_Slot, int, int]]) -> dict[_Slot, StepResult]:
+        lib = self._lib
+        batch = self._batch.batch
+        token, pos, seq_id, n_seq_id, logits = (
+            batch.token, batch.pos, batch.seq_id, batch.n_seq_id, batch.logits
+        )  # fmt: skip
+        n = 0
+        outputs: list[tuple[_Slot, int]] = []
+        for slot, first, end in runs:
+            tokens, sid = slot.tokens, slot.seq_id
+            for p in range(first, end):
+                token[n] = tokens[p]
+                pos[n] = p
+                n_seq_id[n] = 1
+                seq_id[n][0] = sid
+                logits[n] = 0
+                n += 1
+            if end == len(tokens):  # its last known token: sample the next from it
+                logits[n - 1] = 1
+                outputs.append((slot, n - 1))
+        batch.n_tokens = n
+        status = lib.llama_decode(self.ctx, batch)
+        if status != 0:
+            raise JobError(f"llama_decode returned {status}", kind="backend_error")
+        for slot, _first, end in runs:
+            slot.decoded = end
+        produced: dict[_Slot, StepResult] = {}
+        for slot, index in outputs:
+            chosen = slot.sampler.sample(self.ctx, index)
+            slot.tokens.append(chosen)
+            produced[slot] = (
+                END if lib.llama_vocab_is_eog(self.vocab, chosen) else self._text(slot, chosen)
+            )
+        return produced
+
+    def _text(self, slot: _Slot, chosen: int) -> str:
+        buffer = self._piece
+        n = self._lib.llama_token_to_piece(self.vocab, chosen, buffer, len(buffer), 0, False)
+        if n < 0:  # a piece longer than the buffer: llama.cpp says how long
+            buffer = ctypes.create_string_buffer(-n)
+            n = self._lib.llama_token_to_piece(self.vocab, chosen, buffer, -n, 0, False)
+        text: str = slot.decoder.decode(buffer.raw[:n])
+        return text

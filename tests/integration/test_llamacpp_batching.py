@@ -1,0 +1,200 @@
+"""Many sequences in one llama.cpp context, on the tiny GGUF: the engine's scheduler thread
+and outbox with the real backend, driven by hand so that which sequences share a step is
+decided by the test, not by timing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from coderai.bus.codec import decode
+from coderai.bus.messages import Done, Fail, Job, Message
+from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+from coderai.engine.outbox import Outbox
+from coderai.engine.scheduler import Scheduler
+from tests.support.bus import text_of
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Hello there",
+    "Numbers like 1, 2 and 42",
+    "Servers answer requests",
+    "é and 東京",
+    "def fib(n):",
+    "Once upon a time",
+    "SELECT * FROM",
+]
+TOKENS = 24
+CONTEXT = 512
+
+
+class Engine:
+    """A scheduler thread and its outbox; what the outbox sends is kept in `sent`."""
+
+    def __init__(self, scheduler: Scheduler, sent: list[Message]) -> None:
+        self.scheduler = scheduler
+        self.sent = sent
+
+    def ended(self, job_id: int) -> Message | None:
+        return next(
+            (m for m in self.sent if isinstance(m, Done | Fail) and m.job_id == job_id), None
+        )
+
+    async def until(self, cond: Callable[[], object], limit: float = 60) -> None:
+        async with asyncio.timeout(limit):
+            while not cond():
+                await asyncio.sleep(0.005)
+
+    async def finished(self, *job_ids: int) -> None:
+        await self.until(lambda: all(self.ended(j) for j in job_ids))
+
+    def counters(self) -> dict[str, int]:
+        return self.scheduler.stats.get("tiny", {})
+
+
+@asynccontextmanager
+async def engine(
+    before_start: Callable[[Scheduler], None] = lambda s: None,
+) -> AsyncIterator[Engine]:
+    sent: list[Message] = []
+
+    async def send(frames: list[bytes]) -> None:
+        sent.append(decode(frames))
+
+    outbox = Outbox(asyncio.get_running_loop())
+    scheduler = Scheduler({"gguf": LlamaCppBackend()}, outbox, slots=16)
+    before_start(scheduler)
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    thread.start()
+    runner = asyncio.create_task(outbox.run(send))
+    try:
+        yield Engine(scheduler, sent)
+    finally:
+        scheduler.stop()
+        await asyncio.to_thread(thread.join, 10)
+        runner.cancel()
+
+
+def model(gguf: Path, **options: Any) -> dict[str, Any]:
+    return {"id": "tiny", "path": str(gguf), "format": "gguf",
+            "options": {"kv_cache": "f32", "n_ctx": CONTEXT, **options}}  # fmt: skip
+
+
+def job(job_id: int, spec: dict[str, Any], prompt: str, **extra: Any) -> Job:
+    fields: dict[str, Any] = {"max_tokens": TOKENS, "temperature": 0.0, **extra}
+    return Job(job_id, spec, "completion", prompt, **fields)
+
+
+def test_eight_sequences_decoded_together_each_give_their_text_alone(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """A blocker that is held (its client lags) holds the whole KV cache, so the eight
+    wait; when it is cancelled its cells are freed and the eight are admitted at once and
+    share every step. Each gives the greedy text it gives alone."""
+    spec = model(tiny_models[1], parallel=9)
+    blocker = job(100, spec, "block", max_tokens=CONTEXT)
+
+    def hold_blocker(scheduler: Scheduler) -> None:
+        scheduler.submit(blocker)
+        scheduler.hold(100)  # read before the first step: it never decodes
+
+    async def scenario() -> tuple[list[str], list[str], dict[str, int], dict[str, int]]:
+        async with engine() as alone:
+            for i, prompt in enumerate(PROMPTS, 1):
+                alone.scheduler.submit(job(i, spec, prompt))
+                await alone.finished(i)
+            texts_alone = [text_of(alone.sent, i) for i in range(1, 9)]
+        async with engine(hold_blocker) as together:
+            for i, prompt in enumerate(PROMPTS, 1):
+                together.scheduler.submit(job(i, spec, prompt))
+            await together.until(lambda: together.counters().get("waiting") == 8)
+            waiting = together.counters()
+            together.scheduler.cancel(100)
+            await together.finished(*range(1, 9))
+            await together.until(lambda: together.counters().get("running") == 0)
+            after = together.counters()
+            return texts_alone, [text_of(together.sent, i) for i in range(1, 9)], waiting, after
+
+    texts_alone, texts_together, waiting, after = asyncio.run(scenario())
+    assert all(texts_alone)
+    assert texts_together == texts_alone
+    assert waiting["running"] == 1 and waiting["kv_reserved"] == CONTEXT - 1
+    # every cell is free again, the blocker's (cancelled) and the eight's (finished)
+    assert (after["kv_reserved"], after["kv_used"], after["kv_cells"]) == (0, 0, CONTEXT)
+
+
+def test_a_sequence_that_fits_only_later_waits_and_then_runs(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    spec = model(tiny_models[1])
+    first = job(1, spec, "one", max_tokens=CONTEXT - 40)  # bounded: all its cells at once
+
+    def start_first_held(scheduler: Scheduler) -> None:
+        scheduler.submit(first)
+        scheduler.hold(1)
+
+    async def scenario() -> tuple[dict[str, int], Message | None, Message | None, str]:
+        async with engine(start_first_held) as eng:
+            eng.scheduler.submit(job(2, spec, "two " * 20, max_tokens=TOKENS))
+            await eng.until(lambda: eng.counters().get("waiting") == 1)
+            seen = eng.counters()
+            ended_early = eng.ended(2)
+            eng.scheduler.resume(1)
+            await eng.finished(1, 2)
+            return seen, ended_early, eng.ended(2), text_of(eng.sent, 2)
+
+    seen, ended_early, done, text = asyncio.run(scenario())
+    assert seen["running"] == 1 and ended_early is None
+    assert isinstance(done, Done) and done.finish_reason in ("stop", "length") and text
+
+
+def test_a_prompt_longer_than_the_context_is_refused_naming_the_counts(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    spec = model(tiny_models[1])
+
+    async def scenario() -> Message | None:
+        async with engine() as eng:
+            eng.scheduler.submit(job(1, spec, " token" * (CONTEXT + 10)))
+            await eng.finished(1)
+            return eng.ended(1)
+
+    fail = asyncio.run(scenario())
+    assert isinstance(fail, Fail) and fail.kind == "bad_request"
+    # the tiny GGUF adds no BOS token: one token per repetition
+    assert (
+        fail.message == f"the prompt has {CONTEXT + 10} tokens; this model's context is {CONTEXT}"
+    )
+
+
+def test_requests_without_max_tokens_share_a_full_cache_by_preemption_and_lose_nothing(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Four unbounded sequences promised cells a few at a time fill the cache: the
+    youngest is preempted and reads its tokens again later; each still ends where its
+    context is full with the same text as alone."""
+    spec = model(tiny_models[1], reserve_tokens=16, parallel=4)
+    prompts = PROMPTS[:4]
+
+    preempted: list[int] = []
+
+    async def run(together: bool) -> list[str]:
+        async with engine() as eng:
+            for i, prompt in enumerate(prompts, 1):
+                eng.scheduler.submit(job(i, spec, prompt, max_tokens=None))
+                if not together:
+                    await eng.finished(i)
+            await eng.finished(*range(1, 5))
+            assert all(isinstance(eng.ended(i), Done) for i in range(1, 5))
+            await eng.until(lambda: eng.counters().get("running") == 0)
+            preempted.append(eng.counters()["preempted"])
+            return [text_of(eng.sent, i) for i in range(1, 5)]
+
+    alone = asyncio.run(run(False))
+    together = asyncio.run(run(True))
+    assert together == alone
+    assert preempted[0] == 0 and preempted[1] > 0
