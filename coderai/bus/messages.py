@@ -165,6 +165,8 @@ class Done(Message):
     finish_reason: str  #: "stop" | "length" | "cancelled"
     prompt_tokens: int
     completion_tokens: int
+    #: prompt tokens read from the prefix cache instead of being computed
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

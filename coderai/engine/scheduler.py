@@ -359,7 +359,13 @@ class Scheduler:
     def _finish(self, seq: Sequence, reason: str) -> None:
         self._detach(seq)
         self._terminal.append(
-            Done(seq.job.job_id, reason, seq.prompt_tokens, seq.completion_tokens)
+            Done(
+                seq.job.job_id,
+                reason,
+                seq.prompt_tokens,
+                seq.completion_tokens,
+                seq.cached_tokens,
+            )
         )
 
     def _finish_fail(self, seq: Sequence, kind: str, message: str) -> None:

@@ -84,11 +84,13 @@ def error_event(error: CoderaiError) -> bytes:
     return b"data: " + _dumps(error.envelope()) + b"\n\n"
 
 
-def usage_of(done: Done) -> dict[str, int]:
+def usage_of(done: Done) -> dict[str, Any]:
     return {
         "prompt_tokens": done.prompt_tokens,
         "completion_tokens": done.completion_tokens,
         "total_tokens": done.prompt_tokens + done.completion_tokens,
+        # prompt tokens whose KV state came from the prefix cache, as OpenAI reports them
+        "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
     }
 
 

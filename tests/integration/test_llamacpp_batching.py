@@ -94,8 +94,9 @@ def test_eight_sequences_decoded_together_each_give_their_text_alone(
 ) -> None:
     """A blocker that is held (its client lags) holds the whole KV cache, so the eight
     wait; when it is cancelled its cells are freed and the eight are admitted at once and
-    share every step. Each gives the greedy text it gives alone."""
+    share every step. Each gives the greedy text it gives alone with no prefix cache."""
     spec = model(tiny_models[1], parallel=9)
+    cold = model(tiny_models[1], parallel=9, prefix_cache_tokens=0)
     blocker = job(100, spec, "block", max_tokens=CONTEXT)
 
     def hold_blocker(scheduler: Scheduler) -> None:
@@ -105,7 +106,7 @@ def test_eight_sequences_decoded_together_each_give_their_text_alone(
     async def scenario() -> tuple[list[str], list[str], dict[str, int], dict[str, int]]:
         async with engine() as alone:
             for i, prompt in enumerate(PROMPTS, 1):
-                alone.scheduler.submit(job(i, spec, prompt))
+                alone.scheduler.submit(job(i, cold, prompt))
                 await alone.finished(i)
             texts_alone = [text_of(alone.sent, i) for i in range(1, 9)]
         async with engine(hold_blocker) as together:
@@ -123,8 +124,35 @@ def test_eight_sequences_decoded_together_each_give_their_text_alone(
     assert all(texts_alone)
     assert texts_together == texts_alone
     assert waiting["running"] == 1 and waiting["kv_reserved"] == CONTEXT - 1
-    # every cell is free again, the blocker's (cancelled) and the eight's (finished)
-    assert (after["kv_reserved"], after["kv_used"], after["kv_cells"]) == (0, 0, CONTEXT)
+    # no cell is held by a sequence: the blocker's were freed, the eight's are kept for
+    # later prompts with the same beginning, within the cache's bound
+    assert after["kv_used"] == 0 and after["kv_cells"] == CONTEXT
+    assert after["kv_reserved"] == after["prefix_cached"] <= CONTEXT // 4
+
+
+def test_a_prompt_that_begins_like_a_finished_one_reads_only_the_rest_and_answers_the_same(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    opening = "Servers answer requests " * 12
+    follow_up = opening + "and then some more words"
+    cached = model(tiny_models[1], prefix_cache_tokens=CONTEXT)
+
+    async def run(spec: dict[str, Any], prompts: list[str]) -> list[tuple[str, Message | None]]:
+        async with engine() as eng:
+            for i, prompt in enumerate(prompts, 1):
+                eng.scheduler.submit(job(i, spec, prompt))
+                await eng.finished(i)
+            return [(text_of(eng.sent, i), eng.ended(i)) for i in range(1, len(prompts) + 1)]
+
+    first, again, follow = asyncio.run(run(cached, [opening, opening, follow_up]))
+    cold = [asyncio.run(run(model(tiny_models[1], prefix_cache_tokens=0), [p]))[0]
+            for p in (opening, follow_up)]  # fmt: skip
+    assert isinstance(first[1], Done) and first[1].cached_tokens == 0
+    # the same prompt again: all but its last token, whose logits are needed
+    assert isinstance(again[1], Done) and again[1].cached_tokens == again[1].prompt_tokens - 1
+    assert isinstance(follow[1], Done) and 0 < follow[1].cached_tokens < follow[1].prompt_tokens
+    assert follow[1].cached_tokens >= first[1].prompt_tokens - 1
+    assert [first[0], again[0], follow[0]] == [cold[0][0], cold[0][0], cold[1][0]]
 
 
 def test_a_sequence_that_fits_only_later_waits_and_then_runs(

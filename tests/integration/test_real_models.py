@@ -244,6 +244,7 @@ def test_a_context_that_fills_ends_with_length_and_the_text_so_far(
         "prompt_tokens": CONTEXT - room,
         "completion_tokens": room,
         "total_tokens": CONTEXT,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
 
 
@@ -284,3 +285,15 @@ def test_a_broken_model_file_is_named_and_the_engine_keeps_serving(
     assert file in r.json()["error"]["message"]
     assert text_of(chat(server, "tiny-hf", "still there?"))
     assert server.health()["engines"][0]["pid"] == pid
+
+
+def test_a_resent_conversation_reports_its_cached_tokens_and_answers_the_same(
+    server: Server,
+) -> None:
+    # within the default cache bound, a quarter of the context: prompt and answer are kept
+    turn = "Servers answer requests, one after another, all day long. " * 2
+    first = chat(server, "tiny-gguf", turn).json()
+    again = chat(server, "tiny-gguf", turn).json()
+    assert first["choices"][0]["message"] == again["choices"][0]["message"]
+    cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == again["usage"]["prompt_tokens"] - 1

@@ -56,7 +56,12 @@ def test_closing_with_usage_adds_a_usage_chunk_then_done() -> None:
     assert finish["choices"][0]["finish_reason"] == "length"
     assert finish["usage"] is None
     assert usage["choices"] == []
-    assert usage["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
+    assert usage["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 6,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert done == "[DONE]"
 
 

@@ -38,6 +38,8 @@ class Sequence:
     job: Job
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: prompt tokens whose KV state came from a prefix cache
+    cached_tokens: int = 0
     #: completion tokens the model's context holds after the prompt: the sequence ends
     #: with "length" there, as it does at max_tokens
     room: int = 1 << 30

@@ -105,7 +105,9 @@ class LlamaCppBackend(Backend):
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
-        params.n_seq_max = parallel
+        cache_tokens = int(options.get("prefix_cache_tokens", n_ctx // 4))
+        # a kept prefix has a sequence id of its own, one per running sequence at most
+        params.n_seq_max = parallel * 2 if cache_tokens else parallel
         params.kv_unified = True  # every sequence may use the whole context
         params.n_threads = int(options.get("n_threads") or cores)
         params.n_threads_batch = int(options.get("n_threads_batch") or cores)
@@ -128,6 +130,7 @@ class LlamaCppBackend(Backend):
             parallel=parallel,
             n_batch=n_batch,
             reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
+            cache_tokens=cache_tokens,
         )
 
     def _load_embedder(

@@ -7,6 +7,12 @@ oldest first, so a long prompt never freezes the other streams. A sequence joins
 steps once the KV cells it needs can be promised to it (`kv.py`); one that finishes leaves
 and its cells are freed at once.
 
+When a sequence ends, its cells may be kept in a prefix cache (prefix_cache.py): a new
+sequence whose tokens begin with a kept one's shares those cells (`llama_memory_seq_cp`
+in a unified cache adds a sequence id to cells, it copies nothing) and reads only the rest.
+The KV accounting counts shared cells once per owner, so it can only overstate what is
+used; when a sequence cannot be admitted, kept entries go first, least recently used.
+
 A request without max_tokens is promised cells a few at a time. When one cannot grow, it
 pauses (the others go on); when every sequence that could move is paused, the youngest is
 preempted: its cells are freed and it reads its tokens again once there is room, keeping
@@ -34,6 +40,7 @@ from coderai.engine.backends.base import (
 )
 from coderai.engine.backends.llamacpp_sampler import SamplerChain
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
+from coderai.engine.prefix_cache import PrefixCache
 from coderai.errors import JobError
 
 
@@ -41,6 +48,7 @@ from coderai.errors import JobError
 class _Slot:
     """One sequence in the context."""
 
+    seq: Sequence
     seq_id: int
     #: the prompt, then each token sampled
     tokens: list[int]
@@ -54,6 +62,8 @@ class _Slot:
     admitted: bool = False
     #: admission order: the youngest is preempted first
     order: int = 0
+    #: admitted at least once (a preempted sequence is admitted again)
+    started: bool = False
 
 
 @dataclass(eq=False)
@@ -73,6 +83,7 @@ class LlamaCppBatchInstance(ModelInstance):
         parallel: int,
         n_batch: int,
         reserve_step: int,
+        cache_tokens: int,
     ) -> None:
         import llama_cpp
         from llama_cpp import llama_chat_format
@@ -89,7 +100,9 @@ class LlamaCppBatchInstance(ModelInstance):
         self.n_ctx = int(llama_cpp.llama_n_ctx_seq(self.ctx))
         self.ledger = KvLedger(int(llama_cpp.llama_n_ctx(self.ctx)))
         self._batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
-        self._free_ids = list(range(parallel - 1, -1, -1))
+        #: a kept entry per running sequence at most: each has its own sequence id
+        self.cache = PrefixCache(cache_tokens, parallel if cache_tokens else 0)
+        self._free_ids = list(range(parallel + self.cache.max_entries - 1, -1, -1))
         #: sequences started and not yet promised cells, in arrival order
         self._waiting: deque[_Slot] = deque()
         #: every sequence started here and not yet released
@@ -128,6 +141,7 @@ class LlamaCppBatchInstance(ModelInstance):
         job = seq.job
         limit = completion_limit(job.max_tokens, seq.room)
         slot = _Slot(
+            seq=seq,
             seq_id=self._free_ids.pop(),
             tokens=tokens,
             sampler=SamplerChain(job.temperature, job.top_p, seed=job.seed),
@@ -145,11 +159,23 @@ class LlamaCppBatchInstance(ModelInstance):
             return
         seq.state = None
         self._slots.discard(slot)
+        slot.sampler.close()
         if slot in self._waiting:
             self._waiting.remove(slot)
-        self._forget_cells(slot)
-        slot.sampler.close()
-        self._free_ids.append(slot.seq_id)
+        if not (slot.admitted and slot.decoded and self.cache.max_entries):
+            self._forget_cells(slot)
+            self._free_ids.append(slot.seq_id)
+            return
+        # its cells are kept: the entry's promise is what they hold
+        self.ledger.release(slot.seq_id)
+        self.ledger.reserve(slot.seq_id, slot.decoded)
+        for seq_id in self.cache.add(slot.seq_id, slot.tokens[: slot.decoded]):
+            self._free_entry(seq_id)
+
+    def _free_entry(self, seq_id: int) -> None:
+        self._lib.llama_memory_seq_rm(self.context.memory, seq_id, -1, -1)
+        self.ledger.release(seq_id)
+        self._free_ids.append(seq_id)
 
     def stats(self) -> dict[str, int]:
         admitted = [s for s in self._slots if s.admitted]
@@ -160,6 +186,9 @@ class LlamaCppBatchInstance(ModelInstance):
             "kv_reserved": self.ledger.reserved,
             "kv_cells": self.ledger.cells,
             "preempted": self._preemptions,
+            "prefix_hits": self.cache.hits,
+            "prefix_tokens": self.cache.reused,
+            "prefix_cached": self.cache.tokens,
         }
 
     def _forget_cells(self, slot: _Slot) -> None:
@@ -173,11 +202,28 @@ class LlamaCppBatchInstance(ModelInstance):
         while self._waiting:
             slot = self._waiting[0]
             want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
-            if not self.ledger.reserve(slot.seq_id, want):
-                return
+            self.cache.match(slot.tokens)  # used now: the last entry to go for room
+            while not self.ledger.reserve(slot.seq_id, want):
+                kept = self.cache.evict()
+                if kept is None:
+                    return
+                self._free_entry(kept)
             self._waiting.popleft()
             slot.admitted = True
             slot.order = next(self._admissions)
+            self._reuse(slot)
+
+    def _reuse(self, slot: _Slot) -> None:
+        """Start from the kept cells that share the longest prefix with its tokens."""
+        hit = self.cache.match(slot.tokens)
+        if hit is not None:
+            kept, shared = hit
+            self._lib.llama_memory_seq_cp(self.context.memory, kept, slot.seq_id, 0, shared)
+            slot.decoded = shared
+            self.cache.count_hit(shared)
+        if not slot.started:
+            slot.started = True
+            slot.seq.cached_tokens = slot.decoded
 
     def _grow(self, slot: _Slot) -> bool:
         held = self.ledger.holds(slot.seq_id)

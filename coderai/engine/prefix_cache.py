@@ -1,0 +1,84 @@
+"""Which finished sequences' KV cells are kept, and which one a new prompt can start from.
+
+Pure bookkeeping: each entry is a sequence id in the context whose cells hold `tokens`;
+the backend copies (shares) a matching entry's cells into a new sequence and frees the
+cells of entries this class lets go. Matching is on exact token ids, so a prompt never
+sees state from another prompt beyond the tokens the two have in common.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two lists share."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]: halve the gap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class PrefixCache:
+    def __init__(self, max_tokens: int, max_entries: int) -> None:
+        self.max_tokens = max_tokens
+        self.max_entries = max_entries
+        #: seq id -> tokens its cells hold, least recently used first
+        self._entries: OrderedDict[int, list[int]] = OrderedDict()
+        self.tokens = 0
+        self.hits = 0
+        self.reused = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def match(self, tokens: list[int]) -> tuple[int, int] | None:
+        """The entry sharing the longest prefix with `tokens` and that prefix's length,
+        leaving at least the last token to be decoded (its logits are needed)."""
+        best: tuple[int, int] | None = None
+        for seq_id, cached in self._entries.items():
+            shared = min(common_prefix(cached, tokens), len(tokens) - 1)
+            if shared > 0 and (best is None or shared > best[1]):
+                best = (seq_id, shared)
+        if best is not None:
+            self._entries.move_to_end(best[0])
+        return best
+
+    def count_hit(self, reused: int) -> None:
+        self.hits += 1
+        self.reused += reused
+
+    def add(self, seq_id: int, tokens: list[int]) -> list[int]:
+        """Keep a finished sequence's cells (if they fit the bound); returns the ids whose
+        cells are to be freed: entries it makes useless (their tokens are a prefix of
+        its), the least recently used past the bounds, or itself if it is too long."""
+        if not tokens or len(tokens) > self.max_tokens:
+            return [seq_id]
+        gone = [i for i, t in self._entries.items() if common_prefix(t, tokens) == len(t)]
+        for i in gone:
+            self._drop(i)
+        self._entries[seq_id] = tokens
+        self.tokens += len(tokens)
+        while self.tokens > self.max_tokens or len(self._entries) > self.max_entries:
+            oldest = self.evict()
+            assert oldest is not None
+            gone.append(oldest)
+        return gone
+
+    def evict(self) -> int | None:
+        """Let the least recently used entry go; its id, or None if there is none."""
+        if not self._entries:
+            return None
+        seq_id = next(iter(self._entries))
+        self._drop(seq_id)
+        return seq_id
+
+    def _drop(self, seq_id: int) -> None:
+        self.tokens -= len(self._entries.pop(seq_id))
