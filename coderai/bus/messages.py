@@ -271,6 +271,8 @@ class Job(Message):
     stop: list[str] = field(default_factory=list)
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  #: 0: every token
+    min_p: float = 0.0
     seed: int | None = None
     inputs: list[str] = field(default_factory=list)  #: texts of an embedding job
 

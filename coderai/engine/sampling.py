@@ -1,17 +1,26 @@
-"""Next-token choice from one row of logits: greedy at temperature 0, else temperature and
-nucleus (top_p) sampling from the sequence's own seeded generator."""
+"""Next-token choice from one row of logits: greedy at temperature 0, else top_k, temperature,
+min_p and nucleus (top_p) sampling from the sequence's own seeded generator."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from coderai.bus.messages import Job
 
-def choose_token(logits: Any, temperature: float, top_p: float, generator: Any) -> int:
+
+def choose_token(logits: Any, job: Job, generator: Any) -> int:
     import torch
 
-    if temperature <= 0:
+    if job.temperature <= 0:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    if 0 < job.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, job.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits / job.temperature, dim=-1)
+    if job.min_p > 0:
+        probs = probs.masked_fill(probs < job.min_p * probs.max(), 0.0)
+    top_p = job.top_p
     if top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         # keep the smallest prefix whose mass reaches top_p (always at least one token)

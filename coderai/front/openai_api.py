@@ -107,6 +107,8 @@ class OpenAIRoutes:
             stop=req.stops(),
             temperature=req.temperature,
             top_p=req.top_p,
+            top_k=req.top_k,
+            min_p=req.min_p,
             seed=req.seed,
             **payload,
         )

@@ -53,6 +53,10 @@ class _Sampling(_Body):
     stop: Text | list[Text] | None = None
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
+    #: not OpenAI's, but llama.cpp's and vLLM's: keep the k likeliest tokens (0: all), and
+    #: those at least min_p times as likely as the likeliest
+    top_k: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
+    min_p: float = Field(0.0, ge=0, le=1)
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     n: int = 1
 

@@ -290,10 +290,21 @@ def test_a_broken_model_file_is_named_and_the_engine_keeps_serving(
 def test_a_resent_conversation_reports_its_cached_tokens_and_answers_the_same(
     server: Server,
 ) -> None:
-    # within the default cache bound, a quarter of the context: prompt and answer are kept
+    # prompt and answer are kept (the cache may hold as much as the context)
     turn = "Servers answer requests, one after another, all day long. " * 2
     first = chat(server, "tiny-gguf", turn).json()
     again = chat(server, "tiny-gguf", turn).json()
     assert first["choices"][0]["message"] == again["choices"][0]["message"]
     cached = again["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached == again["usage"]["prompt_tokens"] - 1
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+@pytest.mark.parametrize("narrow", [{"top_k": 1}, {"min_p": 1.0}])
+def test_top_k_and_min_p_are_honoured(server: Server, model: str, narrow: dict[str, Any]) -> None:
+    """Either left alone keeps only the likeliest token: sampling at temperature 1 then
+    gives the greedy text, whatever the seed."""
+    greedy = text_of(chat(server, model, PROMPTS[2]))
+    sampled = {text_of(chat(server, model, PROMPTS[2], temperature=1.0, seed=s, **narrow))
+               for s in (1, 2)}  # fmt: skip
+    assert sampled == {greedy}

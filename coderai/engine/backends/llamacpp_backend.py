@@ -105,7 +105,7 @@ class LlamaCppBackend(Backend):
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
-        cache_tokens = int(options.get("prefix_cache_tokens", n_ctx // 4))
+        cache_tokens = int(options.get("prefix_cache_tokens", n_ctx))
         # a kept prefix has a sequence id of its own, one per running sequence at most
         params.n_seq_max = parallel * 2 if cache_tokens else parallel
         params.kv_unified = True  # every sequence may use the whole context

@@ -144,7 +144,7 @@ class LlamaCppBatchInstance(ModelInstance):
             seq=seq,
             seq_id=self._free_ids.pop(),
             tokens=tokens,
-            sampler=SamplerChain(job.temperature, job.top_p, seed=job.seed),
+            sampler=SamplerChain(job.temperature, job.top_p, job.top_k, job.min_p, job.seed),
             decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
             need=cells_needed(len(tokens), limit),
             bounded=job.max_tokens is not None,
@@ -250,6 +250,8 @@ class LlamaCppBatchInstance(ModelInstance):
             produced = self._decode(plan.runs)
         except JobError as exc:
             failed = {slot for slot, _, _ in plan.runs}
+            for slot in failed:  # what their cells hold is not to be kept or trusted
+                self._forget_cells(slot)
             return [exc if seq.state in failed else PENDING for seq in seqs]
         return [produced.get(seq.state, PENDING) for seq in seqs]
 

@@ -243,7 +243,7 @@ class TransformersInstance(ModelInstance):
             if job.temperature <= 0:
                 out.append(int(greedy[i]))
             else:
-                out.append(choose_token(rows[i], job.temperature, job.top_p, seq.state.generator))
+                out.append(choose_token(rows[i], job, seq.state.generator))
         return out
 
     def _emit(self, seq: Sequence, token: int) -> StepResult:
