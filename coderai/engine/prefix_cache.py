@@ -51,6 +51,10 @@ class PrefixCache:
             self._entries.move_to_end(best[0])
         return best
 
+    def touch(self, tokens: list[int]) -> None:
+        """Mark the entry `tokens` would start from as just used: the last to be let go."""
+        self.match(tokens)
+
     def count_hit(self, reused: int) -> None:
         self.hits += 1
         self.reused += reused

@@ -1,5 +1,8 @@
-"""Next-token choice from one row of logits: greedy at temperature 0, else top_k, temperature,
-min_p and nucleus (top_p) sampling from the sequence's own seeded generator."""
+"""Next-token choice from one row of logits: greedy at temperature 0, else the chain
+llama.cpp's sampler runs (llamacpp_sampler.py), in its order, so that one request samples
+from the same distribution on either backend: top_k, then top_p and min_p on the
+probabilities before temperature, then temperature, then a draw from the sequence's own
+seeded generator."""
 
 from __future__ import annotations
 
@@ -17,16 +20,18 @@ def choose_token(logits: Any, job: Job, generator: Any) -> int:
     if 0 < job.top_k < logits.shape[-1]:
         kth = torch.topk(logits, job.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if job.top_p < 1.0 or job.min_p > 0:
+        probs = torch.softmax(logits, dim=-1)
+        keep = torch.ones_like(probs, dtype=torch.bool)
+        if job.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            # the smallest prefix whose mass reaches top_p (always at least one token)
+            inside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < job.top_p
+            keep = torch.zeros_like(keep).scatter_(-1, order, inside)
+        if job.min_p > 0:
+            keep &= probs >= job.min_p * probs.max()
+        logits = logits.masked_fill(~keep, float("-inf"))
     probs = torch.softmax(logits / job.temperature, dim=-1)
-    if job.min_p > 0:
-        probs = probs.masked_fill(probs < job.min_p * probs.max(), 0.0)
-    top_p = job.top_p
-    if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        # keep the smallest prefix whose mass reaches top_p (always at least one token)
-        outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
-        sorted_probs[outside] = 0.0
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

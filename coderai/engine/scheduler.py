@@ -1,8 +1,9 @@
 """The decode loop of an engine, on its own thread so model work never stalls the socket.
 
 Each iteration admits new jobs and cancellations (so a CANCEL takes effect within one step),
-then steps every instance whose turn has come, one token per sequence, and publishes the
-step's deltas as one batch.
+then steps every instance whose turn has come (at most one token per sequence; a sequence
+may instead read part of its prompt, or wait for room), and publishes the step's deltas as
+one batch.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from coderai.bus.messages import (
 from coderai.engine.backends.base import (
     END,
     PENDING,
+    READING,
     Backend,
     ModelInstance,
     Sequence,
@@ -301,7 +303,7 @@ class Scheduler:
                 )
 
     def _apply(self, seq: Sequence, result: StepResult) -> None:
-        if result is PENDING:
+        if result is PENDING or result is READING:
             return
         if isinstance(result, Exception):
             kind = result.kind if isinstance(result, JobError) else FailKind.BACKEND_ERROR

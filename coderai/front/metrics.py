@@ -24,6 +24,7 @@ _MODEL_GAUGES = {
     "kv_used": ("coderai_kv_cells_used", "KV cache cells holding tokens"),
     "kv_reserved": ("coderai_kv_cells_reserved", "KV cache cells promised to sequences"),
     "kv_cells": ("coderai_kv_cells", "KV cache cells in all"),
+    "prefix_cached": ("coderai_prefix_cache_cells", "Tokens whose KV cells are kept for reuse"),
 }
 _MODEL_COUNTERS = {
     "preempted": ("coderai_sequences_preempted", "Sequences whose KV cells were taken back"),

@@ -226,3 +226,45 @@ def test_requests_without_max_tokens_share_a_full_cache_by_preemption_and_lose_n
     together = asyncio.run(run(True))
     assert together == alone
     assert preempted[0] == 0 and preempted[1] > 0
+
+
+def test_a_prompt_longer_than_a_batch_is_read_in_chunks_when_it_runs_alone(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Each step reads n_batch tokens of it; no step yields a token until the last, and
+    the engine must not take those steps for a stall."""
+    prompt = "Servers answer requests " * 12  # 120 tokens: two chunks of 64
+
+    async def run(spec: dict[str, Any]) -> tuple[str, Message | None]:
+        async with engine() as eng:
+            eng.scheduler.submit(job(1, spec, prompt))
+            await eng.finished(1)
+            return text_of(eng.sent, 1), eng.ended(1)
+
+    chunked, done = asyncio.run(run(model(tiny_models[1], n_batch=64)))
+    whole, _ = asyncio.run(run(model(tiny_models[1])))
+    assert isinstance(done, Done) and done.prompt_tokens == 120
+    assert chunked == whole
+
+
+def test_a_growing_sequence_takes_kept_prefixes_before_anyone_is_preempted(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    spec = model(tiny_models[1], reserve_tokens=16)
+
+    async def scenario() -> tuple[dict[str, int], dict[str, int], Message | None]:
+        async with engine() as eng:
+            for i, prompt in enumerate(PROMPTS[:3], 1):  # their cells are kept
+                eng.scheduler.submit(job(i, spec, prompt, max_tokens=100))
+                await eng.finished(i)
+            await eng.until(lambda: eng.counters().get("prefix_cached", 0) > 0)
+            kept = eng.counters()
+            eng.scheduler.submit(job(4, spec, "A long answer:", max_tokens=None))
+            await eng.finished(4)
+            await eng.until(lambda: eng.counters().get("running") == 0)
+            return kept, eng.counters(), eng.ended(4)
+
+    kept, after, done = asyncio.run(scenario())
+    assert kept["prefix_cached"] > 200  # so the last one cannot grow to the end beside them
+    assert isinstance(done, Done) and done.prompt_tokens + done.completion_tokens == CONTEXT
+    assert after["preempted"] == 0

@@ -17,18 +17,24 @@ from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
 
-class _Pending:
-    """No token for this sequence this step: it waits for KV room or reads its prompt."""
+class _NoToken:
+    """A step that yields no token for a sequence."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        return "PENDING"
+        return self.name
 
 
-#: what a step yields for one sequence: a token's text, END (end of sequence), PENDING or
-#: an error
+#: what a step yields for one sequence: a token's text, END (end of sequence), no token
+#: (READING: it read part of its prompt; PENDING: it waits, for KV room or its turn) or an
+#: error. A step in which every sequence waits moved nothing: the scheduler does not step
+#: that instance again until something it waits for (a finish, a cancel, a resume) happens.
 END = None
-PENDING = _Pending()
-StepResult = str | None | Exception | _Pending
+READING = _NoToken("READING")
+PENDING = _NoToken("PENDING")
+StepResult = str | None | Exception | _NoToken
 
 
 @dataclass(eq=False)

@@ -106,6 +106,11 @@ class LlamaCppBackend(Backend):
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
         cache_tokens = int(options.get("prefix_cache_tokens", n_ctx))
+        if llama_cpp.llama_model_is_recurrent(model.model) or llama_cpp.llama_model_is_hybrid(
+            model.model
+        ):
+            # a recurrent state is the end of a whole sequence, not a prefix of it
+            cache_tokens = 0
         # a kept prefix has a sequence id of its own, one per running sequence at most
         params.n_seq_max = parallel * 2 if cache_tokens else parallel
         params.kv_unified = True  # every sequence may use the whole context
@@ -128,7 +133,6 @@ class LlamaCppBackend(Backend):
             model,
             context,
             parallel=parallel,
-            n_batch=n_batch,
             reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
             cache_tokens=cache_tokens,
         )

@@ -32,6 +32,7 @@ from coderai.bus.messages import JobKind
 from coderai.engine.backends.base import (
     END,
     PENDING,
+    READING,
     ModelInstance,
     Sequence,
     StepResult,
@@ -81,7 +82,6 @@ class LlamaCppBatchInstance(ModelInstance):
         context: Any,
         *,
         parallel: int,
-        n_batch: int,
         reserve_step: int,
         cache_tokens: int,
     ) -> None:
@@ -95,11 +95,12 @@ class LlamaCppBatchInstance(ModelInstance):
         self.ctx = context.ctx
         self.vocab = model.vocab
         self.capacity = parallel
-        self.n_batch = n_batch
+        # llama.cpp caps the batch at the context: the tokens one step may decode
+        self.n_batch = int(llama_cpp.llama_n_batch(self.ctx))
         self.reserve_step = reserve_step
         self.n_ctx = int(llama_cpp.llama_n_ctx_seq(self.ctx))
         self.ledger = KvLedger(int(llama_cpp.llama_n_ctx(self.ctx)))
-        self._batch = LlamaBatch(n_tokens=n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
         #: a kept entry per running sequence at most: each has its own sequence id
         self.cache = PrefixCache(cache_tokens, parallel if cache_tokens else 0)
         self._free_ids = list(range(parallel + self.cache.max_entries - 1, -1, -1))
@@ -140,11 +141,12 @@ class LlamaCppBatchInstance(ModelInstance):
         fit_prompt(seq, len(tokens), self.n_ctx)
         job = seq.job
         limit = completion_limit(job.max_tokens, seq.room)
+        sampler = SamplerChain(job.temperature, job.top_p, job.top_k, job.min_p, job.seed)
         slot = _Slot(
             seq=seq,
-            seq_id=self._free_ids.pop(),
+            seq_id=self._free_ids.pop(),  # last: nothing after it can fail
             tokens=tokens,
-            sampler=SamplerChain(job.temperature, job.top_p, job.top_k, job.min_p, job.seed),
+            sampler=sampler,
             decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
             need=cells_needed(len(tokens), limit),
             bounded=job.max_tokens is not None,
@@ -163,19 +165,36 @@ class LlamaCppBatchInstance(ModelInstance):
         if slot in self._waiting:
             self._waiting.remove(slot)
         if not (slot.admitted and slot.decoded and self.cache.max_entries):
-            self._forget_cells(slot)
+            self._free_cells(slot.seq_id)
             self._free_ids.append(slot.seq_id)
             return
-        # its cells are kept: the entry's promise is what they hold
-        self.ledger.release(slot.seq_id)
+        # its cells are kept: the entry's promise shrinks to what they hold
         self.ledger.reserve(slot.seq_id, slot.decoded)
         for seq_id in self.cache.add(slot.seq_id, slot.tokens[: slot.decoded]):
-            self._free_entry(seq_id)
+            self._free_cells(seq_id)
+            self._free_ids.append(seq_id)
 
-    def _free_entry(self, seq_id: int) -> None:
+    def _free_cells(self, seq_id: int) -> None:
+        """Free what a sequence id holds in the cache and in the ledger. Cells it shares
+        with another sequence (a kept prefix) stay, held by that one."""
         self._lib.llama_memory_seq_rm(self.context.memory, seq_id, -1, -1)
         self.ledger.release(seq_id)
-        self._free_ids.append(seq_id)
+
+    def _evict_one(self) -> bool:
+        """Let the least recently used kept prefix go; False if none is kept."""
+        kept = self.cache.evict()
+        if kept is None:
+            return False
+        self._free_cells(kept)
+        self._free_ids.append(kept)
+        return True
+
+    def _reserve(self, slot: _Slot, cells: int) -> bool:
+        """Promise a sequence `cells`, letting kept prefixes go while that does not fit."""
+        while not self.ledger.reserve(slot.seq_id, cells):
+            if not self._evict_one():
+                return False
+        return True
 
     def stats(self) -> dict[str, int]:
         admitted = [s for s in self._slots if s.admitted]
@@ -192,8 +211,7 @@ class LlamaCppBatchInstance(ModelInstance):
         }
 
     def _forget_cells(self, slot: _Slot) -> None:
-        self._lib.llama_memory_seq_rm(self.context.memory, slot.seq_id, -1, -1)
-        self.ledger.release(slot.seq_id)
+        self._free_cells(slot.seq_id)
         slot.decoded = 0
         slot.admitted = False
 
@@ -202,12 +220,9 @@ class LlamaCppBatchInstance(ModelInstance):
         while self._waiting:
             slot = self._waiting[0]
             want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
-            self.cache.match(slot.tokens)  # used now: the last entry to go for room
-            while not self.ledger.reserve(slot.seq_id, want):
-                kept = self.cache.evict()
-                if kept is None:
-                    return
-                self._free_entry(kept)
+            self.cache.touch(slot.tokens)  # the prefix it will use is the last to go for room
+            if not self._reserve(slot, want):
+                return
             self._waiting.popleft()
             slot.admitted = True
             slot.order = next(self._admissions)
@@ -220,15 +235,16 @@ class LlamaCppBatchInstance(ModelInstance):
             kept, shared = hit
             self._lib.llama_memory_seq_cp(self.context.memory, kept, slot.seq_id, 0, shared)
             slot.decoded = shared
-            self.cache.count_hit(shared)
-        if not slot.started:
+        if not slot.started:  # a preempted sequence reading its tokens again is no new hit
             slot.started = True
             slot.seq.cached_tokens = slot.decoded
+            if slot.decoded:
+                self.cache.count_hit(slot.decoded)
 
     def _grow(self, slot: _Slot) -> bool:
         held = self.ledger.holds(slot.seq_id)
         more = grown(held, slot.need, self.reserve_step)
-        return more > held and self.ledger.reserve(slot.seq_id, more)
+        return more > held and self._reserve(slot, more)
 
     def _preempt(self, paused: list[_Slot]) -> None:
         """Free the youngest paused sequence's cells so the others can grow; it waits at
@@ -246,14 +262,14 @@ class LlamaCppBatchInstance(ModelInstance):
             plan = self._plan(seqs)
         if not plan.runs:
             return [PENDING] * len(seqs)
+        moved = {slot for slot, _, _ in plan.runs}
         try:
             produced = self._decode(plan.runs)
         except JobError as exc:
-            failed = {slot for slot, _, _ in plan.runs}
-            for slot in failed:  # what their cells hold is not to be kept or trusted
+            for slot in moved:  # what their cells hold is not to be kept or trusted
                 self._forget_cells(slot)
-            return [exc if seq.state in failed else PENDING for seq in seqs]
-        return [produced.get(seq.state, PENDING) for seq in seqs]
+            return [exc if seq.state in moved else PENDING for seq in seqs]
+        return [produced.get(seq.state, READING if seq.state in moved else PENDING) for seq in seqs]
 
     def _plan(self, seqs: list[Sequence]) -> _Plan:
         plan = _Plan()
