@@ -1,12 +1,14 @@
 """The llama.cpp engine on SmolLM2-135M-Instruct, in one run: batching, prefix cache,
 chunked prefill and memory.
 
-    python bench/llamacpp.py [--tokens 128] [--levels 1,2,4,8] [--skip-llama-server]
+    python bench/llamacpp.py [--tokens 128] [--levels 1,2,4,8] [--rounds 3]
+        [--sections throughput,cache,prefill,memory] [--prefill-step-ms MS]
+        [--skip-llama-server]
 
 1. Aggregate tok/s at 1, 2, 4 and 8 concurrent streams (greedy, `--tokens` per request)
    through `coderai run`, beside the ceiling (the same batched decode loop driven in this
    process, no server) and beside llama-cpp-python's own OpenAI server at the same
-   concurrency. TTFT p50 for each.
+   concurrency; each level on each side in turn, `--rounds` times, medians. TTFT p50.
 2. Two ~1,000-token conversations taking turns, each resent with a new question: TTFT
    with the prefix cache against a model entry with it off.
 3. A 3,000-token prompt arriving while three streams run: their largest inter-token gap
@@ -100,14 +102,21 @@ async def concurrent(url: str, model: str, n: int, tokens: int) -> dict[str, flo
     return {"tok_s": total / wall, "tokens": total, "ttft_p50_ms": statistics.median(ttfts)}
 
 
-def ceiling(gguf: str, n: int, tokens: int, parallel: int) -> dict[str, float]:
-    """The engine's batched decode loop with no server: one instance, n chat sequences."""
-    from coderai.bus.messages import Job, ModelSpec
-    from coderai.engine.backends.base import END, PENDING, LoadProgress, Sequence
+def load_instance(gguf: str, parallel: int) -> Any:
+    """The engine's llama.cpp instance in this process, as an engine would load it."""
+    from coderai.bus.messages import ModelSpec
+    from coderai.engine.backends.base import LoadProgress
     from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 
-    spec = ModelSpec("smollm2", gguf, "gguf", {"parallel": parallel, "prefix_cache_tokens": 0})
-    instance = LlamaCppBackend().load(spec, LoadProgress())
+    options = {"parallel": parallel, "prefix_cache_tokens": 0}
+    return LlamaCppBackend().load(ModelSpec("smollm2", gguf, "gguf", options), LoadProgress())
+
+
+def ceiling(instance: Any, n: int, tokens: int) -> dict[str, float]:
+    """The engine's batched decode loop with no server: n chat sequences at once."""
+    from coderai.bus.messages import Job
+    from coderai.engine.backends.base import END, PENDING, READING, Sequence
+
     seqs = []
     t0 = time.perf_counter()
     for i in range(n):
@@ -118,7 +127,7 @@ def ceiling(gguf: str, n: int, tokens: int, parallel: int) -> dict[str, float]:
     live, first = list(seqs), dict[int, float]()
     while live:
         for seq, result in zip(list(live), instance.step(live), strict=True):
-            if result is PENDING:
+            if result is PENDING or result is READING:
                 continue
             if result is not END:
                 first.setdefault(seq.job.job_id, time.perf_counter())
@@ -132,6 +141,46 @@ def ceiling(gguf: str, n: int, tokens: int, parallel: int) -> dict[str, float]:
     return {"tok_s": total / wall, "tokens": total, "ttft_p50_ms": statistics.median(ttfts)}
 
 
+def medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+
+
+def throughput(gguf: str, args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """Each level on each side in turn, `--rounds` times: medians, measured side by side."""
+    levels = [int(x) for x in args.levels.split(",")]
+    threads = len(os.sched_getaffinity(0))
+    entry = {"id": "smollm2", "path": gguf, "options": {**options, "prefix_cache_tokens": 0}}
+    server = BenchServer({"max_parallel_requests": 16}, [entry], engines=1)
+    other = None if args.skip_llama_server else LlamaServer(gguf, threads)
+    instance = load_instance(gguf, options["parallel"])
+    rows: dict[int, dict[str, list[dict[str, float]]]] = {n: {} for n in levels}
+    try:
+        asyncio.run(concurrent(server.url, "smollm2", 1, 4))  # load it
+        if other is not None:
+            asyncio.run(concurrent(other.url, "smollm2", 1, 4))
+        for _ in range(args.rounds):
+            for n in levels:
+                side = rows[n]
+                side.setdefault("stack", []).append(
+                    asyncio.run(concurrent(server.url, "smollm2", n, args.tokens))
+                )
+                side.setdefault("ceiling", []).append(ceiling(instance, n, args.tokens))
+                if other is not None:
+                    side.setdefault("llama_cpp_server", []).append(
+                        asyncio.run(concurrent(other.url, "smollm2", n, args.tokens))
+                    )
+    finally:
+        server.stop()
+        if other is not None:
+            other.stop()
+    out: dict[str, Any] = {}
+    for n in levels:
+        row: dict[str, Any] = {name: medians(values) for name, values in rows[n].items()}
+        row["stack_vs_ceiling"] = row["stack"]["tok_s"] / row["ceiling"]["tok_s"]
+        out[str(n)] = row
+    return out
+
+
 class LlamaServer:
     """llama-cpp-python's OpenAI server (its own process), as a user would start it."""
 
@@ -139,7 +188,9 @@ class LlamaServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = ["--model", gguf, "--port", str(self.port), "--n_ctx", "8192",
-                "--n_threads", str(threads), "--n_threads_batch", str(threads)]  # fmt: skip
+                "--n_threads", str(threads), "--n_threads_batch", str(threads),
+                # its default cancels a running request when the next arrives: queue them
+                "--interrupt_requests", "False"]  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-c", LLAMA_SERVER, *args],
             stdout=subprocess.DEVNULL,
@@ -238,56 +289,58 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--levels", default="1,2,4,8")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--sections", default="throughput,cache,prefill,memory")
+    parser.add_argument("--prefill-step-ms", type=float, default=None)
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "llamacpp.json")
     args = parser.parse_args()
     from coderai.defaults import embedded_gguf
 
     gguf = str(embedded_gguf())
-    levels = [int(x) for x in args.levels.split(",")]
-    parallel = max(levels)
-    threads = len(os.sched_getaffinity(0))
+    sections = set(args.sections.split(","))
+    parallel = max(int(x) for x in args.levels.split(","))
+    options: dict[str, Any] = {"parallel": parallel}
+    if args.prefill_step_ms is not None:
+        options["prefill_step_ms"] = args.prefill_step_ms
     result: dict[str, Any] = {"benchmark": "llamacpp", "tokens": args.tokens,
-                              "parallel": parallel, "threads": threads}  # fmt: skip
-
-    models = [{"id": "smollm2", "path": gguf, "options": {"parallel": parallel}},
-              {"id": "smollm2-cold", "path": gguf,
-               "options": {"parallel": parallel, "prefix_cache_tokens": 0}}]  # fmt: skip
-    server = BenchServer({"max_parallel_requests": 16}, models, engines=1)
-    try:
-        asyncio.run(concurrent(server.url, "smollm2", 1, 4))  # load it
-        asyncio.run(concurrent(server.url, "smollm2-cold", 1, 4))
-        stack = {n: asyncio.run(concurrent(server.url, "smollm2-cold", n, args.tokens))
-                 for n in levels}  # fmt: skip
-        cached = asyncio.run(turns(server.url, "smollm2", args.turns))
-        cold = asyncio.run(turns(server.url, "smollm2-cold", args.turns))
-        prefill = asyncio.run(long_prefill(server.url, "smollm2-cold"))
-    finally:
-        server.stop()
-    direct = {n: ceiling(gguf, n, args.tokens, parallel) for n in levels}
-    result["throughput"] = {
-        str(n): {"stack": stack[n], "ceiling": direct[n],
-                 "stack_vs_ceiling": stack[n]["tok_s"] / direct[n]["tok_s"]}
-        for n in levels
-    }  # fmt: skip
-    if not args.skip_llama_server:
-        other = LlamaServer(gguf, threads)
+                              "parallel": parallel, "rounds": args.rounds,
+                              "threads": len(os.sched_getaffinity(0)),
+                              "options": options}  # fmt: skip
+    if "throughput" in sections:
+        result["throughput"] = throughput(gguf, args, options)
+    if sections & {"cache", "prefill"}:
+        models = [{"id": "smollm2", "path": gguf, "options": options},
+                  {"id": "smollm2-cold", "path": gguf,
+                   "options": {**options, "prefix_cache_tokens": 0}}]  # fmt: skip
+        server = BenchServer({"max_parallel_requests": 16}, models, engines=1)
         try:
-            asyncio.run(concurrent(other.url, "smollm2", 1, 4))
-            for n in levels:
-                row = asyncio.run(concurrent(other.url, "smollm2", n, args.tokens))
-                result["throughput"][str(n)]["llama_cpp_server"] = row
+            asyncio.run(concurrent(server.url, "smollm2", 1, 4))  # load both
+            asyncio.run(concurrent(server.url, "smollm2-cold", 1, 4))
+            if "cache" in sections:
+                cached = asyncio.run(turns(server.url, "smollm2", args.turns))
+                cold = asyncio.run(turns(server.url, "smollm2-cold", args.turns))
+                result["prefix_cache"] = {
+                    "ttft_cached_ms": statistics.median(cached),
+                    "ttft_cold_ms": statistics.median(cold),
+                    "ratio": statistics.median(cached) / statistics.median(cold),
+                    "turns": {"cached": cached, "cold": cold},
+                }
+            if "prefill" in sections:
+                result["long_prefill"] = asyncio.run(long_prefill(server.url, "smollm2-cold"))
         finally:
-            other.stop()
-    result["prefix_cache"] = {
-        "ttft_cached_ms": statistics.median(cached),
-        "ttft_cold_ms": statistics.median(cold),
-        "ratio": statistics.median(cached) / statistics.median(cold),
-        "turns": {"cached": cached, "cold": cold},
-    }
-    result["long_prefill"] = prefill
-    memory = {}
+            server.stop()
+    if "memory" in sections:
+        result["memory_at_4_streams"] = memory(gguf)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def memory(gguf: str) -> dict[str, Any]:
+    out = {}
     for label, options, instances in (("parallel_4", {"parallel": 4}, 1),
                                       ("instances_4", {"parallel": 1}, 4)):  # fmt: skip
         srv = BenchServer({"max_parallel_requests": 8},
@@ -295,16 +348,10 @@ def main() -> int:
                           extra={"models": {"max_model_instances": instances}})  # fmt: skip
         try:
             (engine,) = srv.engine_processes()
-            memory[label] = asyncio.run(rss_at_four(srv.url, "smollm2", engine))
+            out[label] = asyncio.run(rss_at_four(srv.url, "smollm2", engine))
         finally:
             srv.stop()
-    result["memory_at_4_streams"] = memory
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    printable = {k: v for k, v in result.items() if k != "prefix_cache"}
-    printable["prefix_cache"] = {k: v for k, v in result["prefix_cache"].items() if k != "turns"}
-    print(json.dumps(printable, indent=2))
-    return 0
+    return out
 
 
 if __name__ == "__main__":

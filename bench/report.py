@@ -6,6 +6,7 @@ python bench/report.py
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.report_llamacpp import invariance_section, llamacpp_section
+from bench.report_table import table
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
@@ -90,17 +96,6 @@ def plot_bars(name: str, title: str, groups: dict[str, dict[str, float]], unit: 
     fig.savefig(PLOTS / name, dpi=110)
     plt.close(fig)
     return name
-
-
-def table(head: list[str], rows: list[list[Any]]) -> str:
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def relay_section(relay: dict[str, Any]) -> list[str]:
@@ -447,6 +442,13 @@ def main() -> int:
             ),
             "",
         ]
+    llamacpp = load("llamacpp")
+    if llamacpp:
+        out += llamacpp_section(llamacpp)
+    for name in ("batch_invariance", "batch_invariance-f32"):
+        invariance = load(name)
+        if invariance:
+            out += invariance_section(invariance)
     resp = load("responsiveness")
     if resp:
         rows = []

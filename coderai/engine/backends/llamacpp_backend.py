@@ -48,6 +48,8 @@ KV_SHARE = 0.25
 PARALLEL_CPU, PARALLEL_GPU = 4, 16
 #: completion tokens promised at a time to a request without max_tokens
 RESERVE_STEP = 256
+#: how long a step that reads a prompt may take while other sequences decode
+PREFILL_STEP_MS = 200
 
 
 class LlamaCppBackend(Backend):
@@ -135,6 +137,7 @@ class LlamaCppBackend(Backend):
             parallel=parallel,
             reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
             cache_tokens=cache_tokens,
+            prefill_step=float(options.get("prefill_step_ms") or PREFILL_STEP_MS) / 1000,
         )
 
     def _load_embedder(

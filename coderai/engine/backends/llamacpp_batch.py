@@ -1,9 +1,11 @@
 """Many sequences in one llama.cpp context: continuous batching with chunked prefill.
 
 One context per loaded model holds a unified KV cache that up to `parallel` sequences
-share. Each step is one `llama_decode` over one token of every decoding sequence and, in
-the room left in the batch (`n_batch` tokens), the next chunk of the prompts being read,
-oldest first, so a long prompt never freezes the other streams. A sequence joins between
+share. Each step is one `llama_decode` over one token of every decoding sequence and the
+next chunk of the prompts being read, oldest first. While others decode, a chunk is sized
+so that a step takes about `prefill_step` seconds (from the measured cost of a token read),
+so a long prompt delays the other streams by that much a step instead of freezing them;
+alone, a prompt is read `n_batch` tokens a step. A sequence joins between
 steps once the KV cells it needs can be promised to it (`kv.py`); one that finishes leaves
 and its cells are freed at once.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import itertools
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +46,9 @@ from coderai.engine.backends.llamacpp_sampler import SamplerChain
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.prefix_cache import PrefixCache
 from coderai.errors import JobError
+
+#: the fewest prompt tokens read in a step while others decode (and before any is measured)
+MIN_CHUNK = 16
 
 
 @dataclass(eq=False)
@@ -84,6 +90,7 @@ class LlamaCppBatchInstance(ModelInstance):
         parallel: int,
         reserve_step: int,
         cache_tokens: int,
+        prefill_step: float,
     ) -> None:
         import llama_cpp
         from llama_cpp import llama_chat_format
@@ -98,6 +105,9 @@ class LlamaCppBatchInstance(ModelInstance):
         # llama.cpp caps the batch at the context: the tokens one step may decode
         self.n_batch = int(llama_cpp.llama_n_batch(self.ctx))
         self.reserve_step = reserve_step
+        self.prefill_step = prefill_step
+        #: seconds a step takes per token it decodes, measured on steps that read prompts
+        self._per_token: float | None = None
         self.n_ctx = int(llama_cpp.llama_n_ctx_seq(self.ctx))
         self.ledger = KvLedger(int(llama_cpp.llama_n_ctx(self.ctx)))
         self._batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
@@ -285,6 +295,8 @@ class LlamaCppBatchInstance(ModelInstance):
                     continue
                 plan.runs.append((slot, slot.decoded, slot.decoded + 1))
                 budget -= 1
+        if plan.runs:  # others decode: read no more than keeps their step short
+            budget = min(budget, self._prompt_budget())
         reading = [s for s in slots if s.admitted and len(s.tokens) - s.decoded > 1]
         for slot in sorted(reading, key=lambda s: s.order):
             if not budget:
@@ -293,6 +305,11 @@ class LlamaCppBatchInstance(ModelInstance):
             plan.runs.append((slot, slot.decoded, end))
             budget -= end - slot.decoded
         return plan
+
+    def _prompt_budget(self) -> int:
+        if self._per_token is None:
+            return MIN_CHUNK
+        return max(MIN_CHUNK, min(self.n_batch, int(self.prefill_step / self._per_token)))
 
     def _must_grow(self, slot: _Slot) -> bool:
         return slot.decoded + 1 > self.ledger.holds(slot.seq_id)
@@ -318,9 +335,15 @@ class LlamaCppBatchInstance(ModelInstance):
                 logits[n - 1] = 1
                 outputs.append((slot, n - 1))
         batch.n_tokens = n
+        began = time.perf_counter()
         status = lib.llama_decode(self.ctx, batch)
         if status != 0:
             raise JobError(f"llama_decode returned {status}", kind="backend_error")
+        if n >= MIN_CHUNK:  # a step that read prompt tokens: their cost, smoothed
+            cost = (time.perf_counter() - began) / n
+            self._per_token = (
+                cost if self._per_token is None else 0.7 * self._per_token + 0.3 * cost
+            )
         for slot, _first, end in runs:
             slot.decoded = end
         produced: dict[_Slot, StepResult] = {}

@@ -1,0 +1,120 @@
+"""The llama.cpp engine's sections of bench/REPORT.md (from results/llamacpp.json and
+results/batch_invariance.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report_table import table
+
+
+def llamacpp_section(result: dict[str, Any]) -> list[str]:
+    rows = []
+    for level, row in result["throughput"].items():
+        other = row.get("llama_cpp_server")
+        rows.append([
+            level,
+            row["stack"]["tok_s"],
+            row["ceiling"]["tok_s"],
+            f"{row['stack_vs_ceiling']:.0%}",
+            other["tok_s"] if other else "-",
+            row["stack"]["ttft_p50_ms"],
+            other["ttft_p50_ms"] if other else "-",
+        ])  # fmt: skip
+    cache, prefill, memory = (
+        result["prefix_cache"],
+        result["long_prefill"],
+        result["memory_at_4_streams"],
+    )
+    return [
+        "## llama.cpp engine: SmolLM2-135M-Instruct, many sequences in one context",
+        "",
+        f"`python bench/llamacpp.py`: greedy, {result['tokens']} tokens per request, "
+        f"`parallel: {result['parallel']}`, {result['threads']} threads on every side; "
+        f"medians of {result.get('rounds', 1)} rounds, each level run on each side in turn. The "
+        "ceiling is the engine's own batched decode loop driven in the benchmark's process "
+        "(no server); llama-cpp-python's server is `python -m llama_cpp.server` with the "
+        "same threads and `--interrupt_requests False` (its default cancels a running "
+        "request when the next arrives).",
+        "",
+        table(
+            [
+                "streams",
+                "CoderAI tok/s",
+                "ceiling tok/s",
+                "CoderAI / ceiling",
+                "llama_cpp.server tok/s",
+                "CoderAI TTFT p50 ms",
+                "llama_cpp.server TTFT p50 ms",
+            ],
+            rows,
+        ),
+        "",
+        "Two ~1,000-token conversations taking turns, each resent with the last answer and a "
+        "new question (median TTFT of the turns after each one's first):",
+        "",
+        table(
+            ["", "TTFT ms"],
+            [
+                ["prefix cache on", cache["ttft_cached_ms"]],
+                ["prefix cache off", cache["ttft_cold_ms"]],
+                ["on / off", f"{cache['ratio']:.1%}"],
+            ],
+        ),
+        "",
+        f"A {prefill['prompt_tokens']}-token prompt arriving while three streams decode: it "
+        f"was read in {prefill['prefill_s']:.1f} s; the three streams' median inter-token gap "
+        f"was {prefill['gap_median_ms']:.0f} ms and their largest gap while it was read "
+        f"{prefill['gap_max_during_prefill_ms']:.0f} ms.",
+        "",
+        "Engine memory at 4 concurrent streams (peak over the run):",
+        "",
+        table(
+            ["", "RSS MiB", "USS MiB"],
+            [
+                [
+                    "one context, `parallel: 4`",
+                    memory["parallel_4"]["rss_mib"],
+                    memory["parallel_4"]["uss_mib"],
+                ],
+                [
+                    "four instances (`parallel: 1`, `max_model_instances: 4`)",
+                    memory["instances_4"]["rss_mib"],
+                    memory["instances_4"]["uss_mib"],
+                ],
+            ],
+        ),
+        "",
+    ]
+
+
+def invariance_section(result: dict[str, Any]) -> list[str]:
+    def rows(key: str) -> list[list[Any]]:
+        return [
+            [i, "same" if c["same"] else f"differs at token {c['first_difference']}",
+             "-" if c["same"] else f"{c['gap_alone']:.3f}",
+             "-" if c["same"] else f"{c['gap_other']:.3f}"]
+            for i, c in enumerate(result[key])
+        ]  # fmt: skip
+
+    head = ["prompt", "greedy text", "logit gap alone", "logit gap in the other run"]
+    return [
+        f"## Is llama.cpp batch-invariant? ({result['model']}, KV {result['kv_cache']})",
+        "",
+        f"`python bench/batch_invariance.py`: {result['prompts']} chat prompts, greedy, "
+        f"{result['tokens']} tokens. Each alone against all of them in one batch: "
+        f"{result['batched_same']} of {result['prompts']} texts identical. Each resent after "
+        f"itself (all but its last token from the prefix cache) against alone: "
+        f"{result['resent_same']} of {result['prompts']} identical. Where they differ, the "
+        "gap is the logit of the token one run chose minus the other's, in each run's own "
+        "logits: a near-tie decided the other way.",
+        "",
+        "Batched against alone:",
+        "",
+        table(head, rows("batched")),
+        "",
+        "Resent (prefix cache) against alone:",
+        "",
+        table(head, rows("resent")),
+        "",
+    ]
