@@ -293,6 +293,8 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--sections", default="throughput,cache,prefill,memory")
     parser.add_argument("--prefill-step-ms", type=float, default=None)
+    parser.add_argument("--prefill-sweep", default="200,500,1000",
+                        help="prefill_step_ms values the prefill section compares")  # fmt: skip
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "llamacpp.json")
     args = parser.parse_args()
@@ -311,9 +313,12 @@ def main() -> int:
     if "throughput" in sections:
         result["throughput"] = throughput(gguf, args, options)
     if sections & {"cache", "prefill"}:
+        sweep = [float(x) for x in args.prefill_sweep.split(",")] if "prefill" in sections else []
+        no_cache = {**options, "prefix_cache_tokens": 0}
         models = [{"id": "smollm2", "path": gguf, "options": options},
-                  {"id": "smollm2-cold", "path": gguf,
-                   "options": {**options, "prefix_cache_tokens": 0}}]  # fmt: skip
+                  {"id": "smollm2-cold", "path": gguf, "options": no_cache},
+                  *({"id": f"smollm2-step-{ms:g}", "path": gguf,
+                     "options": {**no_cache, "prefill_step_ms": ms}} for ms in sweep)]  # fmt: skip
         server = BenchServer({"max_parallel_requests": 16}, models, engines=1)
         try:
             asyncio.run(concurrent(server.url, "smollm2", 1, 4))  # load both
@@ -327,8 +332,12 @@ def main() -> int:
                     "ratio": statistics.median(cached) / statistics.median(cold),
                     "turns": {"cached": cached, "cold": cold},
                 }
-            if "prefill" in sections:
-                result["long_prefill"] = asyncio.run(long_prefill(server.url, "smollm2-cold"))
+            if "prefill" in sections:  # the default, then each step length of the sweep
+                result["long_prefill"] = {
+                    "default": asyncio.run(long_prefill(server.url, "smollm2-cold")),
+                    **{f"{ms:g}": asyncio.run(long_prefill(server.url, f"smollm2-step-{ms:g}"))
+                       for ms in sweep},
+                }  # fmt: skip
         finally:
             server.stop()
     if "memory" in sections:

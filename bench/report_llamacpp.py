@@ -62,10 +62,17 @@ def llamacpp_section(result: dict[str, Any]) -> list[str]:
             ],
         ),
         "",
-        f"A {prefill['prompt_tokens']}-token prompt arriving while three streams decode: it "
-        f"was read in {prefill['prefill_s']:.1f} s; the three streams' median inter-token gap "
-        f"was {prefill['gap_median_ms']:.0f} ms and their largest gap while it was read "
-        f"{prefill['gap_max_during_prefill_ms']:.0f} ms.",
+        f"A {prefill['default']['prompt_tokens']}-token prompt arriving while three streams "
+        "decode (`prefill_step_ms`: how long a step that reads it may take; `n_batch` "
+        "chunks of 512 tokens before it existed took 3.4 s a step here):",
+        "",
+        table(
+            ["prefill_step_ms", "prompt read in s", "median gap ms", "largest gap while read ms"],
+            [
+                [step, p["prefill_s"], p["gap_median_ms"], p["gap_max_during_prefill_ms"]]
+                for step, p in prefill.items()
+            ],
+        ),
         "",
         "Engine memory at 4 concurrent streams (peak over the run):",
         "",

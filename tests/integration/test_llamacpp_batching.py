@@ -17,17 +17,9 @@ from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
 from tests.support.bus import text_of
+from tests.support.prompts import PROMPTS as FIVE
 
-PROMPTS = [
-    "What is the capital of France?",
-    "Hello there",
-    "Numbers like 1, 2 and 42",
-    "Servers answer requests",
-    "é and 東京",
-    "def fib(n):",
-    "Once upon a time",
-    "SELECT * FROM",
-]
+PROMPTS = [*FIVE, "def fib(n):", "Once upon a time", "SELECT * FROM"]
 TOKENS = 24
 CONTEXT = 512
 

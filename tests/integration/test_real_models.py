@@ -16,16 +16,10 @@ from coderai.engine.backends.base import END, PENDING, LoadProgress, ModelInstan
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.transformers_backend import TransformersBackend
 from coderai.tinymodel import CONTEXT
+from tests.support.prompts import PROMPTS
 from tests.support.server import Server, wait_for
 from tests.support.sse import content, events
 
-PROMPTS = [
-    "What is the capital of France?",
-    "Hello there",
-    "Numbers like 1, 2 and 42",
-    "Servers answer requests",
-    "é and 東京",
-]
 TOKENS = 24
 #: one tiny-model token (in both tokenizers) per repetition, to build prompts of exact size
 TOKEN = " token"

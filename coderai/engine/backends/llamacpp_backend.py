@@ -49,7 +49,7 @@ PARALLEL_CPU, PARALLEL_GPU = 4, 16
 #: completion tokens promised at a time to a request without max_tokens
 RESERVE_STEP = 256
 #: how long a step that reads a prompt may take while other sequences decode
-PREFILL_STEP_MS = 200
+PREFILL_STEP_MS = 500
 
 
 class LlamaCppBackend(Backend):
