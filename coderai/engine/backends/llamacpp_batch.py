@@ -5,20 +5,23 @@ share. Each step is one `llama_decode` over one token of every decoding sequence
 next chunk of the prompts being read, oldest first. While others decode, a chunk is sized
 so that a step takes about `prefill_step` seconds (from the measured cost of a token read),
 so a long prompt delays the other streams by that much a step instead of freezing them;
-alone, a prompt is read `n_batch` tokens a step. A sequence joins between
-steps once the KV cells it needs can be promised to it (`kv.py`); one that finishes leaves
-and its cells are freed at once.
+alone, a prompt is read `n_batch` tokens a step. A sequence joins between steps once the
+KV cells it needs can be promised to it (`kv.py`); one that finishes leaves and its cells
+are freed at once.
 
 When a sequence ends, its cells may be kept in a prefix cache (prefix_cache.py): a new
 sequence whose tokens begin with a kept one's shares those cells (`llama_memory_seq_cp`
 in a unified cache adds a sequence id to cells, it copies nothing) and reads only the rest.
 The KV accounting counts shared cells once per owner, so it can only overstate what is
-used; when a sequence cannot be admitted, kept entries go first, least recently used.
+used; when a sequence needs room (to join or to grow), kept entries go first, least
+recently used.
 
 A request without max_tokens is promised cells a few at a time. When one cannot grow, it
 pauses (the others go on); when every sequence that could move is paused, the youngest is
 preempted: its cells are freed and it reads its tokens again once there is room, keeping
-its sampler, so its text goes on as if nothing happened.
+its sampler, so its text goes on from where it was (a re-read token's state is computed
+in another batch shape, which llama.cpp's quantised kernels do not promise to reproduce
+bit for bit: bench/batch_invariance.py).
 """
 
 from __future__ import annotations
