@@ -273,6 +273,11 @@ class Job(Message):
     top_p: float = 1.0
     top_k: int = 0  #: 0: every token
     min_p: float = 0.0
+    #: OpenAI's: subtracted from a token's logit per time it was generated, and once if it was
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    #: token id (a decimal string, as OpenAI sends it) -> added to its logit
+    logit_bias: dict[str, float] = field(default_factory=dict)
     seed: int | None = None
     inputs: list[str] = field(default_factory=list)  #: texts of an embedding job
 

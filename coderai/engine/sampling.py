@@ -35,6 +35,19 @@ def choose_token(logits: Any, job: Job, generator: Any) -> int:
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def adjust_logits(row: Any, job: Job, bias: dict[int, float], counts: dict[int, int]) -> None:
+    """OpenAI's logit_bias, then its presence and frequency penalties over the tokens this
+    completion has produced so far, applied to one row of logits in place."""
+    import torch
+
+    if bias:
+        row[torch.tensor(list(bias))] += torch.tensor(list(bias.values()))
+    if counts and (job.frequency_penalty or job.presence_penalty):
+        seen = torch.tensor(list(counts))
+        times = torch.tensor(list(counts.values()), dtype=row.dtype)
+        row[seen] -= times * job.frequency_penalty + job.presence_penalty
+
+
 def make_generator(seed: int | None) -> Any:
     import torch
 

@@ -109,6 +109,9 @@ class OpenAIRoutes:
             top_p=req.top_p,
             top_k=req.top_k,
             min_p=req.min_p,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            logit_bias=req.logit_bias or {},
             seed=req.seed,
             **payload,
         )

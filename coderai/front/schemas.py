@@ -1,6 +1,8 @@
-"""OpenAI request bodies, validated at the edge. Unknown fields are accepted and ignored,
-as OpenAI-compatible servers commonly do, so clients that send extra options keep working;
-options we cannot honour with the requested value are rejected with a clear 400.
+"""OpenAI request bodies, validated at the edge. Fields no OpenAI API defines are accepted
+and ignored, as OpenAI-compatible servers commonly do, so clients that send extra options
+keep working. OpenAI's own parameters are honoured or refused: one this server does not
+build yet (NOT_BUILT) is a 400 naming it unless its value asks nothing, and a value we
+cannot honour is a 400 too.
 
 Types are strict: `"stream": "yes"` or `"max_tokens": true` is a 400, never coerced. Every
 value must also cross the bus: integers within msgpack's 64 bits, and text that UTF-8 can
@@ -9,6 +11,7 @@ encode (JSON's `"\ud800"` escape decodes to a lone surrogate, which it cannot).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -57,6 +60,11 @@ class _Sampling(_Body):
     #: those at least min_p times as likely as the likeliest
     top_k: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
     min_p: float = Field(0.0, ge=0, le=1)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    #: an end-user id, for abuse monitoring at OpenAI: accepted, and used for nothing yet
+    user: Text | None = None
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     n: int = 1
 
@@ -66,6 +74,14 @@ class _Sampling(_Body):
         if n != 1:
             raise ValueError("only n=1 is supported")
         return n
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for key in bias or {}:
+            if not key.isdigit():
+                raise ValueError(f"keys are token ids, and {key!r} is not one")
+        return bias
 
     @field_validator("stop")
     @classmethod
@@ -145,10 +161,44 @@ class EmbeddingRequest(_Body):
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
+def _absent(*idle: Any) -> Callable[[Any], bool]:
+    return lambda value: any(value == v and type(value) is type(v) for v in (None, *idle))
+
+
+#: OpenAI parameters not built yet, each with the values that ask nothing of the server;
+#: any other value is refused with a 400 naming it, never silently ignored
+NOT_BUILT: dict[str, Callable[[Any], bool]] = {
+    "tools": _absent([]),
+    "tool_choice": _absent("none"),
+    "functions": _absent([]),
+    "function_call": _absent("none"),
+    "response_format": _absent({"type": "text"}),
+    "logprobs": _absent(False, 0),
+    "top_logprobs": _absent(0),
+    "suffix": _absent(""),
+    "echo": _absent(False),
+    "best_of": _absent(1),
+    "prediction": _absent(),
+    "audio": _absent(),
+    "modalities": _absent(["text"]),
+    "reasoning_effort": _absent(),
+    "web_search_options": _absent(),
+    "store": _absent(False),
+}
+
+
+def refuse_not_built(body: dict[str, Any]) -> None:
+    for name, idle in NOT_BUILT.items():
+        if name in body and not idle(body[name]):
+            raise InvalidRequest(f"{name} is not supported by this server yet", param=name)
+
+
 def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
     """Validate a JSON body into a request, mapping the first problem to a 400."""
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
+    if model is not EmbeddingRequest:
+        refuse_not_built(body)
     try:
         request = model.model_validate(body)
     except ValidationError as exc:

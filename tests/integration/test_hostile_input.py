@@ -198,3 +198,55 @@ def test_a_missing_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path) 
     assert result.returncode == 2, result.stderr
     assert "CODERAI_RUNTIME_DIR" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+NOT_BUILT_VALUES = [
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+    ("tool_choice", "required"),
+    ("functions", [{"name": "f", "parameters": {}}]),
+    ("function_call", "auto"),
+    ("response_format", {"type": "json_object"}),
+    ("logprobs", True),
+    ("top_logprobs", 3),
+    ("reasoning_effort", "low"),
+    ("store", True),
+]
+
+
+@pytest.mark.parametrize(("param", "value"), NOT_BUILT_VALUES)
+def test_an_openai_parameter_not_built_yet_is_refused_by_name(
+    server: Server, param: str, value: Any
+) -> None:
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat(**{param: value}), timeout=10)
+    error = assert_envelope(r, 400, param)
+    assert param in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("param", "value"), [("suffix", "def f():"), ("echo", True), ("best_of", 2)]
+)
+def test_a_completions_parameter_not_built_yet_is_refused_by_name(
+    server: Server, param: str, value: Any
+) -> None:
+    body = {"model": "fake", "prompt": "x", param: value}
+    assert_envelope(httpx.post(server.url + "/v1/completions", json=body, timeout=10), 400, param)
+
+
+def test_values_that_ask_nothing_are_accepted(server: Server) -> None:
+    idle: dict[str, Any] = {"tools": [], "tool_choice": "none", "response_format": {"type": "text"},
+            "logprobs": False, "top_logprobs": 0, "store": False, "user": "someone",
+            "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}}  # fmt: skip
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat(**idle), timeout=10)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("logit_bias", {"abc": 1}), ("logit_bias", {"5": 101}), ("presence_penalty", 2.5),
+     ("frequency_penalty", -3)],
+)  # fmt: skip
+def test_penalties_and_bias_out_of_range_are_refused(
+    server: Server, param: str, value: Any
+) -> None:
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat(**{param: value}), timeout=10)
+    assert_envelope(r, 400, param)

@@ -302,3 +302,25 @@ def test_top_k_and_min_p_are_honoured(server: Server, model: str, narrow: dict[s
     sampled = {text_of(chat(server, model, PROMPTS[2], temperature=1.0, seed=s, **narrow))
                for s in (1, 2)}  # fmt: skip
     assert sampled == {greedy}
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_penalties_change_greedy_text(server: Server, model: str) -> None:
+    """The tiny models repeat themselves: a penalty on what was generated changes that."""
+    plain = text_of(chat(server, model, PROMPTS[0]))
+    for penalty in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0}):
+        assert text_of(chat(server, model, PROMPTS[0], **penalty)) != plain
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_logit_bias_forces_a_token(server: Server, model: str) -> None:
+    text = text_of(chat(server, model, PROMPTS[1], logit_bias={"70": 100}))
+    piece = text[: len(text) // TOKENS]
+    assert piece and text == piece * TOKENS  # one token, every time
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_a_logit_bias_token_the_model_lacks_is_a_400(server: Server, model: str) -> None:
+    r = chat(server, model, PROMPTS[1], logit_bias={"999999": 5})
+    assert r.status_code == 400, r.text
+    assert "token 999999" in r.json()["error"]["message"]

@@ -72,6 +72,19 @@ def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
     seq.room = context - prompt_tokens
 
 
+def token_biases(bias: dict[str, float], vocabulary: int) -> dict[int, float]:
+    """A request's logit_bias with its keys as token ids of this model; a token the model
+    does not have is refused, not skipped."""
+    out = {int(key): value for key, value in bias.items()}
+    for token in out:
+        if token >= vocabulary:
+            raise JobError(
+                f"logit_bias names token {token}; this model has {vocabulary} tokens",
+                kind="bad_request",
+            )
+    return out
+
+
 def completion_limit(max_tokens: int | None, room: int) -> int:
     """Where a completion ends with "length": at the request's max_tokens, or where the
     model's context is full, whichever comes first. Stopping there, rather than when a

@@ -104,6 +104,7 @@ class LlamaCppBatchInstance(ModelInstance):
         self.context = context
         self.ctx = context.ctx
         self.vocab = model.vocab
+        self.vocabulary = int(model.n_vocab())
         self.capacity = parallel
         # llama.cpp caps the batch at the context: the tokens one step may decode
         self.n_batch = int(llama_cpp.llama_n_batch(self.ctx))
@@ -154,7 +155,7 @@ class LlamaCppBatchInstance(ModelInstance):
         fit_prompt(seq, len(tokens), self.n_ctx)
         job = seq.job
         limit = completion_limit(job.max_tokens, seq.room)
-        sampler = SamplerChain(job.temperature, job.top_p, job.top_k, job.min_p, job.seed)
+        sampler = SamplerChain(job, self.vocabulary, self.n_ctx)
         slot = _Slot(
             seq=seq,
             seq_id=self._free_ids.pop(),  # last: nothing after it can fail

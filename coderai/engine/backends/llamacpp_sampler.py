@@ -12,6 +12,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from coderai.bus.messages import Job
+from coderai.engine.backends.base import token_biases
+
 #: llama.cpp reads this seed as "pick one at random"
 _RANDOM_SEED = 0xFFFFFFFF
 
@@ -25,38 +28,42 @@ def seed32(seed: int | None) -> int:
 
 
 class SamplerChain:
-    def __init__(
-        self,
-        temperature: float,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        seed: int | None = None,
-    ) -> None:
+    """The stages llama.cpp's own common sampler runs, in its order: logit bias, penalties,
+    then greedy, or top_k, top_p, min_p, temperature and a seeded draw."""
+
+    def __init__(self, job: Job, vocabulary: int, window: int) -> None:
         import llama_cpp
 
         self._lib: Any = llama_cpp
+        bias = token_biases(job.logit_bias, vocabulary)  # before anything is allocated
         self.chain = llama_cpp.llama_sampler_chain_init(
             llama_cpp.llama_sampler_chain_default_params()
         )
-        for stage in self._stages(temperature, top_p, top_k, min_p, seed):
+        for stage in self._stages(job, bias, vocabulary, window):
             llama_cpp.llama_sampler_chain_add(self.chain, stage)
 
-    def _stages(
-        self, temperature: float, top_p: float, top_k: int, min_p: float, seed: int | None
-    ) -> list[Any]:
+    def _stages(self, job: Job, bias: dict[int, float], vocabulary: int, window: int) -> list[Any]:
         lib = self._lib
-        if temperature <= 0:
-            return [lib.llama_sampler_init_greedy()]
         stages = []
-        if top_k > 0:
-            stages.append(lib.llama_sampler_init_top_k(top_k))
-        if top_p < 1.0:
-            stages.append(lib.llama_sampler_init_top_p(top_p, 1))
-        if min_p > 0.0:
-            stages.append(lib.llama_sampler_init_min_p(min_p, 1))
-        stages.append(lib.llama_sampler_init_temp(temperature))
-        stages.append(lib.llama_sampler_init_dist(seed32(seed)))
+        if bias:
+            entries = (lib.llama_logit_bias * len(bias))(*bias.items())
+            stages.append(lib.llama_sampler_init_logit_bias(vocabulary, len(bias), entries))
+        if job.frequency_penalty or job.presence_penalty:
+            # only sampled tokens are accepted into the chain, so, as OpenAI's, the penalties
+            # count the completion's tokens, not the prompt's; 1.0: no repeat penalty
+            stages.append(lib.llama_sampler_init_penalties(
+                vocabulary, window, 1.0, job.frequency_penalty, job.presence_penalty
+            ))  # fmt: skip
+        if job.temperature <= 0:
+            return [*stages, lib.llama_sampler_init_greedy()]
+        if job.top_k > 0:
+            stages.append(lib.llama_sampler_init_top_k(job.top_k))
+        if job.top_p < 1.0:
+            stages.append(lib.llama_sampler_init_top_p(job.top_p, 1))
+        if job.min_p > 0.0:
+            stages.append(lib.llama_sampler_init_min_p(job.min_p, 1))
+        stages.append(lib.llama_sampler_init_temp(job.temperature))
+        stages.append(lib.llama_sampler_init_dist(seed32(job.seed)))
         return stages
 
     def sample(self, ctx: Any, index: int) -> int:

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,11 @@ from coderai.engine.backends.base import (
     StepResult,
     fit_prompt,
     refuse_long_inputs,
+    token_biases,
 )
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
-from coderai.engine.sampling import choose_token, make_generator
+from coderai.engine.sampling import adjust_logits, choose_token, make_generator
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
@@ -68,6 +69,9 @@ class _Row:
     ids: list[int]
     generator: Any
     detok: IncrementalDetokenizer
+    #: the request's logit_bias by token id, and how often each token was generated
+    bias: dict[int, float] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
 
 
 class TransformersBackend(Backend):
@@ -171,7 +175,8 @@ class TransformersInstance(ModelInstance):
         # degrades (rotary ones), so the completion ends at the context instead
         fit_prompt(seq, len(ids), self.context)
         decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)  # noqa: E731
-        seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode))
+        bias = token_biases(seq.job.logit_bias, int(self.model.config.vocab_size))
+        seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode), bias)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         """Mean of the last hidden states over each text's tokens."""
@@ -236,14 +241,20 @@ class TransformersInstance(ModelInstance):
 
         seqs = self.rows if seqs is None else seqs
         rows = logits.float().cpu()
+        for i, seq in enumerate(seqs):
+            row: _Row = seq.state
+            adjust_logits(rows[i], seq.job, row.bias, row.counts)
         greedy = torch.argmax(rows, dim=-1).tolist()
         out = []
         for i, seq in enumerate(seqs):
             job = seq.job
             if job.temperature <= 0:
-                out.append(int(greedy[i]))
+                token = int(greedy[i])
             else:
-                out.append(choose_token(rows[i], job, seq.state.generator))
+                token = choose_token(rows[i], job, seq.state.generator)
+            counts = seq.state.counts
+            counts[token] = counts.get(token, 0) + 1
+            out.append(token)
         return out
 
     def _emit(self, seq: Sequence, token: int) -> StepResult:
