@@ -37,6 +37,13 @@ class InvalidRequest(CoderaiError):
     error_type = "invalid_request_error"
 
 
+class ContextLengthExceeded(InvalidRequest):
+    """A prompt that leaves the model no room to answer. The code and wording are
+    OpenAI's, which agents (Cline, litellm) look for to shorten a conversation and retry."""
+
+    code = "context_length_exceeded"
+
+
 class UnreadableBody(InvalidRequest):
     """A body that cannot be read (e.g. labelled gzip and not gzip): what follows it on
     the connection cannot be trusted either, so the connection is closed after the answer."""

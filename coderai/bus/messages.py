@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from coderai.errors import (
     BusProtocolError,
     CoderaiError,
+    ContextLengthExceeded,
     EngineFailed,
     InvalidRequest,
     ModelFileError,
@@ -56,7 +57,8 @@ class FailKind(enum.StrEnum):
     what the client is told (only the front turns these into HTTP)."""
 
     BUSY = "busy"  #: no free slot (a confused front): retried elsewhere
-    BAD_REQUEST = "bad_request"  #: the request's fault (a prompt too long): 400
+    BAD_REQUEST = "bad_request"  #: the request's fault (a bad parameter): 400
+    CONTEXT_LENGTH = "context_length"  #: the prompt fills the context: 400 with OpenAI's code
     UNSUPPORTED = "unsupported"  #: the model cannot do it (embeddings): 400
     BAD_JOB = "bad_job"  #: the JOB did not make sense to the engine: 503
     MODEL_FILE = "model_file"  #: missing or unreadable model file: 503 model_file_error
@@ -73,6 +75,8 @@ class FailKind(enum.StrEnum):
     def error(self, engine: str, message: str) -> CoderaiError:
         if self in (FailKind.BAD_REQUEST, FailKind.UNSUPPORTED):
             return InvalidRequest(message)
+        if self is FailKind.CONTEXT_LENGTH:
+            return ContextLengthExceeded(message)
         if self is FailKind.MODEL_FILE:
             return ModelFileError(message)
         return EngineFailed(f"engine {engine}: {message}")

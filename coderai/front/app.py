@@ -7,6 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from coderai.errors import NoEngine
 from coderai.front.admin_api import AdminRoutes, admin_auth
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView, engine_views
@@ -59,6 +60,13 @@ class Front:
         }
         return web.json_response(body, status=200 if up else 503)
 
+    async def health(self, request: web.Request) -> web.Response:
+        """What vLLM's and llama.cpp's servers answer on /health, which benchmark and
+        orchestration tools probe before they start: 200 while a request can be served."""
+        if any(v.serving for v in self.engines()):
+            return web.json_response({"status": "ok"})
+        raise NoEngine("no engine is serving yet")
+
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain; version=0.0.4")
 
@@ -79,6 +87,7 @@ def build_app(
     OpenAIRoutes(dispatcher, front.directory, front.metrics).add_to(app)
     AdminRoutes(front, catalogue_file, drain_grace).add_to(app)
     app.router.add_get("/healthz", front.healthz)
+    app.router.add_get("/health", front.health)
     app.router.add_get("/metrics", front.metrics_text)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

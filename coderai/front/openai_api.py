@@ -30,6 +30,10 @@ def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
     return vector
 
 
+def model_object(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderai"}
+
+
 #: how long a cut stream's client has to read its last event before the connection drops
 LAST_READ_SECONDS = 30.0
 
@@ -45,13 +49,19 @@ class OpenAIRoutes:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_get("/v1/models", self.list_models)
+        # a model id may hold slashes ("org/name")
+        app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
 
     async def list_models(self, request: web.Request) -> web.Response:
-        data = [
-            {"id": e.id, "object": "model", "created": 0, "owned_by": "coderai"}
-            for e in self.directory.catalogue.entries
-        ]
+        data = [model_object(e.id) for e in self.directory.catalogue.entries]
         return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
+
+    async def retrieve_model(self, request: web.Request) -> web.Response:
+        """The SDKs' models.retrieve: the model as listed, under the name asked for (an
+        alias answers as itself), or a 404 model_not_found."""
+        name = request.match_info["model"]
+        self.directory.entry(name)
+        return web.json_response(model_object(name), headers={ENGINE_HEADER: FRONT})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))

@@ -99,7 +99,9 @@ def whole_response(
 ) -> dict[str, Any]:
     choice: dict[str, Any]
     if chat:
-        message = {"role": "assistant", "content": text}
+        # the spec's message carries refusal (null unless the model refused): strict clients
+        # and the SDKs' parse() read it
+        message = {"role": "assistant", "content": text, "refusal": None}
         choice = {"index": 0, "message": message, "logprobs": None}
     else:
         choice = {"index": 0, "text": text, "logprobs": None}

@@ -184,11 +184,10 @@ def test_a_prompt_longer_than_the_context_is_refused_naming_the_counts(
             return eng.ended(1)
 
     fail = asyncio.run(scenario())
-    assert isinstance(fail, Fail) and fail.kind == "bad_request"
+    assert isinstance(fail, Fail) and fail.kind == "context_length"
     # the tiny GGUF adds no BOS token: one token per repetition
-    assert (
-        fail.message == f"the prompt has {CONTEXT + 10} tokens; this model's context is {CONTEXT}"
-    )
+    assert f"maximum context length is {CONTEXT} tokens" in fail.message
+    assert f"your prompt resulted in {CONTEXT + 10} tokens" in fail.message
 
 
 def test_requests_without_max_tokens_share_a_full_cache_by_preemption_and_lose_nothing(

@@ -56,6 +56,29 @@ def test_model_list_is_the_catalogue(client: openai.OpenAI) -> None:
     assert ids == ["fake", "slow", "flaky", "weights.gguf"]
 
 
+def test_a_model_is_retrieved_by_id_or_alias_and_an_unknown_one_is_404(
+    client: openai.OpenAI,
+) -> None:
+    assert client.models.retrieve("fake").id == "fake"
+    assert client.models.retrieve("fake-alias").id == "fake-alias"
+    assert client.models.retrieve("weights.gguf").object == "model"
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("org/none")
+    assert caught.value.code == "model_not_found"
+
+
+def test_health_answers_as_vllm_and_llama_cpp_do(server: Server) -> None:
+    r = httpx.get(server.url + "/health", timeout=10)
+    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+
+
+def test_a_whole_chat_message_carries_refusal_null(server: Server) -> None:
+    body = {"model": "fake", "messages": _user("hello")}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10)
+    message = r.json()["choices"][0]["message"]
+    assert "refusal" in message and message["refusal"] is None
+
+
 def test_chat_whole_response(client: openai.OpenAI) -> None:
     raw = client.chat.completions.with_raw_response.create(model="fake", messages=_user("hello"))
     completion = raw.parse()

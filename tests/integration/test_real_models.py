@@ -246,8 +246,13 @@ def test_a_context_that_fills_ends_with_length_and_the_text_so_far(
 def test_a_prompt_that_leaves_no_room_in_the_context_is_400(server: Server, model: str) -> None:
     r = complete(server, model, TOKEN * CONTEXT, max_tokens=1)
     assert r.status_code == 400, r.text
-    message = r.json()["error"]["message"]
-    assert message == f"the prompt has {CONTEXT} tokens; this model's context is {CONTEXT}"
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded"  # what agents look for
+    message = error["message"]
+    assert message == (
+        f"This model's maximum context length is {CONTEXT} tokens. However, your prompt"
+        f" resulted in {CONTEXT} tokens. Please reduce the length of the prompt."
+    )
 
 
 @pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
@@ -324,3 +329,15 @@ def test_a_logit_bias_token_the_model_lacks_is_a_400(server: Server, model: str)
     r = chat(server, model, PROMPTS[1], logit_bias={"999999": 5})
     assert r.status_code == 400, r.text
     assert "token 999999" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_a_conversation_too_long_for_the_context_gets_openais_code_and_wording(
+    server: Server, model: str
+) -> None:
+    r = chat(server, model, TOKEN * CONTEXT)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert error["message"].startswith(f"This model's maximum context length is {CONTEXT} tokens.")
+    assert "However, your messages resulted in" in error["message"]

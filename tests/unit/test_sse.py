@@ -90,7 +90,7 @@ def test_whole_chat_response_shape() -> None:
     assert body["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "hi"},
+            "message": {"role": "assistant", "content": "hi", "refusal": None},
             "logprobs": None,
             "finish_reason": "stop",
         }

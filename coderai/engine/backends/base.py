@@ -12,7 +12,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from coderai.bus.messages import Job, ModelSpec
+from coderai.bus.messages import Job, JobKind, ModelSpec
 from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
@@ -64,9 +64,12 @@ def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
     that prompt and completion together never exceed the context; refuse a prompt that
     leaves no room."""
     if prompt_tokens >= context:
+        # OpenAI's wording, which clients match to shorten a conversation and retry
+        what = "messages" if seq.job.kind == JobKind.CHAT else "prompt"
         raise JobError(
-            f"the prompt has {prompt_tokens} tokens; this model's context is {context}",
-            kind="bad_request",
+            f"This model's maximum context length is {context} tokens. However, your {what}"
+            f" resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
+            kind="context_length",
         )
     seq.prompt_tokens = prompt_tokens
     seq.room = context - prompt_tokens
