@@ -66,7 +66,7 @@ class OpenAIRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        messages = [{"role": m.template_role(), "content": m.text()} for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, messages=messages)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

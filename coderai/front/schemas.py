@@ -110,21 +110,52 @@ class TextPart(_Body):
     text: Text
 
 
+class MediaPart(BaseModel):
+    """A part that is not text: parsed only so that it is refused by what it is, rather
+    than with a schema path the user cannot read."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["image_url", "input_audio", "file"]
+
+    def what(self) -> str:
+        return {"image_url": "an image", "input_audio": "audio", "file": "a file"}[self.type]
+
+
+Part = Annotated[TextPart | MediaPart, Field(discriminator="type")]
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Text | list[TextPart] | None = None
+    content: Text | list[Part] | None = None
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def template_role(self) -> str:
+        """OpenAI's developer role is the system role of models that predate it, and chat
+        templates do not know it."""
+        return "system" if self.role == "developer" else self.role
 
 
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
+
+    def check(self) -> None:
+        super().check()
+        for i, message in enumerate(self.messages):
+            parts = message.content if isinstance(message.content, list) else []
+            for j, part in enumerate(parts):
+                if isinstance(part, MediaPart):
+                    raise InvalidRequest(
+                        f"messages[{i}].content[{j}] is {part.what()}; model {self.model!r}"
+                        " takes text only",
+                        param=f"messages[{i}].content[{j}]",
+                    )
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

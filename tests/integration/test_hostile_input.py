@@ -250,3 +250,24 @@ def test_penalties_and_bias_out_of_range_are_refused(
 ) -> None:
     r = httpx.post(server.url + "/v1/chat/completions", json=chat(**{param: value}), timeout=10)
     assert_envelope(r, 400, param)
+
+
+def test_an_image_part_is_refused_as_an_image_naming_where_it_is(server: Server) -> None:
+    content = [{"type": "text", "text": "what is this?"},
+               {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]  # fmt: skip
+    body = {"model": "fake", "messages": [{"role": "user", "content": content}]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10)
+    error = assert_envelope(r, 400, "messages[0].content[1]")
+    assert error["message"] == "messages[0].content[1] is an image; model 'fake' takes text only"
+
+
+def test_a_developer_message_is_a_system_message_to_the_model(server: Server) -> None:
+    def text(role: str) -> str:
+        messages = [{"role": role, "content": "be brief"}, {"role": "user", "content": "hi"}]
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                       json={"model": "fake", "messages": messages})  # fmt: skip
+        assert r.status_code == 200, r.text
+        content: str = r.json()["choices"][0]["message"]["content"]
+        return content
+
+    assert text("developer") == text("system") != text("user")
