@@ -277,7 +277,8 @@ class Job(Message):
     top_p: float = 1.0
     top_k: int = 0  #: 0: every token
     min_p: float = 0.0
-    #: OpenAI's: subtracted from a token's logit per time it was generated, and once if it was
+    #: OpenAI's penalties over the completion so far: presence is subtracted from the logit
+    #: of every token generated at least once, frequency once per time it was generated
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     #: token id (a decimal string, as OpenAI sends it) -> added to its logit

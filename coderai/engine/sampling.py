@@ -1,8 +1,8 @@
-"""Next-token choice from one row of logits: greedy at temperature 0, else the chain
-llama.cpp's sampler runs (llamacpp_sampler.py), in its order, so that one request samples
-from the same distribution on either backend: top_k, then top_p and min_p on the
-probabilities before temperature, then temperature, then a draw from the sequence's own
-seeded generator."""
+"""Next-token choice from one row of logits, in the order llama.cpp's sampler chain runs
+(llamacpp_sampler.py), so that one request samples from the same distribution on either
+backend: logit_bias and the penalties (adjust_logits, for greedy requests too), then
+top_k, top_p and min_p on the probabilities before temperature, then temperature, then a
+draw from the sequence's own seeded generator (choose_token)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from coderai.bus.messages import Job
 def choose_token(logits: Any, job: Job, generator: Any) -> int:
     import torch
 
-    if job.temperature <= 0:
-        return int(torch.argmax(logits))
     logits = logits.float()
     if 0 < job.top_k < logits.shape[-1]:
         kth = torch.topk(logits, job.top_k).values[-1]

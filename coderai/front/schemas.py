@@ -11,14 +11,25 @@ encode (JSON's `"\ud800"` escape decodes to a lone surrogate, which it cannot).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from coderai.errors import InvalidRequest
 from coderai.validation import first_problem
 
+#: a logit_bias key: a token id in ASCII digits (str.isdigit would take "²" and "٣")
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")
 #: the largest max_tokens accepted: far beyond any context, and within every int type
 MAX_TOKENS_LIMIT = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -79,8 +90,8 @@ class _Sampling(_Body):
     @classmethod
     def _token_ids(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
         for key in bias or {}:
-            if not key.isdigit():
-                raise ValueError(f"keys are token ids, and {key!r} is not one")
+            if not _TOKEN_ID.fullmatch(key):
+                raise ValueError(f"keys are token ids, and {key[:40]!r} is not one")
         return bias
 
     @field_validator("stop")
@@ -110,6 +121,20 @@ class TextPart(_Body):
     text: Text
 
 
+class RefusalPart(_Body):
+    """An assistant's earlier refusal, sent back in a conversation: its text."""
+
+    type: Literal["refusal"]
+    refusal: Text
+
+    @property
+    def text(self) -> str:
+        return self.refusal
+
+
+_PART_TYPES = ("text", "refusal", "image_url", "input_audio", "file")
+
+
 class MediaPart(BaseModel):
     """A part that is not text: parsed only so that it is refused by what it is, rather
     than with a schema path the user cannot read."""
@@ -121,19 +146,47 @@ class MediaPart(BaseModel):
         return {"image_url": "an image", "input_audio": "audio", "file": "a file"}[self.type]
 
 
-Part = Annotated[TextPart | MediaPart, Field(discriminator="type")]
+Part = Annotated[TextPart | RefusalPart | MediaPart, Field(discriminator="type")]
 
 
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[Part] | None = None
+    # not built yet: refused unless empty (tool calls and their results)
+    tool_calls: list[Any] | None = None
+    tool_call_id: Text | None = None
+    function_call: Any = None
+    #: a participant's name; chat templates have no place for it
+    name: Text | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_parts(cls, data: Any) -> Any:
+        """A part of an unknown type is named as such, not as a schema path."""
+        content = data.get("content") if isinstance(data, dict) else None
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in _PART_TYPES:
+                raise ValueError(
+                    f"content[{j}] has type {kind!r}; a part is one of {', '.join(_PART_TYPES)}"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _nothing_dropped(self) -> ChatMessage:
+        for name in ("tool_calls", "tool_call_id", "function_call", "name"):
+            if getattr(self, name) not in (None, []):
+                raise ValueError(f"{name} is not supported by this server yet")
+        return self
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+        return "".join(
+            part.text for part in self.content if isinstance(part, TextPart | RefusalPart)
+        )
 
     def template_role(self) -> str:
         """OpenAI's developer role is the system role of models that predate it, and chat
@@ -212,14 +265,20 @@ NOT_BUILT: dict[str, Callable[[Any], bool]] = {
     "prediction": _absent(),
     "audio": _absent(),
     "modalities": _absent(["text"]),
-    "reasoning_effort": _absent(),
+    "reasoning_effort": _absent("none"),
+    "verbosity": _absent(),
     "web_search_options": _absent(),
     "store": _absent(False),
+    "metadata": _absent({}),
+    # OpenAI's processing tier: only the default asks nothing of this server
+    "service_tier": _absent("auto", "default"),
 }
+#: on /v1/completions, logprobs is a count, and 0 still asks for the chosen tokens'
+COMPLETIONS_NOT_BUILT = {**NOT_BUILT, "logprobs": _absent()}
 
 
-def refuse_not_built(body: dict[str, Any]) -> None:
-    for name, idle in NOT_BUILT.items():
+def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool]]) -> None:
+    for name, idle in table.items():
         if name in body and not idle(body[name]):
             raise InvalidRequest(f"{name} is not supported by this server yet", param=name)
 
@@ -229,7 +288,7 @@ def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
     if model is not EmbeddingRequest:
-        refuse_not_built(body)
+        refuse_not_built(body, COMPLETIONS_NOT_BUILT if model is CompletionRequest else NOT_BUILT)
     try:
         request = model.model_validate(body)
     except ValidationError as exc:

@@ -209,6 +209,8 @@ NOT_BUILT_VALUES = [
     ("logprobs", True),
     ("top_logprobs", 3),
     ("reasoning_effort", "low"),
+    ("verbosity", "high"),
+    ("service_tier", "flex"),
     ("store", True),
 ]
 
@@ -223,7 +225,7 @@ def test_an_openai_parameter_not_built_yet_is_refused_by_name(
 
 
 @pytest.mark.parametrize(
-    ("param", "value"), [("suffix", "def f():"), ("echo", True), ("best_of", 2)]
+    ("param", "value"), [("suffix", "def f():"), ("echo", True), ("best_of", 2), ("logprobs", 0)]
 )
 def test_a_completions_parameter_not_built_yet_is_refused_by_name(
     server: Server, param: str, value: Any
@@ -242,8 +244,8 @@ def test_values_that_ask_nothing_are_accepted(server: Server) -> None:
 
 @pytest.mark.parametrize(
     ("param", "value"),
-    [("logit_bias", {"abc": 1}), ("logit_bias", {"5": 101}), ("presence_penalty", 2.5),
-     ("frequency_penalty", -3)],
+    [("logit_bias", {"abc": 1}), ("logit_bias", {"5": 101}), ("logit_bias", {"²": 1}),
+     ("logit_bias", {"5" * 5000: 1}), ("presence_penalty", 2.5), ("frequency_penalty", -3)],
 )  # fmt: skip
 def test_penalties_and_bias_out_of_range_are_refused(
     server: Server, param: str, value: Any
@@ -253,8 +255,8 @@ def test_penalties_and_bias_out_of_range_are_refused(
 
 
 def test_an_image_part_is_refused_as_an_image_naming_where_it_is(server: Server) -> None:
-    content = [{"type": "text", "text": "what is this?"},
-               {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]  # fmt: skip
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    content = [{"type": "text", "text": "what is this?"}, image]
     body = {"model": "fake", "messages": [{"role": "user", "content": content}]}
     r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10)
     error = assert_envelope(r, 400, "messages[0].content[1]")
@@ -271,3 +273,34 @@ def test_a_developer_message_is_a_system_message_to_the_model(server: Server) ->
         return content
 
     assert text("developer") == text("system") != text("user")
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}, "tool_calls"),
+        ({"role": "tool", "content": "42", "tool_call_id": "c1"}, "tool_call_id"),
+        ({"role": "user", "content": "hi", "name": "bob"}, "name"),
+        ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, "'input_text'"),
+    ],
+)
+def test_message_fields_not_built_yet_are_refused_by_name(
+    server: Server, message: dict[str, Any], expected: str
+) -> None:
+    body = {"model": "fake", "messages": [message]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=10)
+    error = assert_envelope(r, 400, "messages")
+    assert expected in error["message"]
+
+
+def test_an_earlier_refusal_part_is_read_as_text(server: Server) -> None:
+    def answer(earlier: Any) -> str:
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": earlier},
+                    {"role": "user", "content": "ok"}]  # fmt: skip
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                       json={"model": "fake", "messages": messages})  # fmt: skip
+        assert r.status_code == 200, r.text
+        content: str = r.json()["choices"][0]["message"]["content"]
+        return content
+
+    assert answer([{"type": "refusal", "refusal": "I cannot"}]) == answer("I cannot")

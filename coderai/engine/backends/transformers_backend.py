@@ -175,7 +175,11 @@ class TransformersInstance(ModelInstance):
         # degrades (rotary ones), so the completion ends at the context instead
         fit_prompt(seq, len(ids), self.context)
         decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)  # noqa: E731
-        bias = token_biases(seq.job.logit_bias, int(self.model.config.vocab_size))
+        # the width of the output layer: every config has one, not every one a vocab_size
+        bias: dict[int, float] = {}
+        if seq.job.logit_bias:
+            width = int(self.model.get_output_embeddings().weight.shape[0])
+            bias = token_biases(seq.job.logit_bias, width)
         seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode), bias)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
