@@ -72,7 +72,9 @@ class OpenAIRoutes:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        return await self._run(request, req, entry, JobKind.COMPLETION, prompt=req.prompt_text())
+        prompt = req.prompt_text()
+        echo = prompt if req.echo else ""
+        return await self._run(request, req, entry, JobKind.COMPLETION, echo, prompt=prompt)
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
@@ -108,6 +110,7 @@ class OpenAIRoutes:
         req: ChatRequest | CompletionRequest,
         entry: ModelEntry,
         kind: JobKind,
+        echo: str = "",
         **payload: Any,
     ) -> web.StreamResponse:
         job = self._submit(
@@ -130,17 +133,19 @@ class OpenAIRoutes:
         created = int(time.time())
         try:
             if req.stream:
-                template = StreamTemplate(chat, response_id, created, entry.id, req.include_usage())
+                template = StreamTemplate(
+                    chat, response_id, created, entry.id, req.include_usage(), echo
+                )
                 return await self._stream(request, job, template)
-            return await self._whole(job, chat, response_id, created)
+            return await self._whole(job, chat, response_id, created, echo)
         finally:
             # the handler ends early only when the client went away (or a write failed)
             self.dispatcher.cancel(job)
 
     async def _whole(
-        self, job: FrontJob, chat: bool, response_id: str, created: int
+        self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str
     ) -> web.Response:
-        parts = []
+        parts = [echo]
         while job.outcome is None:
             await job.wait()
             parts.append(job.take())

@@ -217,6 +217,8 @@ class ChatRequest(_Sampling):
 class CompletionRequest(_Sampling):
     prompt: Text | list[Text]
     max_tokens: TokenCount | None = 16  # OpenAI's documented default for completions
+    #: send the prompt back ahead of the completion
+    echo: bool = False
 
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
@@ -273,8 +275,12 @@ NOT_BUILT: dict[str, Callable[[Any], bool]] = {
     # OpenAI's processing tier: only the default asks nothing of this server
     "service_tier": _absent("auto", "default"),
 }
-#: on /v1/completions, logprobs is a count, and 0 still asks for the chosen tokens'
-COMPLETIONS_NOT_BUILT = {**NOT_BUILT, "logprobs": _absent()}
+#: on /v1/completions, logprobs is a count, and 0 still asks for the chosen tokens'; echo
+#: is built there (CompletionRequest)
+COMPLETIONS_NOT_BUILT = {
+    **{k: v for k, v in NOT_BUILT.items() if k != "echo"},
+    "logprobs": _absent(),
+}
 
 
 def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool]]) -> None:

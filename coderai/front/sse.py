@@ -33,9 +33,17 @@ class StreamTemplate:
     _MARK = "\x00coderai-content\x00"
 
     def __init__(
-        self, chat: bool, response_id: str, created: int, model: str, include_usage: bool
+        self,
+        chat: bool,
+        response_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        echo: str = "",
     ) -> None:
         self.chat = chat
+        #: a completion's prompt, sent back first (the request's echo)
+        self.echo = echo
         self._head: dict[str, Any] = {
             "id": response_id,
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -62,9 +70,10 @@ class StreamTemplate:
         return self._prefix + encode_basestring(text).encode() + self._suffix
 
     def opening(self) -> bytes:
-        """Chat streams open with the assistant role, as OpenAI's do."""
+        """Chat streams open with the assistant role, as OpenAI's do; a completion that
+        echoes its prompt opens with it."""
         if not self.chat:
-            return b""
+            return self.content(self.echo) if self.echo else b""
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}}
         event = {**self._head, "choices": [{**choice, "logprobs": None, "finish_reason": None}]}
         if self._include_usage:

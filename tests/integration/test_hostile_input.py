@@ -225,7 +225,7 @@ def test_an_openai_parameter_not_built_yet_is_refused_by_name(
 
 
 @pytest.mark.parametrize(
-    ("param", "value"), [("suffix", "def f():"), ("echo", True), ("best_of", 2), ("logprobs", 0)]
+    ("param", "value"), [("suffix", "def f():"), ("best_of", 2), ("logprobs", 0)]
 )
 def test_a_completions_parameter_not_built_yet_is_refused_by_name(
     server: Server, param: str, value: Any

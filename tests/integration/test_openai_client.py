@@ -127,6 +127,18 @@ def test_completion_whole_and_streamed_agree(client: openai.OpenAI) -> None:
     assert "".join(c.choices[0].text for c in streamed) == whole.choices[0].text
 
 
+def test_echo_sends_the_prompt_back_ahead_of_the_completion(client: openai.OpenAI) -> None:
+    text = "".join(fake_tokens("Once", 0, 12))
+    whole = client.completions.create(model="fake", prompt="Once", max_tokens=12, echo=True)
+    assert whole.choices[0].text == "Once" + text
+    assert whole.usage is not None and whole.usage.completion_tokens == 12
+    streamed = client.completions.create(
+        model="fake", prompt="Once", max_tokens=12, echo=True, stream=True
+    )
+    events = [c.choices[0].text for c in streamed]
+    assert events[0] == "Once" and "".join(events) == "Once" + text
+
+
 def test_stop_sequence_ends_the_text_before_it(client: openai.OpenAI) -> None:
     full = "".join(fake_tokens("Once", 0, 24))
     stop = full[20:26]
