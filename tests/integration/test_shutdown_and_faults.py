@@ -97,6 +97,9 @@ def test_an_engine_that_never_joins_is_killed_and_its_requests_get_503(
     srv = Server(tmp_path / "srv", config, [{"id": "m", "format": "fake"}])
     try:
         wait_for(lambda: _answers(srv))
+        # no engine serves: /health says so, as orchestration tools expect
+        health = httpx.get(srv.url + "/health", timeout=10)
+        assert health.status_code == 503 and health.json()["error"]["code"] == "no_engine"
         started = time.monotonic()
         r = httpx.post(srv.url + "/v1/completions", json={"model": "m", "prompt": "x"},
                        timeout=60)  # fmt: skip
