@@ -11,14 +11,14 @@ Default model: the embedded SmolLM2-135M-Instruct (Q4_1).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from bench.results import RESULTS, save
+
 PROMPTS = [
     "What is the capital of France? Answer with one word.",
     "Write a short poem about the sea.",
@@ -128,9 +128,7 @@ def main() -> int:
         "batched": batched,
         "resent": cache,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    save(result, args.out)
     return 0
 
 

@@ -36,9 +36,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
           "a winter forest", "a busy market", "a small robot"]  # fmt: skip
 #: llama-cpp-python's server, with the extra buffer types that crash SmolLM2 here turned
@@ -342,9 +342,7 @@ def main() -> int:
             server.stop()
     if "memory" in sections:
         result["memory_at_4_streams"] = memory(gguf)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    save(result, args.out)
     return 0
 
 

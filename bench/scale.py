@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -19,9 +18,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results import RESULTS, save
 from bench.server import BenchServer, cpu_seconds
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MIB = 1 << 20
 
 
@@ -143,9 +142,7 @@ def main() -> int:
         "open_streams": asyncio.run(open_streams(args.streams, args.hold)),
         "queued_requests": asyncio.run(queue_requests(args.queued, args.hold)),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    save(result, args.out)
     return 0
 
 

@@ -77,14 +77,6 @@ class _Sampling(_Body):
     #: an end-user id, for abuse monitoring at OpenAI: accepted, and used for nothing yet
     user: Text | None = None
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
-    n: int = 1
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported")
-        return n
 
     @field_validator("logit_bias")
     @classmethod
@@ -235,11 +227,8 @@ class EmbeddingRequest(_Body):
     model: Text = Field(min_length=1)
     input: Text | list[Text]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
 
     def check(self) -> None:
-        if self.dimensions is not None:
-            raise InvalidRequest("dimensions is not supported", param="dimensions")
         if isinstance(self.input, list) and not self.input:
             raise InvalidRequest("input must not be empty", param="input")
 
@@ -254,6 +243,7 @@ def _absent(*idle: Any) -> Callable[[Any], bool]:
 #: OpenAI parameters not built yet, each with the values that ask nothing of the server;
 #: any other value is refused with a 400 naming it, never silently ignored
 NOT_BUILT: dict[str, Callable[[Any], bool]] = {
+    "n": _absent(1),
     "tools": _absent([]),
     "tool_choice": _absent("none"),
     "functions": _absent([]),
@@ -289,12 +279,19 @@ def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool
             raise InvalidRequest(f"{name} is not supported by this server yet", param=name)
 
 
+EMBEDDINGS_NOT_BUILT = {"dimensions": _absent()}
+_NOT_BUILT_BY_REQUEST: dict[type[BaseModel], dict[str, Callable[[Any], bool]]] = {
+    ChatRequest: NOT_BUILT,
+    CompletionRequest: COMPLETIONS_NOT_BUILT,
+    EmbeddingRequest: EMBEDDINGS_NOT_BUILT,
+}
+
+
 def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
     """Validate a JSON body into a request, mapping the first problem to a 400."""
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
-    if model is not EmbeddingRequest:
-        refuse_not_built(body, COMPLETIONS_NOT_BUILT if model is CompletionRequest else NOT_BUILT)
+    refuse_not_built(body, _NOT_BUILT_BY_REQUEST[model])
     try:
         request = model.model_validate(body)
     except ValidationError as exc:

@@ -304,3 +304,9 @@ def test_an_earlier_refusal_part_is_read_as_text(server: Server) -> None:
         return content
 
     assert answer([{"type": "refusal", "refusal": "I cannot"}]) == answer("I cannot")
+
+
+def test_an_embeddings_parameter_not_built_yet_is_refused_by_name(server: Server) -> None:
+    body = {"model": "fake", "input": "x", "dimensions": 32}
+    r = httpx.post(server.url + "/v1/embeddings", json=body, timeout=10)
+    assert_envelope(r, 400, "dimensions")
