@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|user|>", "<|assistant|>", "<|system|>"]
+#: the fill-in-the-middle tokens of the FIM variant (prefix, suffix, middle), spelt as
+#: Qwen2.5-Coder spells them
+FIM_TOKENS = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -33,20 +36,24 @@ VOCAB = 384
 CONTEXT = 512
 
 
-def build(out: Path, seed: int = 0) -> tuple[Path, Path]:
-    """Write <out>/hf (transformers folder) and <out>/tiny.gguf; return both paths."""
+def build(out: Path, seed: int = 0, fim: bool = False) -> tuple[Path, Path]:
+    """Write <out>/hf (transformers folder) and <out>/tiny.gguf; return both paths. With
+    `fim`, the variant whose vocabulary also has FIM_TOKENS (special tokens, named in the
+    GGUF's metadata as its fill-in-the-middle tokens); its weights differ from the plain
+    model's."""
     hf = out / "hf"
     gguf_path = out / "tiny.gguf"
-    tokenizer = _tokenizer()
-    model = _model(tokenizer, seed)
+    specials = SPECIAL_TOKENS + FIM_TOKENS if fim else SPECIAL_TOKENS
+    tokenizer = _tokenizer(specials)
+    model = _model(tokenizer, seed, specials)
     hf.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(hf)
     tokenizer.save_pretrained(hf)
-    _write_gguf(gguf_path, model, tokenizer)
+    _write_gguf(gguf_path, model, tokenizer, specials)
     return hf, gguf_path
 
 
-def _tokenizer() -> Any:
+def _tokenizer(specials: list[str]) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -55,7 +62,7 @@ def _tokenizer() -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -67,7 +74,7 @@ def _tokenizer() -> Any:
     return fast
 
 
-def _model(tokenizer: Any, seed: int) -> Any:
+def _model(tokenizer: Any, seed: int, specials: list[str]) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -90,7 +97,7 @@ def _model(tokenizer: Any, seed: int) -> Any:
     model = LlamaForCausalLM(config)
     vocab = tokenizer.get_vocab()
     byte_tokens = [vocab[c] for c in _byte_alphabet() if c in vocab]
-    silenced = [vocab[t] for t in SPECIAL_TOKENS] + byte_tokens
+    silenced = [vocab[t] for t in specials] + byte_tokens
     with torch.no_grad():
         model.lm_head.weight[silenced] = 0.0
     model.eval()
@@ -113,7 +120,7 @@ def _permute(weights: Any, heads: int) -> Any:
     )
 
 
-def _write_gguf(path: Path, model: Any, tokenizer: Any) -> None:
+def _write_gguf(path: Path, model: Any, tokenizer: Any, specials: list[str]) -> None:
     import json
 
     import gguf
@@ -135,7 +142,7 @@ def _write_gguf(path: Path, model: Any, tokenizer: Any) -> None:
 
     vocab = tokenizer.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    special = set(SPECIAL_TOKENS)
+    special = set(specials)
     types = [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens]
     merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
     writer.add_tokenizer_model("gpt2")
@@ -147,6 +154,11 @@ def _write_gguf(path: Path, model: Any, tokenizer: Any) -> None:
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_pad_token_id(tokenizer.pad_token_id)
     writer.add_add_bos_token(False)
+    if FIM_TOKENS[0] in special:
+        keys = gguf.Keys.Tokenizer
+        fim_keys = (keys.FIM_PRE_ID, keys.FIM_SUF_ID, keys.FIM_MID_ID)
+        for key, token in zip(fim_keys, FIM_TOKENS, strict=True):
+            writer.add_uint32(key, vocab[token])
     writer.add_chat_template(CHAT_TEMPLATE)
 
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}

@@ -44,12 +44,15 @@ class FinishReason(enum.StrEnum):
     STOP = "stop"  #: the model ended, or a stop sequence matched
     LENGTH = "length"  #: max_tokens, or the model's context, is full
     CANCELLED = "cancelled"  #: the front cancelled it
+    TOOL_CALLS = "tool_calls"  #: the model called one or more tools
 
 
 class JobKind(enum.StrEnum):
     CHAT = "chat"
     COMPLETION = "completion"
     EMBEDDING = "embedding"
+    TOKENIZE = "tokenize"  #: the token ids of a prompt or messages, answered with TOKENS
+    DETOKENIZE = "detokenize"  #: the text of prompt_ids, answered with TOKENS
 
 
 class FailKind(enum.StrEnum):
@@ -99,6 +102,7 @@ class MsgType(enum.IntEnum):
     FAIL = 5
     BYE = 7
     EMBEDDINGS = 8
+    TOKENS = 9  #: a tokenize or detokenize job's answer
     # front -> engine
     WELCOME = 16
     REFUSE = 17  #: HELLO rejected (bad token, protocol version): the engine must exit
@@ -188,6 +192,18 @@ class Embeddings(Message):
     TYPE = MsgType.EMBEDDINGS
     job_id: int
     vectors: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens(Message):
+    """A tokenize job's token ids and the context of the model that read them, or a
+    detokenize job's text: sent just before its DONE."""
+
+    TYPE = MsgType.TOKENS
+    job_id: int
+    ids: list[int] = field(default_factory=list)
+    text: str = ""
+    context: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +300,30 @@ class Job(Message):
     #: token id (a decimal string, as OpenAI sends it) -> added to its logit
     logit_bias: dict[str, float] = field(default_factory=dict)
     seed: int | None = None
+    #: tools the model may call, in OpenAI's function-tool shape ({"type": "function",
+    #: "function": {"name", "description", "parameters"}}); chat templates take this shape
+    tools: list[Any] = field(default_factory=list)
+    #: "none", "auto", "required" or "function" (then tool_name is the one to call)
+    tool_choice: str = "none"
+    tool_name: str = ""
+    parallel_tool_calls: bool = True
+    #: a constraint on the whole output: {} (none), {"type": "json_object"} or
+    #: {"type": "json_schema", "schema": {...}}
+    response_format: dict[str, Any] = field(default_factory=dict)
+    #: send each token's log-probability, with this many alternatives (0-20)
+    logprobs: bool = False
+    top_logprobs: int = 0
     inputs: list[str] = field(default_factory=list)  #: texts of an embedding job
+    #: a completion's prompt as the model's own token ids (read as they are: no BOS is
+    #: added), or the ids a detokenize job turns into text
+    prompt_ids: list[int] = field(default_factory=list)
+    #: an embedding job's inputs as token ids, one list per input (instead of inputs)
+    input_ids: list[list[int]] = field(default_factory=list)
+    #: fill-in-the-middle: the text after the gap a completion fills ("" for none)
+    suffix: str = ""
+    #: whether a tokenize job's messages end with the assistant's turn opened, as a chat
+    #: job's prompt does
+    add_generation_prompt: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +367,7 @@ RECORDS: dict[MsgType, type[Message]] = {
         Done,
         Fail,
         Embeddings,
+        Tokens,
         Bye,
         Welcome,
         Refuse,

@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from coderai.bus.codec import encode, encode_body
 from coderai.bus.messages import Done, Fail, Message, MsgType
 
 Sender = Callable[[list[bytes]], Awaitable[None]]
+#: a job's output from one step: its text, or a map with calls and logprobs (scheduler._emit)
+Delta = str | dict[str, Any]
 #: shortest time between two batches sent by one engine
 MIN_FLUSH_INTERVAL = 0.0005
 
@@ -28,7 +31,7 @@ class Outbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._lock = threading.Lock()
-        self._deltas: dict[int, list[str]] = {}
+        self._deltas: dict[int, list[Delta]] = {}
         self._terminal: list[Message] = []
         self._woken = False
         self._ready = asyncio.Event()
@@ -37,7 +40,7 @@ class Outbox:
         self._held: set[int] = set()
         self._held_terminal: list[Message] = []
 
-    def publish(self, deltas: list[tuple[int, str]], terminal: list[Message]) -> None:
+    def publish(self, deltas: list[tuple[int, Delta]], terminal: list[Message]) -> None:
         """Scheduler thread: add one step's output and wake the loop once."""
         with self._lock:
             for job_id, text in deltas:
@@ -61,7 +64,7 @@ class Outbox:
             self._held.discard(job_id)
             self._ready.set()
 
-    def _split_held(self, deltas: dict[int, list[str]], terminal: list[Message]) -> list[Message]:
+    def _split_held(self, deltas: dict[int, list[Delta]], terminal: list[Message]) -> list[Message]:
         """Put back what belongs to held jobs; returns the terminal messages to send now."""
         terminal = [*self._held_terminal, *terminal]
         self._held_terminal = []
@@ -102,7 +105,17 @@ class Outbox:
                 flat: list[object] = []
                 for job_id, parts in deltas.items():
                     flat.append(job_id)
-                    flat.append(parts[0] if len(parts) == 1 else "".join(parts))
+                    flat.append(_merged(parts))
                 await send(encode_body(MsgType.CHUNKS, {"deltas": flat}))
             for msg in terminal:
                 await send(encode(msg))
+
+
+def _merged(parts: list[Delta]) -> Delta | list[Delta]:
+    """One job's deltas in one CHUNKS entry: text joined; with maps among them, the list
+    in order (the front reads a str, a map or a list of both)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(p, str) for p in parts):
+        return "".join(parts)  # type: ignore[arg-type]
+    return parts

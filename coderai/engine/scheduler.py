@@ -25,7 +25,9 @@ from coderai.bus.messages import (
     JobKind,
     Message,
     ModelSpec,
+    Tokens,
 )
+from coderai.engine import structured
 from coderai.engine.backends.base import (
     END,
     PENDING,
@@ -36,12 +38,14 @@ from coderai.engine.backends.base import (
     StepResult,
     completion_limit,
 )
-from coderai.engine.outbox import Outbox
+from coderai.engine.outbox import Delta, Outbox
 from coderai.engine.pool import ModelPool
 from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
+#: jobs an instance answers at once, whole, rather than step by step
+ANSWERED = frozenset({JobKind.EMBEDDING, JobKind.TOKENIZE, JobKind.DETOKENIZE})
 #: seconds between copies of the counters the heartbeat reports
 STATS_INTERVAL = 0.2
 
@@ -59,7 +63,7 @@ class Scheduler:
         self._jobs: dict[int, Sequence] = {}
         #: instance keys whose instances gained room this iteration
         self._freed: set[str] = set()
-        self._deltas: list[tuple[int, str]] = []
+        self._deltas: list[tuple[int, Delta]] = []
         self._terminal: list[Message] = []
         #: jobs whose client lags (the front said HOLD): not stepped where the backend allows
         self._held: set[int] = set()
@@ -255,15 +259,21 @@ class Scheduler:
         self._admit_waiting(key)
 
     def _begin(self, instance: ModelInstance, seq: Sequence) -> None:
+        answered = seq.job.kind in ANSWERED
         try:
-            instance.start(seq) if seq.job.kind != JobKind.EMBEDDING else self._embed(instance, seq)
+            self._answer(instance, seq) if answered else instance.start(seq)
         except JobError as exc:
             self._finish_fail(seq, exc.kind, exc.message)
             return
         except Exception as exc:  # e.g. messages without a role: the job is bad
             self._finish_fail(seq, FailKind.BAD_JOB, f"invalid job: {exc!r}")
             return
-        if seq.job.kind == JobKind.EMBEDDING:
+        if answered:
+            return
+        try:
+            structured.prepare(seq, instance)
+        except JobError as exc:
+            self._finish_fail(seq, exc.kind, exc.message)
             return
         seq.limit = completion_limit(seq.job.max_tokens, seq.room)
         batch = self._batches.setdefault(instance, [])
@@ -310,25 +320,45 @@ class Scheduler:
             self._finish_fail(seq, kind, str(result))
             return
         if result is END:
-            self._emit(seq, seq.stopper.flush())
+            self._emit(seq, seq.stopper.flush(), end=True)
             self._finish(seq, FinishReason.STOP)
             return
         assert isinstance(result, str)
         seq.completion_tokens += 1
         text, stopped = seq.stopper.feed(result)
         if stopped:
-            self._emit(seq, text)
+            self._emit(seq, text, end=True)
             self._finish(seq, FinishReason.STOP)
             return
         if seq.completion_tokens >= seq.limit:
-            self._emit(seq, text + seq.stopper.flush())
+            self._emit(seq, text + seq.stopper.flush(), end=True)
             self._finish(seq, FinishReason.LENGTH)
             return
         self._emit(seq, text)
 
-    def _emit(self, seq: Sequence, text: str) -> None:
+    def _emit(self, seq: Sequence, text: str, end: bool = False) -> None:
+        """A delta is the text itself, or, for a sequence with tool calls or logprobs, a
+        map of what it carries: "text" (content), "calls" ([index, name, arguments
+        fragment] each) and "logprobs" (structured.logprob_entry each)."""
+        if seq.parser is None and seq.logprobs is None:
+            if text:
+                self._deltas.append((seq.job.job_id, text))
+            return
+        delta: dict[str, Any] = {}
+        if seq.parser is not None:
+            parsed = structured.read(seq, text, end)
+            text = parsed.content
+            if parsed.calls:
+                delta["calls"] = [[d.index, d.name, d.arguments] for d in parsed.calls]
+        if seq.logprobs:
+            delta["logprobs"], seq.logprobs = seq.logprobs, []
+        if not delta:
+            if text:
+                self._deltas.append((seq.job.job_id, text))
+            return
         if text:
-            self._deltas.append((seq.job.job_id, text))
+            delta["text"] = text
+        self._deltas.append((seq.job.job_id, delta))
 
     def _detach(self, seq: Sequence) -> None:
         del self._jobs[seq.job.job_id]
@@ -352,13 +382,26 @@ class Scheduler:
         # admitted after this iteration's steps, not from inside them
         self._freed.add(seq.key)
 
-    def _embed(self, instance: ModelInstance, seq: Sequence) -> None:
-        vectors, tokens = instance.embed(seq.job.inputs)
-        seq.prompt_tokens = tokens
-        self._terminal.append(Embeddings(seq.job.job_id, vectors))
+    def _answer(self, instance: ModelInstance, seq: Sequence) -> None:
+        """Run a job whose answer is one message, sent just before its DONE."""
+        job = seq.job
+        answer: Message
+        if job.kind == JobKind.EMBEDDING:
+            vectors, seq.prompt_tokens = instance.embed(job.input_ids or job.inputs)
+            answer = Embeddings(job.job_id, vectors)
+        elif job.kind == JobKind.TOKENIZE:
+            ids, context = instance.tokenize(job)
+            seq.prompt_tokens = len(ids)
+            answer = Tokens(job.job_id, ids=ids, context=context)
+        else:
+            seq.prompt_tokens = len(job.prompt_ids)
+            answer = Tokens(job.job_id, text=instance.detokenize(job.prompt_ids))
+        self._terminal.append(answer)
         self._finish(seq, FinishReason.STOP)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
+        if reason == FinishReason.STOP and seq.parser is not None and seq.parser.called:
+            reason = FinishReason.TOOL_CALLS
         self._detach(seq)
         self._terminal.append(
             Done(

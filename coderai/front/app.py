@@ -15,6 +15,7 @@ from coderai.front.http import error_boundary
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import OpenAIRoutes
+from coderai.front.tokenize_api import TokenizeRoutes
 
 METRICS = web.AppKey("metrics", Metrics)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
@@ -84,7 +85,9 @@ def build_app(
     app[METRICS] = front.metrics
     dispatcher = front.dispatcher
     front.metrics.watch(dispatcher, front.engines)
-    OpenAIRoutes(dispatcher, front.directory, front.metrics).add_to(app)
+    openai = OpenAIRoutes(dispatcher, front.directory, front.metrics)
+    openai.add_to(app)
+    TokenizeRoutes(openai).add_to(app)
     AdminRoutes(front, catalogue_file, drain_grace).add_to(app)
     app.router.add_get("/healthz", front.healthz)
     app.router.add_get("/health", front.health)

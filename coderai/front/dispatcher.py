@@ -35,6 +35,7 @@ from coderai.bus.messages import (
     Ping,
     Refuse,
     Resume,
+    Tokens,
     Welcome,
     model_counters,
 )
@@ -51,6 +52,7 @@ from coderai.errors import (
     ShuttingDown,
     StreamStalled,
 )
+from coderai.front import output
 from coderai.front.host import EngineHost, Unhosted
 from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
@@ -385,6 +387,13 @@ class Dispatcher:
             job = record.jobs.get(msg.job_id)
             if job is not None:
                 job.vectors = msg.vectors
+        elif isinstance(msg, Tokens):
+            if not all(type(token) is int for token in msg.ids):
+                raise BusProtocolError("TOKENS ids must be integers")
+            job = record.jobs.get(msg.job_id)
+            if job is not None:
+                # the job's one answer, kept whole where an embedding job's vectors go
+                job.vectors = [msg]
         elif isinstance(msg, Done):
             self._ended(record, msg.job_id, msg)
         elif isinstance(msg, Fail):
@@ -448,10 +457,14 @@ class Dispatcher:
             job = jobs.get(job_id)  # type: ignore[call-overload]
             if job is None or job.abandoned:
                 continue
-            if not isinstance(text, str):
+            if isinstance(text, str):
+                waiting = job.push(record.name, text)
+            elif job.structured:
+                waiting = job.push_pieces(record.name, output.pieces(text))
+            else:
                 raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
             # only a stream's client can lag: a whole response takes all as it comes
-            if job.push(record.name, text) > backlog and job.writer is not None and not job.held:
+            if waiting > backlog and job.writer is not None and not job.held:
                 self._hold(record, job)
 
     def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
+from coderai.front.output import Piece
 
 Outcome = Done | CoderaiError
 
@@ -55,7 +56,9 @@ class FrontJob:
     writing_since: float | None = None
     #: its handler was interrupted while waiting to write to a client that does not read
     interrupted: bool = False
-    _parts: list[str] = field(default_factory=list)
+    #: its output has tool calls or logprobs: the handler takes pieces (take_items)
+    structured: bool = False
+    _parts: list[Any] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def push(self, engine: str, text: str) -> int:
@@ -65,6 +68,16 @@ class FrontJob:
             self.served_by = engine
         self._parts.append(text)
         self.pending += len(text)
+        self._wake.set()
+        return self.pending
+
+    def push_pieces(self, engine: str, pieces: list[Piece]) -> int:
+        """Add structured output (calls, logprobs) from the engine named."""
+        if not self.started:
+            self.started = True
+            self.served_by = engine
+        self._parts.extend(pieces)
+        self.pending += sum(len(p.text) + sum(len(c.arguments) for c in p.calls) for p in pieces)
         self._wake.set()
         return self.pending
 
@@ -87,3 +100,9 @@ class FrontJob:
         self._parts = []
         self.pending = 0
         return parts[0] if len(parts) == 1 else "".join(parts)
+
+    def take_items(self) -> list[str | Piece]:
+        """What arrived since the last take, texts and pieces in order."""
+        parts, self._parts = self._parts, []
+        self.pending = 0
+        return parts

@@ -14,11 +14,14 @@ from aiohttp import HttpVersion11, web
 from coderai.bus.messages import Done, Job, JobKind
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError, StreamStalled
+from coderai.front import choices
+from coderai.front.choices import ChoiceStream
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
-from coderai.front.jobs import FrontJob
+from coderai.front.jobs import FrontJob, Outcome
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
+from coderai.front.output import Collected
 from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
 
@@ -66,26 +69,26 @@ class OpenAIRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        messages = [{"role": m.template_role(), "content": m.text()} for m in req.messages]
+        messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, messages=messages)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        prompt = req.prompt_text()
-        echo = prompt if req.echo else ""
-        return await self._run(request, req, entry, JobKind.COMPLETION, echo, prompt=prompt)
+        prompt = req.one_prompt()
+        text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
+        echo = text if req.echo else ""
+        return await self._run(
+            request, req, entry, JobKind.COMPLETION, echo,
+            prompt=text, prompt_ids=ids, suffix=req.suffix or "",
+        )  # fmt: skip
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        job = self._submit(entry, JobKind.EMBEDDING, inputs=req.texts())
-        try:
-            while job.outcome is None:
-                await job.wait()
-        finally:
-            self.dispatcher.cancel(job)
-        outcome = job.outcome
+        job, outcome = await self.answer(
+            entry, JobKind.EMBEDDING, inputs=req.texts(), input_ids=req.token_ids()
+        )
         if isinstance(outcome, CoderaiError):
             return error_response(outcome, job.served_by)
         data = [
@@ -96,11 +99,34 @@ class OpenAIRoutes:
         body = {"object": "list", "data": data, "model": entry.id, "usage": usage}
         return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
 
-    def _submit(self, entry: ModelEntry, kind: JobKind, **fields: Any) -> FrontJob:
+    async def answer(
+        self, entry: ModelEntry, kind: JobKind, **fields: Any
+    ) -> tuple[FrontJob, Outcome]:
+        """Run a job answered whole (embeddings, tokens) to its end: the job and how it
+        ended. A handler that ends early (its client went away) cancels it."""
+        job = self._submit(entry, kind, **fields)
+        try:
+            while job.outcome is None:
+                await job.wait()
+        finally:
+            self.dispatcher.cancel(job)
+        return job, job.outcome
+
+    def _submit(
+        self,
+        entry: ModelEntry,
+        kind: JobKind,
+        structured: bool = False,
+        wake: asyncio.Event | None = None,
+        **fields: Any,
+    ) -> FrontJob:
         job_id = self.dispatcher.next_job_id()
         message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
         capability = self.directory.capability_of(entry)
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry))
+        job.structured = structured
+        if wake is not None:  # several jobs of one request wake its one handler
+            job._wake = wake
         self.dispatcher.submit(job)
         return job
 
@@ -113,9 +139,7 @@ class OpenAIRoutes:
         echo: str = "",
         **payload: Any,
     ) -> web.StreamResponse:
-        job = self._submit(
-            entry,
-            kind,
+        fields = dict(
             max_tokens=req.token_limit(),
             stop=req.stops(),
             temperature=req.temperature,
@@ -128,9 +152,35 @@ class OpenAIRoutes:
             seed=req.seed,
             **payload,
         )
+        if isinstance(req, ChatRequest):
+            fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs)
+        elif req.logprobs is not None:
+            fields.update(logprobs=True, top_logprobs=req.logprobs)
         chat = kind == JobKind.CHAT
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
+        structured = bool(fields.get("logprobs") or fields.get("tools"))
+        if req.n > 1 or structured:
+            jobs = self._submit_many(entry, kind, req.n, fields)
+            try:
+                if req.stream:
+                    stream = ChoiceStream(
+                        chat, response_id, created, entry.id, req.include_usage(), len(jobs),
+                        [echo] * len(jobs),
+                    )  # fmt: skip
+                    return await self._stream_many(request, jobs, stream)
+                return await self._whole_many(
+                    jobs,
+                    chat,
+                    response_id,
+                    created,
+                    bool(fields.get("logprobs")),
+                    [echo] * len(jobs),
+                )
+            finally:
+                for job in jobs:
+                    self.dispatcher.cancel(job)
+        job = self._submit(entry, kind, **fields)
         try:
             if req.stream:
                 template = StreamTemplate(
@@ -141,6 +191,113 @@ class OpenAIRoutes:
         finally:
             # the handler ends early only when the client went away (or a write failed)
             self.dispatcher.cancel(job)
+
+    def _submit_many(
+        self, entry: ModelEntry, kind: JobKind, n: int, fields: dict[str, Any]
+    ) -> list[FrontJob]:
+        """n choices: n jobs that wake one handler. A seeded request seeds choice i with
+        seed + i, so the choices differ and each repeats."""
+        wake = asyncio.Event()
+        jobs = []
+        for i in range(n):
+            seed = fields.get("seed")
+            choice = {**fields, "seed": None if seed is None else (seed + i) % 2**63}
+            job = self._submit(entry, kind, structured=True, wake=wake, **choice)
+            jobs.append(job)
+        return jobs
+
+    async def _whole_many(
+        self,
+        jobs: list[FrontJob],
+        chat: bool,
+        response_id: str,
+        created: int,
+        logprobs: bool,
+        echoes: list[str],
+    ) -> web.Response:
+        collected = [Collected() for _ in jobs]
+        while True:
+            for job, got in zip(jobs, collected, strict=True):
+                for item in job.take_items():
+                    got.add(item)
+            if all(job.outcome is not None for job in jobs):
+                break
+            await jobs[0].wait()
+        for job in jobs:
+            if isinstance(job.outcome, CoderaiError):
+                return error_response(job.outcome, job.served_by)
+        dones = [job.outcome for job in jobs if isinstance(job.outcome, Done)]
+        body = choices.whole(
+            chat, response_id, created, jobs[0].entry.id, collected, dones, 1, logprobs, echoes
+        )
+        return web.json_response(body, headers={ENGINE_HEADER: jobs[0].served_by or FRONT})
+
+    async def _stream_many(
+        self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream
+    ) -> web.StreamResponse:
+        while not any(job.started for job in jobs):
+            failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
+            if failed is not None:
+                return error_response(failed, jobs[0].served_by)
+            if all(job.outcome is not None for job in jobs):
+                break
+            await jobs[0].wait()
+        served_by = next((j.served_by for j in jobs if j.served_by), None)
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                ENGINE_HEADER: served_by or FRONT,
+            }
+        )
+        await response.prepare(request)
+        for job in jobs:
+            job.writer = asyncio.current_task()
+            self.dispatcher.streams.add(job)
+        try:
+            await self._relay_many(response, jobs, stream)
+        finally:
+            for job in jobs:
+                self.dispatcher.streams.discard(job)
+        return response
+
+    async def _relay_many(
+        self, response: web.StreamResponse, jobs: list[FrontJob], stream: ChoiceStream
+    ) -> None:
+        """Every choice's events as they come; each choice's finish once it ends; then the
+        usage and [DONE] once all have. An error ends the whole stream."""
+        pending = stream.opening()
+        finished: set[int] = set()
+        while True:
+            for i, job in enumerate(jobs):
+                items = job.take_items()
+                if items:
+                    if job.held:
+                        self.dispatcher.resume(job)
+                    pending += stream.items(i, items)
+                if isinstance(job.outcome, Done) and i not in finished:
+                    finished.add(i)
+                    pending += stream.finish(i, job.outcome)
+            failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
+            done = failed is not None or len(finished) == len(jobs)
+            if failed is not None:
+                pending += error_event(failed)
+            elif done:
+                dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
+                pending += stream.closing(dones, 1)
+            for job in jobs:
+                job.writing_since = time.monotonic()
+            try:
+                if done:
+                    await response.write_eof(pending)
+                    return
+                if pending:
+                    await response.write(pending)
+            finally:
+                for job in jobs:
+                    job.writing_since = None
+            pending = b""
+            await jobs[0].wait()
 
     async def _whole(
         self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from functools import partial
+from typing import Annotated, Any, Literal, TypeGuard
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from coderai import grammar
 from coderai.errors import InvalidRequest
 from coderai.validation import first_problem
 
@@ -51,8 +53,27 @@ Text = Annotated[str, AfterValidator(_encodable)]
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
 
 
+def _token_id(token: int) -> int:
+    if not 0 <= token <= MAX_TOKENS_LIMIT:
+        raise ValueError(f"{token} is not a token id (0 to {MAX_TOKENS_LIMIT})")
+    return token
+
+
+#: a model's own token ids, as vLLM and llama.cpp's server read a prompt or an input (the
+#: engine checks them against the model's vocabulary)
+TokenIds = list[Annotated[int, AfterValidator(_token_id)]]
+
+
+def is_token_ids(value: object) -> TypeGuard[list[int]]:
+    """Whether a prompt or input is one list of token ids (not a list of several)."""
+    return isinstance(value, list) and bool(value) and all(type(t) is int for t in value)
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
+
+    def check(self) -> None:
+        """What the fields' own types cannot say, checked after them."""
 
 
 class StreamOptions(_Body):
@@ -141,12 +162,25 @@ class MediaPart(BaseModel):
 Part = Annotated[TextPart | RefusalPart | MediaPart, Field(discriminator="type")]
 
 
+class FunctionCall(_Body):
+    name: Text
+    #: the arguments' JSON, as the model wrote it
+    arguments: Text
+
+
+class ToolCall(_Body):
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[Part] | None = None
-    # not built yet: refused unless empty (tool calls and their results)
-    tool_calls: list[Any] | None = None
+    #: an assistant's calls, and, in a tool message, the call it answers
+    tool_calls: list[ToolCall] | None = None
     tool_call_id: Text | None = None
+    # the deprecated functions API: refused unless empty
     function_call: Any = None
     #: a participant's name; chat templates have no place for it
     name: Text | None = None
@@ -166,10 +200,23 @@ class ChatMessage(_Body):
 
     @model_validator(mode="after")
     def _nothing_dropped(self) -> ChatMessage:
-        for name in ("tool_calls", "tool_call_id", "function_call", "name"):
+        for name in ("function_call", "name"):
             if getattr(self, name) not in (None, []):
                 raise ValueError(f"{name} is not supported by this server yet")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message has tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id it answers")
         return self
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the engine's template step takes it (OpenAI's shape)."""
+        out: dict[str, Any] = {"role": self.template_role(), "content": self.text()}
+        if self.tool_calls:
+            out["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
     def text(self) -> str:
         if self.content is None:
@@ -186,38 +233,186 @@ class ChatMessage(_Body):
         return "system" if self.role == "developer" else self.role
 
 
+#: OpenAI's rule for a function's name
+_FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class FunctionDef(_Body):
+    name: Annotated[str, Field(pattern=_FUNCTION_NAME)]
+    description: Text | None = None
+    #: a JSON schema of the arguments (absent: no arguments)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Body):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Body):
+    name: Text
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Body):
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+    name: Annotated[str, Field(pattern=_FUNCTION_NAME)]
+    description: Text | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def for_job(self) -> dict[str, Any]:
+        """The engine's form: {} for text, else the type and (a json_schema's) schema."""
+        if self.type == "text":
+            return {}
+        if self.type == "json_object":
+            return {"type": "json_object"}
+        assert self.json_schema is not None
+        schema = self.json_schema.json_schema or {"type": "object"}
+        return {"type": "json_schema", "schema": schema, "strict": bool(self.json_schema.strict)}
+
+
+#: choices one request may ask for
+MAX_CHOICES = 16
+
+
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=20)
 
     def check(self) -> None:
         super().check()
-        for i, message in enumerate(self.messages):
-            parts = message.content if isinstance(message.content, list) else []
-            for j, part in enumerate(parts):
-                if isinstance(part, MediaPart):
-                    raise InvalidRequest(
-                        f"messages[{i}].content[{j}] is {part.what()}; model {self.model!r}"
-                        " takes text only",
-                        param=f"messages[{i}].content[{j}]",
-                    )
+        check_structured(self)
+        refuse_media(self.messages, self.model)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    def choice(self) -> tuple[str, str]:
+        """(tool_choice, tool name) as the engine takes them: OpenAI's default is "auto"
+        when tools are given."""
+        if not self.tools:
+            return "none", ""
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return "function", self.tool_choice.function.name
+        return self.tool_choice or "auto", ""
+
+    def tool_fields(self) -> dict[str, Any]:
+        choice, name = self.choice()
+        return {
+            "tools": [tool.model_dump(exclude_none=True) for tool in self.tools or []],
+            "tool_choice": choice,
+            "tool_name": name,
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "response_format": self.response_format.for_job() if self.response_format else {},
+        }
+
+
+def refuse_media(messages: list[ChatMessage], model: str) -> None:
+    """A part that is not text is refused by what it is: models here read text only."""
+    for i, message in enumerate(messages):
+        parts = message.content if isinstance(message.content, list) else []
+        for j, part in enumerate(parts):
+            if isinstance(part, MediaPart):
+                raise InvalidRequest(
+                    f"messages[{i}].content[{j}] is {part.what()}; model {model!r} takes text only",
+                    param=f"messages[{i}].content[{j}]",
+                )
+
+
+def check_structured(req: ChatRequest) -> None:
+    """Tools and response formats the engines can honour: every schema must compile (the
+    grammar engine names what it does not implement), a named tool must exist, and the
+    two kinds of constraint are not combined."""
+    choice, name = req.choice()
+    if req.tool_choice not in (None, "none") and not req.tools:
+        raise InvalidRequest(
+            "tool_choice is only allowed when tools are given", param="tool_choice"
+        )
+    names = [tool.function.name for tool in req.tools or []]
+    if choice == "function" and name not in names:
+        raise InvalidRequest(
+            f"tool_choice names {name!r}, which is not among the tools", param="tool_choice"
+        )
+    if choice != "none":
+        for i, tool in enumerate(req.tools or []):
+            spec = tool.model_dump(exclude_none=True)
+            _compiles(partial(grammar.named_grammar, spec), f"tools[{i}].function.parameters")
+    fmt = req.response_format.for_job() if req.response_format else {}
+    if fmt:
+        if choice != "none":
+            raise InvalidRequest(
+                "response_format cannot be combined with tools unless tool_choice is none",
+                param="response_format",
+            )
+        _compiles(lambda: grammar.response_grammar(fmt), "response_format")
+    if req.top_logprobs and not req.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+
+
+def _compiles(build: Callable[[], str], param: str) -> None:
+    try:
+        grammar.check(build())
+    except grammar.GrammarError as exc:
+        raise InvalidRequest(
+            f"{param}: this schema cannot be enforced: {exc}", param=param
+        ) from None
+
 
 class CompletionRequest(_Sampling):
-    prompt: Text | list[Text]
+    prompt: Text | list[Text] | TokenIds | list[TokenIds]
+    #: fill-in-the-middle: the text after the gap the completion fills ("" asks nothing)
+    suffix: Text | None = None
     max_tokens: TokenCount | None = 16  # OpenAI's documented default for completions
     #: send the prompt back ahead of the completion
     echo: bool = False
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    #: the chosen token's and this many likeliest tokens' log-probabilities (OpenAI: 0-5)
+    logprobs: int | None = Field(None, ge=0, le=5)
 
-    def prompt_text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) != 1:
-            raise InvalidRequest("prompt must be a string or a list of one string", param="prompt")
-        return self.prompt[0]
+    def check(self) -> None:
+        super().check()
+        prompt = self.one_prompt()
+        if not prompt and not isinstance(prompt, str):
+            raise InvalidRequest("prompt must not be an empty list of token ids", param="prompt")
+        if self.suffix and self.echo:
+            # which text would come back, the prompt or the prompt around the middle?
+            raise InvalidRequest("echo cannot be combined with suffix", param="echo")
+        if isinstance(prompt, list) and self.suffix:
+            raise InvalidRequest("suffix needs a text prompt, not token ids", param="suffix")
+        if isinstance(prompt, list) and self.echo:
+            raise InvalidRequest("echo needs a text prompt, not token ids", param="echo")
+
+    def one_prompt(self) -> str | list[int]:
+        """The prompt: a text or token ids, given alone or as a list of one."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or is_token_ids(prompt):
+            return prompt
+        if len(prompt) != 1:
+            raise InvalidRequest(
+                "prompt must be a string, a list of token ids, or a list of one of either",
+                param="prompt",
+            )
+        first = prompt[0]
+        assert not isinstance(first, int)  # a list of ints is token ids, returned above
+        return first
 
     def token_limit(self) -> int | None:
         return self.max_tokens
@@ -225,15 +420,30 @@ class CompletionRequest(_Sampling):
 
 class EmbeddingRequest(_Body):
     model: Text = Field(min_length=1)
-    input: Text | list[Text]
+    #: a text, texts, one input's token ids, or several inputs' (LangChain sends these)
+    input: Text | list[Text] | TokenIds | list[TokenIds]
     encoding_format: Literal["float", "base64"] = "float"
 
     def check(self) -> None:
         if isinstance(self.input, list) and not self.input:
             raise InvalidRequest("input must not be empty", param="input")
+        for i, item in enumerate(self.input if isinstance(self.input, list) else []):
+            if item == []:
+                raise InvalidRequest(f"input[{i}] is an empty list of token ids", param="input")
 
     def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+        """The inputs that are texts ([] when they are token ids)."""
+        if isinstance(self.input, str):
+            return [self.input]
+        return [item for item in self.input if isinstance(item, str)]
+
+    def token_ids(self) -> list[list[int]]:
+        """The inputs that are token-id lists ([] when they are texts)."""
+        if isinstance(self.input, str):
+            return []
+        if is_token_ids(self.input):
+            return [self.input]
+        return [item for item in self.input if isinstance(item, list)]
 
 
 def _absent(*idle: Any) -> Callable[[Any], bool]:
@@ -243,14 +453,9 @@ def _absent(*idle: Any) -> Callable[[Any], bool]:
 #: OpenAI parameters not built yet, each with the values that ask nothing of the server;
 #: any other value is refused with a 400 naming it, never silently ignored
 NOT_BUILT: dict[str, Callable[[Any], bool]] = {
-    "n": _absent(1),
-    "tools": _absent([]),
-    "tool_choice": _absent("none"),
+    # the deprecated functions API (tools replace it)
     "functions": _absent([]),
     "function_call": _absent("none"),
-    "response_format": _absent({"type": "text"}),
-    "logprobs": _absent(False, 0),
-    "top_logprobs": _absent(0),
     "suffix": _absent(""),
     "echo": _absent(False),
     "best_of": _absent(1),
@@ -265,12 +470,8 @@ NOT_BUILT: dict[str, Callable[[Any], bool]] = {
     # OpenAI's processing tier: only the default asks nothing of this server
     "service_tier": _absent("auto", "default"),
 }
-#: on /v1/completions, logprobs is a count, and 0 still asks for the chosen tokens'; echo
-#: is built there (CompletionRequest)
-COMPLETIONS_NOT_BUILT = {
-    **{k: v for k, v in NOT_BUILT.items() if k != "echo"},
-    "logprobs": _absent(),
-}
+#: echo and suffix are built on /v1/completions (CompletionRequest)
+COMPLETIONS_NOT_BUILT = {k: v for k, v in NOT_BUILT.items() if k not in ("echo", "suffix")}
 
 
 def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool]]) -> None:
@@ -279,15 +480,42 @@ def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool
             raise InvalidRequest(f"{name} is not supported by this server yet", param=name)
 
 
+class TokenizeRequest(_Body):
+    """vLLM's and llama.cpp's /tokenize: a prompt, or messages through the chat template;
+    the ids are those a completion or chat request with the same text reads."""
+
+    model: Text = Field(min_length=1)
+    prompt: Text | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    #: whether the messages end with the assistant's turn opened, as a chat request's do
+    add_generation_prompt: bool = True
+
+    def check(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidRequest("give either prompt or messages", param="prompt")
+        refuse_media(self.messages or [], self.model)
+
+
+class DetokenizeRequest(_Body):
+    """vLLM's and llama.cpp's /detokenize: the text of token ids."""
+
+    model: Text = Field(min_length=1)
+    tokens: TokenIds
+
+
 EMBEDDINGS_NOT_BUILT = {"dimensions": _absent()}
+#: vLLM's /tokenize options that would change the ids, which this server does not take
+TOKENIZE_NOT_BUILT = {"tools": _absent([]), "chat_template": _absent()}
 _NOT_BUILT_BY_REQUEST: dict[type[BaseModel], dict[str, Callable[[Any], bool]]] = {
     ChatRequest: NOT_BUILT,
     CompletionRequest: COMPLETIONS_NOT_BUILT,
     EmbeddingRequest: EMBEDDINGS_NOT_BUILT,
+    TokenizeRequest: TOKENIZE_NOT_BUILT,
+    DetokenizeRequest: {},
 }
 
 
-def parse(model: type[_Sampling] | type[EmbeddingRequest], body: Any) -> Any:
+def parse(model: type[_Body], body: Any) -> Any:
     """Validate a JSON body into a request, mapping the first problem to a 400."""
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")

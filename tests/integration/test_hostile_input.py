@@ -201,13 +201,8 @@ def test_a_missing_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path) 
 
 
 NOT_BUILT_VALUES = [
-    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-    ("tool_choice", "required"),
     ("functions", [{"name": "f", "parameters": {}}]),
     ("function_call", "auto"),
-    ("response_format", {"type": "json_object"}),
-    ("logprobs", True),
-    ("top_logprobs", 3),
     ("reasoning_effort", "low"),
     ("verbosity", "high"),
     ("service_tier", "flex"),
@@ -224,10 +219,8 @@ def test_an_openai_parameter_not_built_yet_is_refused_by_name(
     assert param in error["message"]
 
 
-@pytest.mark.parametrize(
-    ("param", "value"), [("suffix", "def f():"), ("best_of", 2), ("logprobs", 0)]
-)
-def test_a_completions_parameter_not_built_yet_is_refused_by_name(
+@pytest.mark.parametrize(("param", "value"), [("best_of", 2), ("logprobs", 6), ("n", 0)])
+def test_a_completions_parameter_not_built_yet_or_out_of_range_is_refused_by_name(
     server: Server, param: str, value: Any
 ) -> None:
     body = {"model": "fake", "prompt": "x", param: value}
@@ -278,13 +271,16 @@ def test_a_developer_message_is_a_system_message_to_the_model(server: Server) ->
 @pytest.mark.parametrize(
     ("message", "expected"),
     [
-        ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}, "tool_calls"),
-        ({"role": "tool", "content": "42", "tool_call_id": "c1"}, "tool_call_id"),
+        ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}, "function"),
+        ({"role": "tool", "content": "42"}, "tool_call_id"),
+        ({"role": "user", "content": "hi", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+         "only an assistant"),
         ({"role": "user", "content": "hi", "name": "bob"}, "name"),
         ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, "'input_text'"),
     ],
 )
-def test_message_fields_not_built_yet_are_refused_by_name(
+def test_message_fields_not_built_yet_or_malformed_are_refused_by_name(
     server: Server, message: dict[str, Any], expected: str
 ) -> None:
     body = {"model": "fake", "messages": [message]}

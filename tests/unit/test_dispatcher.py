@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coderai.bus.messages import Job
+from coderai.bus.messages import Done, Job, Tokens
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatcher import Dispatcher
@@ -92,3 +92,30 @@ def test_a_job_that_cannot_be_encoded_is_refused_before_it_takes_credit(tmp_path
 
     _, refused = asyncio.run(scenario())
     assert refused is not None
+
+
+def test_a_tokens_answer_is_kept_for_its_job_and_one_with_ids_not_integers_is_dropped(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> tuple[Dispatcher, FrontJob]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        entry = ModelEntry(id="m", format="fake")
+        job = FrontJob(1, entry, "fake", Job(1, entry.spec("fake"), "tokenize", "hi"))
+        dispatcher.submit(job)
+        assert await peer.job_ids(1) == [1]
+        await peer.send(Tokens(1, ids=["104"]))  # type: ignore[list-item]
+        await peer.send(Tokens(1, ids=[104, 105], context=8))
+        await peer.send(Done(1, "stop", 2, 0))
+        async with asyncio.timeout(5):
+            while job.outcome is None:
+                await job.wait()
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, job
+
+    dispatcher, job = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 1
+    assert job.vectors == [Tokens(1, ids=[104, 105], context=8)]

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from coderai.bus.codec import decode
-from coderai.bus.messages import Chunks, Done, Fail, Job, Message
+from coderai.bus.messages import Chunks, Done, Fail, Job, Message, Tokens
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
@@ -118,3 +118,23 @@ def test_more_jobs_than_slots_are_refused_as_busy() -> None:
     received = asyncio.run(_run(jobs, until_done=5))
     busy = [m for m in received if isinstance(m, Fail)]
     assert [(m.job_id, m.kind) for m in busy] == [(5, "busy")]
+
+
+def test_a_tokenize_job_is_answered_with_its_ids_and_the_context_before_its_done() -> None:
+    model = {"id": "f", "path": "", "format": "fake", "options": {"context": 64}}
+    received = asyncio.run(_run([Job(1, model, "tokenize", "hi")], until_done=1))
+    answer, done = received
+    assert answer == Tokens(1, ids=[104, 105], context=64)
+    assert isinstance(done, Done)
+    assert (done.prompt_tokens, done.completion_tokens) == (2, 0)
+
+
+def test_a_detokenize_job_is_answered_with_its_text_or_fails_on_an_unknown_id() -> None:
+    model = {"id": "f", "path": "", "format": "fake", "options": {}}
+    jobs = [Job(1, model, "detokenize", prompt_ids=[104, 105]),
+            Job(2, model, "detokenize", prompt_ids=[104, 999])]  # fmt: skip
+    received = asyncio.run(_run(jobs, until_done=2))
+    assert Tokens(1, text="hi") in received
+    (fail,) = [m for m in received if isinstance(m, Fail)]
+    assert (fail.job_id, fail.kind) == (2, "bad_request")
+    assert "999" in fail.message

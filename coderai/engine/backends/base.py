@@ -9,6 +9,8 @@ the loop, the stop-sequence handling and the cancellation points.
 from __future__ import annotations
 
 import abc
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +59,15 @@ class Sequence:
     #: the instance running it, and that instance's pool key
     instance: ModelInstance | None = None
     key: str = ""
+    #: structured output (engine/structured.py): the tool-call parser, the grammar on its
+    #: logits (lazy: a call the model began, dropped once the call is whole), whether
+    #: special tokens are rendered as text (call markers may be special tokens), and the
+    #: log-probability entries of tokens sampled since the last step was published
+    parser: Any = None
+    constraint: Any = None
+    lazy: bool = False
+    render_special: bool = False
+    logprobs: list[Any] | None = None
 
 
 def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
@@ -95,15 +106,74 @@ def completion_limit(max_tokens: int | None, room: int) -> int:
     return room if max_tokens is None else min(max_tokens, room)
 
 
-def refuse_long_inputs(lengths: list[int], limit: int) -> None:
-    """Refuse an embedding input longer than the model embeds: a vector of its first
-    `limit` tokens would silently describe another text."""
+def check_input_lengths(lengths: list[int], limit: int) -> None:
+    """Refuse an embedding input of no tokens (its mean is no vector) or longer than the
+    model embeds: a vector of its first `limit` tokens would silently describe another
+    text."""
     for index, tokens in enumerate(lengths):
+        if not tokens:
+            raise JobError(f"input[{index}] has no tokens", kind="bad_request")
         if tokens > limit:
             raise JobError(
                 f"input[{index}] has {tokens} tokens; this model embeds at most {limit}",
                 kind="bad_request",
             )
+
+
+def known_ids(ids: list[int], vocabulary: int, where: str) -> list[int]:
+    """Token ids a request gave (a prompt, an input), each checked against the model's
+    vocabulary: an id past it would index outside the embedding table, which on a GPU
+    kills the whole context rather than failing one request."""
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocabulary:
+            raise JobError(
+                f"{where} has token id {token!r}; this model's vocabulary is 0..{vocabulary - 1}",
+                kind="bad_request",
+            )
+    return list(ids)
+
+
+#: a model's fill-in-the-middle tokens: (prefix, suffix, middle)
+FimTokens = tuple[int, int, int]
+
+
+def fill_in_the_middle(
+    job: Job, fim: FimTokens | None, encode: Callable[[str], list[int]], bos: list[int]
+) -> list[int]:
+    """A completion job's prompt around the gap before its suffix, in the prefix-suffix-
+    middle order FIM models are trained on (llama.cpp's server builds the same):
+    [BOS] PRE prompt SUF suffix MID; the model writes the middle. `encode` tokenises text
+    without special tokens; `bos` is the BOS the model puts before a prompt, if it does."""
+    if fim is None:
+        raise JobError(
+            f"model {job.model.get('id', '?')} has no fill-in-the-middle tokens, so it"
+            " cannot complete with a suffix",
+            kind="bad_request",
+        )
+    pre, suf, mid = fim
+    return [*bos, pre, *encode(job.prompt), suf, *encode(job.suffix), mid]
+
+
+def as_prompt_job(job: Job) -> Job:
+    """The chat or completion job whose prompt a tokenize job asks for, so that /tokenize
+    counts exactly the tokens a generation request with the same text reads."""
+    return dataclasses.replace(job, kind=JobKind.CHAT if job.messages else JobKind.COMPLETION)
+
+
+#: an embedding job's inputs: texts, or token-id lists
+EmbeddingInputs = list[str] | list[list[int]]
+
+
+def input_ids(
+    inputs: EmbeddingInputs, vocabulary: int, encode: Callable[[str], list[int]]
+) -> list[list[int]]:
+    """An embedding job's inputs as token ids: texts tokenised by `encode`, and token-id
+    inputs checked against the vocabulary (embedded as given, never re-tokenised)."""
+    items: list[str | list[int]] = list(inputs)
+    return [
+        known_ids(item, vocabulary, f"input[{i}]") if isinstance(item, list) else encode(item)
+        for i, item in enumerate(items)
+    ]
 
 
 class ModelInstance(abc.ABC):
@@ -126,15 +196,32 @@ class ModelInstance(abc.ABC):
     def release(self, seq: Sequence) -> None:  # noqa: B027 - optional hook
         """Free a finished sequence's resources."""
 
+    #: the model's tool-call format (tool_parse.FORMATS) for tool_choice "auto"
+    tool_format: str = "hermes"
+
+    def grammar_tokenizer(self) -> Any:
+        """llguidance's view of the vocabulary (built once, on first use), or None for a
+        model that cannot constrain its output."""
+        return None
+
     def stats(self) -> dict[str, int]:
         """Counters for the heartbeat and /metrics (summed over a model's instances):
         running and waiting sequences, KV cells, prefix cache use. Read on the scheduler
         thread."""
         return {}
 
-    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        """One vector per text, and the tokens read."""
+    def embed(self, inputs: EmbeddingInputs) -> tuple[list[list[float]], int]:
+        """One vector per input (a text, or token ids), and the tokens read."""
         raise JobError("this model does not produce embeddings", kind="unsupported")
+
+    def tokenize(self, job: Job) -> tuple[list[int], int]:
+        """The token ids the model reads for a tokenize job's prompt or messages (those of
+        the same completion or chat job), and the model's context in tokens."""
+        raise JobError("this model cannot tokenize", kind="unsupported")
+
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of token ids, special tokens included."""
+        raise JobError("this model cannot detokenize", kind="unsupported")
 
 
 class Backend(abc.ABC):

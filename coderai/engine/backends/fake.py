@@ -6,7 +6,14 @@ tokens_per_second (0 = as fast as possible), load_seconds, output_tokens (natura
 context (tokens prompt and completion share, like a real model's context window),
 capacity (sequences one instance runs at once, like a llama.cpp context), memory_mb (the
 size the pool accounts for it), fail_after_tokens, crash_after_tokens (the process exits),
-hang_after_tokens (the process stops responding).
+hang_after_tokens (the process stops responding), script (a text it writes instead of
+its words, in tokens of script_token_chars characters: tool-call parsing is tested through
+the whole stack with it) and tool_format (the call format it is parsed as).
+
+Its vocabulary is the 256 byte values: /tokenize gives a text's UTF-8 bytes, /detokenize
+reads ids as bytes, and a token-id prompt reads as the text of its bytes (an id past 255
+is refused, as a real model refuses one past its vocabulary). It has fill-in-the-middle:
+with a suffix, its prompt is FIM_PROMPT filled with the prompt and the suffix.
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ from coderai.engine.backends.base import (
     ModelInstance,
     Sequence,
     StepResult,
+    as_prompt_job,
     fit_prompt,
+    known_ids,
 )
+from coderai.engine.chat_template import tool_format
 from coderai.errors import JobError
 
 # a few non-ASCII words and JSON metacharacters keep the escaping paths honest
@@ -38,15 +48,31 @@ WORDS = (
 )  # fmt: skip
 
 DEFAULT_OUTPUT_TOKENS = 64
+#: the fake model's vocabulary: one token per byte value
+VOCABULARY = 256
+#: the fake model's fill-in-the-middle prompt, in prefix-suffix-middle order
+FIM_PROMPT = "<PRE>{prompt}<SUF>{suffix}<MID>"
 
 
-def render_chat(messages: list[Any]) -> str:
+def render_chat(messages: list[Any], add_generation_prompt: bool = True) -> str:
     """The fake model's chat template."""
-    return "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
+    turns = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+    return turns + "<assistant>" if add_generation_prompt else turns
 
 
 def job_prompt(job: Job) -> str:
-    return render_chat(job.messages) if job.kind == JobKind.CHAT else job.prompt
+    if job.kind == JobKind.CHAT:
+        return render_chat(job.messages, job.add_generation_prompt)
+    if job.prompt_ids:
+        return bytes_text(job.prompt_ids, "prompt")
+    if job.suffix:
+        return FIM_PROMPT.format(prompt=job.prompt, suffix=job.suffix)
+    return job.prompt
+
+
+def bytes_text(ids: list[int], where: str) -> str:
+    """The fake model's text of token ids: their bytes, as UTF-8."""
+    return bytes(known_ids(ids, VOCABULARY, where)).decode("utf-8", errors="replace")
 
 
 def _start_state(prompt: str, seed: int) -> int:
@@ -89,11 +115,29 @@ class FakeInstance(ModelInstance):
         self.fail_after = options.get("fail_after_tokens")
         self.crash_after = options.get("crash_after_tokens")
         self.hang_after = options.get("hang_after_tokens")
+        # a scripted answer, for tool-call parsing through the whole stack: the model
+        # writes `script` in tokens of `script_token_chars` characters, then ends
+        script = options.get("script")
+        if script is not None and not isinstance(script, str):
+            raise JobError("fake model option script must be a string", kind="bad_model")
+        size = int(_option(options, "script_token_chars", 3)) or 1
+        self.script = (
+            None if script is None else [script[i : i + size] for i in range(0, len(script), size)]
+        )
+        self.tool_format = tool_format(None, options)
 
     def start(self, seq: Sequence) -> None:
+        if seq.job.logprobs:
+            raise JobError("the fake model has no log-probabilities", kind="unsupported")
         prompt = job_prompt(seq.job)
         fit_prompt(seq, max(1, len(prompt.split())), self.context)
         seq.state = _start_state(prompt, seq.job.seed or 0)
+
+    def tokenize(self, job: Job) -> tuple[list[int], int]:
+        return list(job_prompt(as_prompt_job(job)).encode()), self.context
+
+    def detokenize(self, ids: list[int]) -> str:
+        return bytes_text(ids, "tokens")
 
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
         out: list[StepResult] = []
@@ -105,6 +149,9 @@ class FakeInstance(ModelInstance):
                 os.kill(os.getpid(), signal.SIGSTOP)
             if n == self.fail_after:
                 out.append(JobError(f"fake model failed after {n} tokens", kind="model_error"))
+                continue
+            if self.script is not None:
+                out.append(self.script[n] if n < len(self.script) else END)
                 continue
             if n >= self.output_tokens:
                 out.append(END)

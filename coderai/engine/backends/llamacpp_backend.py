@@ -21,11 +21,13 @@ import psutil
 from coderai.bus.messages import JobKind, ModelSpec
 from coderai.engine.backends.base import (
     Backend,
+    EmbeddingInputs,
     LoadProgress,
     ModelInstance,
     Sequence,
     StepResult,
-    refuse_long_inputs,
+    check_input_lengths,
+    input_ids,
 )
 from coderai.engine.backends.llamacpp_batch import LlamaCppBatchInstance
 from coderai.engine.kv import bytes_per_token, context_for_memory
@@ -138,6 +140,7 @@ class LlamaCppBackend(Backend):
             reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
             cache_tokens=cache_tokens,
             prefill_step=float(options.get("prefill_step_ms") or PREFILL_STEP_MS) / 1000,
+            options=options,
         )
 
     def _load_embedder(
@@ -229,8 +232,43 @@ class LlamaCppEmbedder(ModelInstance):
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
         raise JobError("this instance computes embeddings only", kind="unsupported")
 
-    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        # counted as Llama.embed tokenises; its n_batch is the most one input may have
-        refuse_long_inputs([len(self.llm.tokenize(t.encode())) for t in texts], self.llm.n_batch)
-        vectors, tokens = self.llm.embed(texts, truncate=False, return_count=True)
-        return [list(map(float, v)) for v in vectors], int(tokens)
+    def embed(self, inputs: EmbeddingInputs) -> tuple[list[list[float]], int]:
+        llm = self.llm
+        # a text is tokenised as Llama.embed tokenises it
+        lists = input_ids(inputs, int(llm.n_vocab()), lambda text: llm.tokenize(text.encode()))
+        # an input is decoded in one batch: n_batch is the most one may have
+        check_input_lengths([len(ids) for ids in lists], llm.n_batch)
+        return self._pooled(lists), sum(len(ids) for ids in lists)
+
+    def _pooled(self, lists: list[list[int]]) -> list[list[float]]:
+        """The mean-pooled vectors of token-id lists, batched as Llama.embed batches texts:
+        inputs share a decode, one sequence each, while they fit. (Llama.embed takes text
+        only, and a token-id input is embedded as the ids given, never re-tokenised.)"""
+        import llama_cpp
+
+        llm = self.llm
+        ctx, batch = llm._ctx, llm._batch
+        width, room, most = llm.n_embd(), llm.n_batch, llm.context_params.n_seq_max
+        vectors: list[list[float]] = []
+
+        def decode(count: int) -> None:
+            ctx.kv_cache_clear()
+            ctx.decode(batch)
+            batch.reset()
+            for seq in range(count):
+                pooled = llama_cpp.llama_get_embeddings_seq(ctx.ctx, seq)
+                vectors.append([float(x) for x in pooled[:width]])
+
+        batch.reset()
+        sequences = tokens = 0
+        for ids in lists:
+            if tokens + len(ids) > room or sequences >= most:
+                decode(sequences)
+                sequences = tokens = 0
+            # every token an output: llama.cpp pools the outputs (Llama.embed does the same)
+            batch.add_sequence(ids, sequences, True)
+            sequences += 1
+            tokens += len(ids)
+        decode(sequences)
+        ctx.kv_cache_clear()
+        return vectors

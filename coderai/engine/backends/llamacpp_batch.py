@@ -32,20 +32,26 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from coderai.bus.messages import JobKind
+from coderai.bus.messages import Job, JobKind
+from coderai.engine import structured
 from coderai.engine.backends.base import (
     END,
     PENDING,
     READING,
+    FimTokens,
     ModelInstance,
     Sequence,
     StepResult,
+    as_prompt_job,
     completion_limit,
+    fill_in_the_middle,
     fit_prompt,
+    known_ids,
 )
 from coderai.engine.backends.llamacpp_sampler import SamplerChain
+from coderai.engine.chat_template import template_input, tool_format
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.prefix_cache import PrefixCache
 from coderai.errors import JobError
@@ -94,6 +100,7 @@ class LlamaCppBatchInstance(ModelInstance):
         reserve_step: int,
         cache_tokens: int,
         prefill_step: float,
+        options: dict[str, Any] | None = None,
     ) -> None:
         import llama_cpp
         from llama_cpp import llama_chat_format
@@ -128,11 +135,23 @@ class LlamaCppBatchInstance(ModelInstance):
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
         template = meta.get("tokenizer.chat_template")
+        self.template = template
+        self.tool_format = tool_format(template, options or {})
+        self._grammar_tokenizer: Any = None
         self.formatter = None
+        #: the template leaving the assistant's turn unopened (/tokenize may ask for that)
+        self.closed_formatter: Any = None
         if template:
             bos = model.token_get_text(model.token_bos()) if model.token_bos() >= 0 else ""
             eos = model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else ""
             self.formatter = llama_chat_format.Jinja2ChatFormatter(template, eos, bos)
+            self.closed_formatter = llama_chat_format.Jinja2ChatFormatter(
+                template, eos, bos, add_generation_prompt=False
+            )
+        fim = [f(self.vocab) for f in (llama_cpp.llama_vocab_fim_pre,
+               llama_cpp.llama_vocab_fim_suf, llama_cpp.llama_vocab_fim_mid)]  # fmt: skip
+        #: the GGUF's fill-in-the-middle tokens (llama.cpp says -1 for one it lacks)
+        self.fim: FimTokens | None = (fim[0], fim[1], fim[2]) if min(fim) >= 0 else None
 
     # -- sequences --------------------------------------------------------------------------
     def prompt_tokens(self, seq: Sequence) -> list[int]:
@@ -141,10 +160,34 @@ class LlamaCppBatchInstance(ModelInstance):
             if self.formatter is None:
                 raise JobError("this GGUF has no chat template; use /v1/completions",
                                kind="bad_request")  # fmt: skip
-            formatted = self.formatter(messages=job.messages)
+            formatter = self.formatter if job.add_generation_prompt else self.closed_formatter
+            messages, tools = template_input(job, self.template)
+            formatted = formatter(messages=cast(Any, messages), tools=tools)
             add_bos = self.add_bos and not formatted.added_special
             return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True))
+        if job.prompt_ids:
+            return known_ids(job.prompt_ids, self.vocabulary, "prompt")
+        if job.suffix:
+            bos = [self.model.token_bos()] if self.add_bos and self.model.token_bos() >= 0 else []
+            return fill_in_the_middle(job, self.fim, self._encode, bos)
         return list(self.model.tokenize(job.prompt.encode(), self.add_bos, False))
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.model.tokenize(text.encode(), False, False))
+
+    def tokenize(self, job: Job) -> tuple[list[int], int]:
+        return self.prompt_tokens(Sequence(job=as_prompt_job(job))), self.n_ctx
+
+    def detokenize(self, ids: list[int]) -> str:
+        ids = known_ids(ids, self.vocabulary, "tokens")
+        tokens = (self._lib.llama_token * len(ids))(*ids)
+        size = 64 + 16 * len(ids)
+        while True:  # llama.cpp answers -(bytes needed) when the buffer is too small
+            buffer = ctypes.create_string_buffer(size)
+            n = self._lib.llama_detokenize(self.vocab, tokens, len(ids), buffer, size, False, True)
+            if n >= 0:
+                return buffer.raw[:n].decode("utf-8", errors="replace")
+            size = -n
 
     def start(self, seq: Sequence) -> None:
         tokens = self.prompt_tokens(seq)
@@ -168,6 +211,13 @@ class LlamaCppBatchInstance(ModelInstance):
         seq.state = slot
         self._slots.add(slot)
         self._waiting.append(slot)
+
+    def grammar_tokenizer(self) -> Any:
+        if self._grammar_tokenizer is None:
+            import llguidance.llamacpp
+
+            self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self.vocab)
+        return self._grammar_tokenizer
 
     def release(self, seq: Sequence) -> None:
         slot: _Slot | None = seq.state
@@ -352,18 +402,40 @@ class LlamaCppBatchInstance(ModelInstance):
             slot.decoded = end
         produced: dict[_Slot, StepResult] = {}
         for slot, index in outputs:
+            seq = slot.seq
+            logprobs = None
+            if seq.constraint is not None or seq.logprobs is not None:
+                logprobs = self._shape_logits(seq, index)
             chosen = slot.sampler.sample(self.ctx, index)
+            structured.sampled(seq, chosen)
+            if logprobs is not None and seq.logprobs is not None:
+                seq.logprobs.append(
+                    structured.logprob_entry(logprobs, chosen, seq.job.top_logprobs, self._piece_of)
+                )
             slot.tokens.append(chosen)
             produced[slot] = (
                 END if lib.llama_vocab_is_eog(self.vocab, chosen) else self._text(slot, chosen)
             )
         return produced
 
-    def _text(self, slot: _Slot, chosen: int) -> str:
+    def _shape_logits(self, seq: Sequence, index: int) -> Any:
+        """Apply the sequence's grammar to the logits at a batch index, in place (the
+        sampler reads them next); their log-probabilities if the request asked for them."""
+        import numpy as np
+
+        pointer = self._lib.llama_get_logits_ith(self.ctx, index)
+        row = np.ctypeslib.as_array(pointer, shape=(self.vocabulary,))
+        structured.constrain_numpy(seq, row)
+        return structured.log_softmax(row) if seq.logprobs is not None else None
+
+    def _piece_of(self, token: int, special: bool = False) -> bytes:
         buffer = self._piece
-        n = self._lib.llama_token_to_piece(self.vocab, chosen, buffer, len(buffer), 0, False)
+        n = self._lib.llama_token_to_piece(self.vocab, token, buffer, len(buffer), 0, special)
         if n < 0:  # a piece longer than the buffer: llama.cpp says how long
             buffer = ctypes.create_string_buffer(-n)
-            n = self._lib.llama_token_to_piece(self.vocab, chosen, buffer, -n, 0, False)
-        text: str = slot.decoder.decode(buffer.raw[:n])
+            n = self._lib.llama_token_to_piece(self.vocab, token, buffer, -n, 0, special)
+        return bytes(buffer.raw[:n])
+
+    def _text(self, slot: _Slot, chosen: int) -> str:
+        text: str = slot.decoder.decode(self._piece_of(chosen, slot.seq.render_special))
         return text

@@ -20,17 +20,25 @@ from typing import Any
 import psutil
 
 from coderai.bus.messages import Job, JobKind, ModelSpec
+from coderai.engine import structured
 from coderai.engine.backends.base import (
     END,
     Backend,
+    EmbeddingInputs,
+    FimTokens,
     LoadProgress,
     ModelInstance,
     Sequence,
     StepResult,
+    as_prompt_job,
+    check_input_lengths,
+    fill_in_the_middle,
     fit_prompt,
-    refuse_long_inputs,
+    input_ids,
+    known_ids,
     token_biases,
 )
+from coderai.engine.chat_template import template_input, tool_format
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
 from coderai.engine.sampling import adjust_logits, choose_token, make_generator
@@ -39,6 +47,16 @@ from coderai.errors import JobError
 log = logging.getLogger("coderai.engine")
 
 _DTYPES = ("float32", "bfloat16", "float16")
+#: how tokenizers spell their fill-in-the-middle tokens (prefix, suffix, middle): Qwen2.5-
+#: Coder's, StarCoder's, CodeLlama's (bare and as its vocabulary writes them) and
+#: DeepSeek-Coder's
+FIM_SPELLINGS = (
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    ("<PRE>", "<SUF>", "<MID>"),
+    ("\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>"),
+    ("<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>", "<\uff5cfim\u2581end\uff5c>"),
+)
 
 
 def cache_root() -> Path:
@@ -50,6 +68,16 @@ def gguf_cache_dir(path: Path) -> Path:
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return cache_root() / "gguf-hf" / key.hexdigest()[:24]
+
+
+def fim_tokens(vocabulary: dict[str, int]) -> FimTokens | None:
+    """A tokenizer's fill-in-the-middle token ids, found by their usual spellings; None
+    for a model that has none."""
+    for spelling in FIM_SPELLINGS:
+        if all(token in vocabulary for token in spelling):
+            pre, suf, mid = (vocabulary[token] for token in spelling)
+            return pre, suf, mid
+    return None
 
 
 def choose_dtype(options: dict[str, Any], cuda: bool, bf16: bool) -> str:
@@ -106,7 +134,7 @@ class TransformersBackend(Backend):
             _save_converted(model, tokenizer, cache)
         model.eval()
         progress.fraction = 1.0
-        return TransformersInstance(model, tokenizer)
+        return TransformersInstance(model, tokenizer, options)
 
 
 def _source(path: Path) -> tuple[str, str | None, Path | None]:
@@ -142,7 +170,7 @@ class TransformersInstance(ModelInstance):
     # its text waits in the engine's outbox
     can_hold = False
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, options: dict[str, Any] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.device = model.get_input_embeddings().weight.device
@@ -150,7 +178,16 @@ class TransformersInstance(ModelInstance):
         eos_ids = eos if isinstance(eos, list) else [eos]
         self.eos = {i for i in [*eos_ids, tokenizer.eos_token_id] if i is not None}
         self.context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        # tokens the tokenizer knows and the model embeds (its table may have spare rows)
+        rows = int(model.get_input_embeddings().weight.shape[0])
+        self.vocabulary = min(len(tokenizer), rows)
+        self.fim = fim_tokens(tokenizer.get_vocab())
+        # the BOS this tokenizer puts before a text, if it does: a FIM prompt starts with it
+        bos = tokenizer.bos_token_id
+        self.bos = [bos] if bos is not None and tokenizer("")["input_ids"][:1] == [bos] else []
         self.rows: list[Sequence] = []
+        self.tool_format = tool_format(tokenizer.chat_template, options or {})
+        self._grammar_tokenizer: Any = None
         self.cache: Any = None
         self.mask: Any = None  # [rows, length] 1 = real token, 0 = left padding
         self.pos: Any = None  # [rows] position of each row's next input token
@@ -159,13 +196,31 @@ class TransformersInstance(ModelInstance):
     # -- prompts ----------------------------------------------------------------------------
     def prompt_ids(self, job: Job) -> list[int]:
         if job.kind == JobKind.CHAT:
+            messages, tools = template_input(job, self.tokenizer.chat_template)
             text = self.tokenizer.apply_chat_template(
-                job.messages, add_generation_prompt=True, tokenize=False
+                messages,
+                tools=tools,
+                add_generation_prompt=job.add_generation_prompt,
+                tokenize=False,
             )
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        elif job.prompt_ids:
+            ids = known_ids(job.prompt_ids, self.vocabulary, "prompt")
+        elif job.suffix:
+            ids = fill_in_the_middle(job, self.fim, self._encode, self.bos)
         else:
             ids = self.tokenizer(job.prompt)["input_ids"]
         return list(ids)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def tokenize(self, job: Job) -> tuple[list[int], int]:
+        return self.prompt_ids(as_prompt_job(job)), self.context
+
+    def detokenize(self, ids: list[int]) -> str:
+        text: str = self.tokenizer.decode(known_ids(ids, self.vocabulary, "tokens"))
+        return text
 
     def start(self, seq: Sequence) -> None:
         ids = self.prompt_ids(seq.job)
@@ -174,7 +229,8 @@ class TransformersInstance(ModelInstance):
         # past max_position_embeddings a model either fails (learned positions) or quietly
         # degrades (rotary ones), so the completion ends at the context instead
         fit_prompt(seq, len(ids), self.context)
-        decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=True)  # noqa: E731
+        # call markers may be special tokens: a sequence that parses calls keeps them
+        decode = lambda t: self.tokenizer.decode(t, skip_special_tokens=not seq.render_special)  # noqa: E731
         # the width of the output layer: every config has one, not every one a vocab_size
         bias: dict[int, float] = {}
         if seq.job.logit_bias:
@@ -182,20 +238,23 @@ class TransformersInstance(ModelInstance):
             bias = token_biases(seq.job.logit_bias, width)
         seq.state = _Row(ids, make_generator(seq.job.seed), IncrementalDetokenizer(decode), bias)
 
-    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        """Mean of the last hidden states over each text's tokens."""
+    def embed(self, inputs: EmbeddingInputs) -> tuple[list[list[float]], int]:
+        """Mean of the last hidden states over each input's tokens."""
         import torch
 
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        enc = self.tokenizer(texts, padding=True, return_tensors="pt")
-        refuse_long_inputs(enc["attention_mask"].sum(dim=1).tolist(), self.context)
-        enc = enc.to(self.device)
+        lists = input_ids(inputs, self.vocabulary, lambda t: self.tokenizer(t)["input_ids"])
+        check_input_lengths([len(ids) for ids in lists], self.context)
+        # padded on the right, so that every input's positions start at 0
+        width = max(len(ids) for ids in lists)
+        batch = torch.tensor([x + [0] * (width - len(x)) for x in lists], device=self.device)
+        mask = torch.tensor(
+            [[1] * len(x) + [0] * (width - len(x)) for x in lists], device=self.device
+        )
         with torch.inference_mode():
-            out = self.model(**enc, output_hidden_states=True)
-            mask = enc["attention_mask"].unsqueeze(-1).to(out.hidden_states[-1].dtype)
-            vectors = (out.hidden_states[-1] * mask).sum(dim=1) / mask.sum(dim=1)
-        return vectors.float().cpu().tolist(), int(enc["attention_mask"].sum())
+            out = self.model(input_ids=batch, attention_mask=mask, output_hidden_states=True)
+            weights = mask.unsqueeze(-1).to(out.hidden_states[-1].dtype)
+            vectors = (out.hidden_states[-1] * weights).sum(dim=1) / weights.sum(dim=1)
+        return vectors.float().cpu().tolist(), sum(len(ids) for ids in lists)
 
     # -- decoding ---------------------------------------------------------------------------
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
@@ -245,8 +304,12 @@ class TransformersInstance(ModelInstance):
 
         seqs = self.rows if seqs is None else seqs
         rows = logits.float().cpu()
+        logprobs: dict[int, Any] = {}
         for i, seq in enumerate(seqs):
             row: _Row = seq.state
+            structured.constrain_torch(seq, rows[i])
+            if seq.logprobs is not None:  # the model's, under the grammar, before sampling
+                logprobs[i] = structured.log_softmax(rows[i].numpy().copy())
             adjust_logits(rows[i], seq.job, row.bias, row.counts)
         greedy = torch.argmax(rows, dim=-1).tolist()
         out = []
@@ -258,8 +321,26 @@ class TransformersInstance(ModelInstance):
                 token = choose_token(rows[i], job, seq.state.generator)
             counts = seq.state.counts
             counts[token] = counts.get(token, 0) + 1
+            structured.sampled(seq, token)
+            if i in logprobs and seq.logprobs is not None:
+                seq.logprobs.append(
+                    structured.logprob_entry(logprobs[i], token, job.top_logprobs, self._piece_of)
+                )
             out.append(token)
         return out
+
+    def _piece_of(self, token: int) -> bytes:
+        return str(self.tokenizer.decode([token])).encode()
+
+    def grammar_tokenizer(self) -> Any:
+        if self._grammar_tokenizer is None:
+            import llguidance.hf
+
+            width = int(self.model.get_output_embeddings().weight.shape[0])
+            self._grammar_tokenizer = llguidance.hf.from_tokenizer(
+                self.tokenizer, n_vocab=width, eos_token=sorted(self.eos)
+            )
+        return self._grammar_tokenizer
 
     def _emit(self, seq: Sequence, token: int) -> StepResult:
         if token in self.eos:

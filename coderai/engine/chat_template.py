@@ -1,0 +1,109 @@
+"""What a model's chat template receives for a job: its messages and tools, and the format
+in which the model writes a tool call.
+
+A template that knows tools (its source uses `tools`) gets them as Hugging Face's templates
+expect: the `tools` variable, assistant messages with `tool_calls` whose arguments are
+objects, and `tool` messages. A template that does not gets the documented fallback: a
+system prompt that lists the tools and asks for Hermes-style calls
+(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), earlier calls written that way
+in the assistant's text, and tool results as user messages in `<tool_response>` tags.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from coderai.bus.messages import Job
+from coderai.engine.tool_parse import FORMATS
+from coderai.errors import JobError
+
+FALLBACK_PROMPT = (
+    "You may call these functions (JSON schemas):\n<tools>\n{tools}\n</tools>\n"
+    "To call one, answer with its name and arguments as JSON inside tags, one per call:\n"
+    '<tool_call>\n{{"name": "<name>", "arguments": {{<arguments>}}}}\n</tool_call>\n'
+    "Results come back inside <tool_response></tool_response> tags."
+)
+
+
+def knows_tools(template: str | None) -> bool:
+    return bool(template) and "tools" in str(template)
+
+
+def tool_format(template: str | None, options: dict[str, Any]) -> str:
+    """The model's call format: the catalogue entry's `tool_format` option, or the one its
+    template writes, or Hermes (which the fallback prompt asks for)."""
+    chosen = options.get("tool_format")
+    if chosen is not None:
+        if chosen not in FORMATS:
+            raise JobError(f"tool_format must be one of {', '.join(FORMATS)}", kind="bad_model")
+        return str(chosen)
+    source = str(template or "") if knows_tools(template) else ""
+    if "[TOOL_CALLS]" in source:
+        return "mistral"
+    if "<|python_tag|>" in source or "ipython" in source:
+        return "llama3"
+    return "hermes"
+
+
+def _arguments(text: Any) -> Any:
+    """Templates write arguments with tojson: an object, where the client sent a string."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _native(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    converted = [
+        {
+            **call,
+            "function": {
+                **call["function"],
+                "arguments": _arguments(call["function"]["arguments"]),
+            },
+        }
+        for call in calls
+    ]
+    return {**message, "tool_calls": converted}
+
+
+def _fallback(message: dict[str, Any]) -> dict[str, Any]:
+    role = message["role"]
+    content = message.get("content") or ""
+    if role == "tool":
+        return {"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"}
+    calls = message.get("tool_calls")
+    if calls:
+        written = "".join(
+            "<tool_call>\n"
+            + json.dumps(
+                {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+            )
+            + "\n</tool_call>"
+            for c in calls
+        )
+        content = f"{content}\n{written}" if content else written
+    return {"role": role, "content": content}
+
+
+def template_input(job: Job, template: str | None) -> tuple[list[dict[str, Any]], list[Any] | None]:
+    """(messages, tools) for the template."""
+    if knows_tools(template):
+        return [_native(m) for m in job.messages], (job.tools or None)
+    messages = [_fallback(m) for m in job.messages]
+    if job.tools and job.tool_choice != "none":
+        listed = "\n".join(
+            json.dumps(t.get("function", t), separators=(",", ":")) for t in job.tools
+        )
+        prompt = FALLBACK_PROMPT.format(tools=listed)
+        if messages and messages[0]["role"] == "system":
+            messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{prompt}"}
+        else:
+            messages.insert(0, {"role": "system", "content": prompt})
+    return messages, None

@@ -1,0 +1,299 @@
+"""Tool calls out of a completion's text, as it streams.
+
+A model writes a call in its own format; the parser turns what it reads into content (text
+for the user) and call deltas (index, name, a fragment of the arguments' JSON), so the
+front can stream OpenAI's `delta.tool_calls` without ever showing a call as content.
+
+Formats (the body of a call is a JSON object {"name": ..., "arguments": {...}}):
+- hermes: `<tool_call>BODY</tool_call>`, repeated (Hermes, Qwen 2/2.5/3, and our fallback);
+- mistral: `[TOOL_CALLS][BODY, BODY, ...]`;
+- llama3: the output starts with BODY (key "parameters"), after an optional
+  `<|python_tag|>`; several are separated by `;`;
+- calls (tool_choice "required", under a grammar): the whole output is `[BODY, ...]`;
+- arguments (a named tool_choice, under a grammar): the whole output is the arguments.
+
+A body is read by a small JSON scanner that knows strings, escapes and depth, so a `}` or
+`,` inside a string never ends a value. Text that may be the start of a marker is held
+back until it is known not to be one (as stop sequences are).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+FORMATS = ("hermes", "mistral", "llama3")
+#: the keys a body's arguments may be under
+_ARGUMENT_KEYS = ("arguments", "parameters")
+_WHITESPACE = " \t\r\n"
+
+
+@dataclass
+class CallDelta:
+    index: int
+    #: the tool's name, on a call's first delta only
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class Parsed:
+    """What one piece of text turned into."""
+
+    content: str = ""
+    calls: list[CallDelta] = field(default_factory=list)
+    #: a call body began: the text of it read so far (a lazy grammar starts from here)
+    began: str | None = None
+
+
+class _Body:
+    """Scans one call body: the arguments alone (level 0), a JSON object (level 1) or an
+    array of them (level 2). Only the call object's own keys are parsed; the arguments'
+    JSON is passed on as it is, with its strings and depth tracked to find its end."""
+
+    def __init__(self, index: int, level: int, fixed_name: str = "") -> None:
+        self.level = level
+        self.index = index
+        self.depth = 0
+        #: a string of the call object itself (a key or the name), and its raw text
+        self.in_string = False
+        self.escape = False
+        self.raw: list[str] = []
+        #: the key whose value comes next, and what is being read: "key", "name",
+        #: "arguments", "skip" (another key's value) or None
+        self.key: str | None = None
+        self.reading: str | None = None
+        #: inside the arguments: their depth and string state
+        self.args_depth = 0
+        self.args_string = False
+        self.args_escape = False
+        self.name = fixed_name
+        self.named = False
+        self.pending: list[str] = []  # arguments read before the name
+        self.done = False
+
+    def feed(self, ch: str, out: list[CallDelta]) -> None:
+        if self.level == 0 or self.reading == "arguments":
+            self._arguments(ch, out)
+            return
+        if self.in_string:
+            self._string(ch, out)
+            return
+        if ch == '"':
+            self.in_string, self.raw = True, []
+            if self.depth == self.level and self.key is None:
+                self.reading = "key"
+        elif ch == ":" and self.depth == self.level and self.key is not None:
+            self.reading = {"name": "name"}.get(self.key, "skip")
+            if self.key in _ARGUMENT_KEYS:
+                self.reading = "arguments"
+        elif ch == "," and self.depth == self.level:
+            self.key, self.reading = None, None
+        elif ch in "{[":
+            self.depth += 1
+        elif ch in "}]":
+            self.depth -= 1
+            if self.depth == self.level - 1:  # a call object closed
+                self._close_call(out)
+            if self.depth <= 0:
+                self.done = True
+
+    def _string(self, ch: str, out: list[CallDelta]) -> None:
+        if self.escape:
+            self.escape = False
+            self.raw.append(ch)
+            return
+        if ch == "\\":
+            self.escape = True
+            self.raw.append(ch)
+            return
+        if ch != '"':
+            self.raw.append(ch)
+            return
+        self.in_string = False
+        if self.depth != self.level:
+            return
+        text = _unescape("".join(self.raw))
+        if self.reading == "key":
+            self.key, self.reading = text, None
+        elif self.reading == "name":
+            self.name, self.reading, self.named = text, "skip", True
+            out.append(CallDelta(self.index, self.name, "".join(self.pending)))
+            self.pending = []
+
+    def _arguments(self, ch: str, out: list[CallDelta]) -> None:
+        if self.args_string:
+            if self.args_escape:
+                self.args_escape = False
+            elif ch == "\\":
+                self.args_escape = True
+            elif ch == '"':
+                self.args_string = False
+        elif ch == '"':
+            self.args_string = True
+        elif ch in "{[":
+            self.args_depth += 1
+        elif ch in "}]" or (ch == "," and self.args_depth == 0):
+            if self.args_depth == 0:  # the value ended: the call object goes on
+                if self.level == 0:
+                    self.done = True
+                    return
+                self.reading = None
+                self.feed(ch, out)
+                return
+            self.args_depth -= 1
+            if self.args_depth == 0 and self.level == 0:
+                self._emit(ch, out)
+                self.done = True
+                return
+        elif self.args_depth == 0 and ch in _WHITESPACE:
+            return  # around a value: not part of it
+        self._emit(ch, out)
+
+    def _emit(self, ch: str, out: list[CallDelta]) -> None:
+        if self.level == 0 and not self.named:
+            out.append(CallDelta(self.index, self.name, ""))
+            self.named = True
+        if not self.named:  # arguments before the name: held until the name is known
+            self.pending.append(ch)
+        elif out and out[-1].index == self.index:
+            out[-1].arguments += ch
+        else:
+            out.append(CallDelta(self.index, "", ch))
+
+    def _close_call(self, out: list[CallDelta]) -> None:
+        if not self.named:  # a call without a name still ends as one (the client sees it)
+            out.append(CallDelta(self.index, self.name, "".join(self.pending)))
+        self.index += 1
+        self.key, self.reading, self.named, self.name = None, None, False, ""
+        self.pending = []
+
+
+def _unescape(raw: str) -> str:
+    try:
+        value = json.loads(f'"{raw}"')
+    except ValueError:
+        return raw
+    return value if isinstance(value, str) else raw
+
+
+class ToolCallParser:
+    """Feed it a completion's text in pieces; it says what is content and what is a call."""
+
+    def __init__(self, mode: str, fmt: str = "hermes", name: str = "") -> None:
+        #: "auto" (the model's own format), "calls" (required) or "arguments" (named)
+        self.mode = mode
+        self.format = fmt
+        #: calls ended, and whether any call began (the finish reason is then tool_calls)
+        self.calls = 0
+        self.called = False
+        self._held = ""
+        self._started = False  # any non-whitespace seen (llama3 calls start the output)
+        self._body: _Body | None = None
+        self._after = False  # a hermes body ended: its closing tag may follow
+        if mode == "calls":
+            self._body = _Body(0, 2)
+        elif mode == "arguments":
+            self._body = _Body(0, 0, name)
+
+    @property
+    def in_call(self) -> bool:
+        return self._body is not None
+
+    def feed(self, text: str) -> Parsed:
+        out = Parsed()
+        data = self._held + text
+        self._held = ""
+        i = 0
+        began: int | None = None
+        while i < len(data):
+            if self._body is not None:
+                self._body.feed(data[i], out.calls)
+                i += 1
+                if self._body.done:
+                    self.calls = self._body.index if self._body.level else 1
+                    self._body = None
+                    self._after = self.format == "hermes" and self.mode == "auto"
+                continue
+            i = self._outside(data, i, out)
+            if i < 0:  # a possible marker prefix: held
+                break
+            if self._body is not None and began is None:
+                began = i
+        if began is not None:
+            out.began = data[began:]
+        self.called = self.called or bool(out.calls)
+        return out
+
+    def _outside(self, data: str, i: int, out: Parsed) -> int:
+        """Content (auto mode only): find a call's start; returns the next index, or -1
+        when the rest is held."""
+        if self.mode != "auto":
+            return len(data)  # text after a constrained call: nothing more is expected
+        rest = data[i:]
+        if self._after:
+            stripped = rest.lstrip(_WHITESPACE)
+            if not stripped:
+                self._held = rest
+                return -1
+            if "</tool_call>".startswith(stripped[: len("</tool_call>")]):
+                if len(stripped) < len("</tool_call>"):
+                    self._held = rest
+                    return -1
+                self._after = False
+                return i + (len(rest) - len(stripped)) + len("</tool_call>")
+            self._after = False
+        if self.format == "llama3":
+            return self._llama3(data, i, out)
+        marker = "<tool_call>" if self.format == "hermes" else "[TOOL_CALLS]"
+        if self.calls:  # whitespace between calls, or after the last, is not content
+            head = rest.lstrip(_WHITESPACE)
+            if not head or (marker.startswith(head) and len(head) < len(marker)):
+                self._held = rest
+                return -1
+            if head.startswith(marker):
+                rest, i = head, len(data) - len(head)
+        at = rest.find(marker)
+        if at >= 0:
+            out.content += rest[:at]
+            self._begin(out, 1 if self.format == "hermes" else 2)
+            return i + at + len(marker)
+        # hold a tail that could grow into the marker
+        for keep in range(min(len(marker) - 1, len(rest)), 0, -1):
+            if marker.startswith(rest[-keep:]):
+                out.content += rest[:-keep]
+                self._held = rest[-keep:]
+                return -1
+        out.content += rest
+        return len(data)
+
+    def _llama3(self, data: str, i: int, out: Parsed) -> int:
+        """A call starts the output (or follows a call): whitespace, an optional
+        `<|python_tag|>`, then `{`; anything else makes the rest content."""
+        rest = data[i:]
+        if self._started and not self.calls:
+            out.content += rest
+            return len(data)
+        tag = "<|python_tag|>"
+        head = rest.lstrip(_WHITESPACE + ";")
+        if head.startswith(tag):
+            head = head[len(tag) :].lstrip(_WHITESPACE)
+        if not head or (tag.startswith(head) and len(head) < len(tag)):
+            self._held = rest  # not yet known
+            return -1
+        self._started = True
+        if head.startswith("{"):
+            self._begin(out, 1)
+            return len(data) - len(head)
+        out.content += rest if not self.calls else head
+        return len(data)
+
+    def _begin(self, out: Parsed, level: int) -> None:
+        self._body = _Body(self.calls, level)
+
+    def finish(self) -> Parsed:
+        """The end of the text: what was held is content (a marker that never finished)."""
+        held = self._held
+        out = Parsed(content="" if self._after or (self.calls and not held.strip()) else held)
+        self._held = ""
+        return out
