@@ -70,18 +70,17 @@ class OpenAIRoutes:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
         messages = [m.for_template() for m in req.messages]
-        return await self._run(request, req, entry, JobKind.CHAT, messages=messages)
+        return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
         entry = await self.directory.resolve(req.model)
-        prompt = req.one_prompt()
-        text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
-        echo = text if req.echo else ""
-        return await self._run(
-            request, req, entry, JobKind.COMPLETION, echo,
-            prompt=text, prompt_ids=ids, suffix=req.suffix or "",
-        )  # fmt: skip
+        payloads, echoes = [], []
+        for prompt in req.prompts():
+            text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
+            payloads.append({"prompt": text, "prompt_ids": ids, "suffix": req.suffix or ""})
+            echoes.append(text if req.echo else "")
+        return await self._run(request, req, entry, JobKind.COMPLETION, payloads, echoes)
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
@@ -136,10 +135,11 @@ class OpenAIRoutes:
         req: ChatRequest | CompletionRequest,
         entry: ModelEntry,
         kind: JobKind,
-        echo: str = "",
-        **payload: Any,
+        payloads: list[dict[str, Any]],
+        echoes: list[str],
     ) -> web.StreamResponse:
-        fields = dict(
+        """Run a request's prompts (payloads: each one's job fields), n choices each."""
+        fields: dict[str, Any] = dict(
             max_tokens=req.token_limit(),
             stop=req.stops(),
             temperature=req.temperature,
@@ -150,7 +150,6 @@ class OpenAIRoutes:
             frequency_penalty=req.frequency_penalty,
             logit_bias=req.logit_bias or {},
             seed=req.seed,
-            **payload,
         )
         if isinstance(req, ChatRequest):
             fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs)
@@ -160,50 +159,53 @@ class OpenAIRoutes:
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         structured = bool(fields.get("logprobs") or fields.get("tools"))
-        if req.n > 1 or structured:
-            jobs = self._submit_many(entry, kind, req.n, fields)
+        if req.n > 1 or len(payloads) > 1 or structured:
+            jobs = self._submit_many(entry, kind, req.n, fields, payloads)
+            # choice p * n + i is choice i of prompt p, and echoes that prompt
+            echoed = [echo for echo in echoes for _ in range(req.n)]
             try:
                 if req.stream:
+                    include = req.include_usage()
                     stream = ChoiceStream(
-                        chat, response_id, created, entry.id, req.include_usage(), len(jobs),
-                        [echo] * len(jobs),
-                    )  # fmt: skip
-                    return await self._stream_many(request, jobs, stream)
+                        chat, response_id, created, entry.id, include, len(jobs), echoed
+                    )
+                    return await self._stream_many(request, jobs, stream, len(payloads))
+                wants = bool(fields.get("logprobs"))
                 return await self._whole_many(
-                    jobs,
-                    chat,
-                    response_id,
-                    created,
-                    bool(fields.get("logprobs")),
-                    [echo] * len(jobs),
+                    jobs, chat, response_id, created, wants, echoed, len(payloads)
                 )
             finally:
                 for job in jobs:
                     self.dispatcher.cancel(job)
-        job = self._submit(entry, kind, **fields)
+        job = self._submit(entry, kind, **fields, **payloads[0])
         try:
             if req.stream:
                 template = StreamTemplate(
-                    chat, response_id, created, entry.id, req.include_usage(), echo
+                    chat, response_id, created, entry.id, req.include_usage(), echoes[0]
                 )
                 return await self._stream(request, job, template)
-            return await self._whole(job, chat, response_id, created, echo)
+            return await self._whole(job, chat, response_id, created, echoes[0])
         finally:
             # the handler ends early only when the client went away (or a write failed)
             self.dispatcher.cancel(job)
 
     def _submit_many(
-        self, entry: ModelEntry, kind: JobKind, n: int, fields: dict[str, Any]
+        self,
+        entry: ModelEntry,
+        kind: JobKind,
+        n: int,
+        fields: dict[str, Any],
+        payloads: list[dict[str, Any]],
     ) -> list[FrontJob]:
-        """n choices: n jobs that wake one handler. A seeded request seeds choice i with
-        seed + i, so the choices differ and each repeats."""
+        """n choices of each prompt: jobs that wake one handler. A seeded request seeds
+        choice i of a prompt with seed + i, so the choices differ and each repeats."""
         wake = asyncio.Event()
         jobs = []
-        for i in range(n):
-            seed = fields.get("seed")
-            choice = {**fields, "seed": None if seed is None else (seed + i) % 2**63}
-            job = self._submit(entry, kind, structured=True, wake=wake, **choice)
-            jobs.append(job)
+        seed = fields.get("seed")
+        for payload in payloads:
+            for i in range(n):
+                choice = {**fields, **payload, "seed": None if seed is None else (seed + i) % 2**63}
+                jobs.append(self._submit(entry, kind, structured=True, wake=wake, **choice))
         return jobs
 
     async def _whole_many(
@@ -214,6 +216,7 @@ class OpenAIRoutes:
         created: int,
         logprobs: bool,
         echoes: list[str],
+        prompts: int,
     ) -> web.Response:
         collected = [Collected() for _ in jobs]
         while True:
@@ -228,12 +231,20 @@ class OpenAIRoutes:
                 return error_response(job.outcome, job.served_by)
         dones = [job.outcome for job in jobs if isinstance(job.outcome, Done)]
         body = choices.whole(
-            chat, response_id, created, jobs[0].entry.id, collected, dones, 1, logprobs, echoes
+            chat,
+            response_id,
+            created,
+            jobs[0].entry.id,
+            collected,
+            dones,
+            prompts,
+            logprobs,
+            echoes,
         )
         return web.json_response(body, headers={ENGINE_HEADER: jobs[0].served_by or FRONT})
 
     async def _stream_many(
-        self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream
+        self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
     ) -> web.StreamResponse:
         while not any(job.started for job in jobs):
             failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
@@ -255,14 +266,14 @@ class OpenAIRoutes:
             job.writer = asyncio.current_task()
             self.dispatcher.streams.add(job)
         try:
-            await self._relay_many(response, jobs, stream)
+            await self._relay_many(response, jobs, stream, prompts)
         finally:
             for job in jobs:
                 self.dispatcher.streams.discard(job)
         return response
 
     async def _relay_many(
-        self, response: web.StreamResponse, jobs: list[FrontJob], stream: ChoiceStream
+        self, response: web.StreamResponse, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
     ) -> None:
         """Every choice's events as they come; each choice's finish once it ends; then the
         usage and [DONE] once all have. An error ends the whole stream."""
@@ -284,7 +295,7 @@ class OpenAIRoutes:
                 pending += error_event(failed)
             elif done:
                 dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
-                pending += stream.closing(dones, 1)
+                pending += stream.closing(dones, prompts)
             for job in jobs:
                 job.writing_since = time.monotonic()
             try:

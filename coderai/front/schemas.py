@@ -282,8 +282,10 @@ class ResponseFormat(_Body):
         return {"type": "json_schema", "schema": schema, "strict": bool(self.json_schema.strict)}
 
 
-#: choices one request may ask for
+#: choices one request may ask for, and engine jobs (prompts times n) one completions
+#: request may start
 MAX_CHOICES = 16
+MAX_JOBS = 64
 
 
 class ChatRequest(_Sampling):
@@ -389,30 +391,34 @@ class CompletionRequest(_Sampling):
 
     def check(self) -> None:
         super().check()
-        prompt = self.one_prompt()
-        if not prompt and not isinstance(prompt, str):
-            raise InvalidRequest("prompt must not be an empty list of token ids", param="prompt")
-        if self.suffix and self.echo:
-            # which text would come back, the prompt or the prompt around the middle?
-            raise InvalidRequest("echo cannot be combined with suffix", param="echo")
-        if isinstance(prompt, list) and self.suffix:
-            raise InvalidRequest("suffix needs a text prompt, not token ids", param="suffix")
-        if isinstance(prompt, list) and self.echo:
-            raise InvalidRequest("echo needs a text prompt, not token ids", param="echo")
-
-    def one_prompt(self) -> str | list[int]:
-        """The prompt: a text or token ids, given alone or as a list of one."""
-        prompt = self.prompt
-        if isinstance(prompt, str) or is_token_ids(prompt):
-            return prompt
-        if len(prompt) != 1:
+        prompts = self.prompts()
+        if len(prompts) * self.n > MAX_JOBS:
             raise InvalidRequest(
-                "prompt must be a string, a list of token ids, or a list of one of either",
+                f"{len(prompts)} prompts with n={self.n} ask for more than {MAX_JOBS} choices",
                 param="prompt",
             )
-        first = prompt[0]
-        assert not isinstance(first, int)  # a list of ints is token ids, returned above
-        return first
+        for prompt in prompts:
+            if not prompt and not isinstance(prompt, str):
+                raise InvalidRequest(
+                    "prompt must not be an empty list of token ids", param="prompt"
+                )
+            if self.suffix and self.echo:
+                # which text would come back, the prompt or the prompt around the middle?
+                raise InvalidRequest("echo cannot be combined with suffix", param="echo")
+            if isinstance(prompt, list) and self.suffix:
+                raise InvalidRequest("suffix needs a text prompt, not token ids", param="suffix")
+            if isinstance(prompt, list) and self.echo:
+                raise InvalidRequest("echo needs a text prompt, not token ids", param="echo")
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts: a text or token ids, alone or in a list of several (each is its own
+        choice, or n of them, in order)."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or is_token_ids(prompt):
+            return [prompt]
+        if not prompt:
+            raise InvalidRequest("prompt must not be an empty list", param="prompt")
+        return [p for p in prompt if not isinstance(p, int)]
 
     def token_limit(self) -> int | None:
         return self.max_tokens

@@ -139,6 +139,29 @@ def test_echo_sends_the_prompt_back_ahead_of_the_completion(client: openai.OpenA
     assert events[0] == "Once" and "".join(events) == "Once" + text
 
 
+def test_several_prompts_with_n_choices_each_in_order(client: openai.OpenAI) -> None:
+    """Choice p * n + i is choice i of prompt p; a seeded request seeds choice i with
+    seed + i, so each prompt's choices differ and each can be computed."""
+    prompts = ["Once", "Twice", "Thrice"]
+    want = [
+        "".join(fake_tokens(p, 7 + i, 6)) for p in prompts for i in range(2)
+    ]  # fmt: skip
+    whole = client.completions.create(
+        model="fake", prompt=prompts, n=2, seed=7, max_tokens=6, echo=True
+    )
+    assert [c.index for c in whole.choices] == list(range(6))
+    assert [c.text for c in whole.choices] == [p + w for p, w in zip(
+        [p for p in prompts for _ in range(2)], want, strict=True)]  # fmt: skip
+    assert whole.usage is not None and whole.usage.completion_tokens == 36
+    streamed: dict[int, str] = {}
+    for chunk in client.completions.create(
+        model="fake", prompt=prompts, n=2, seed=7, max_tokens=6, stream=True
+    ):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert [streamed[i] for i in range(6)] == want
+
+
 def test_stop_sequence_ends_the_text_before_it(client: openai.OpenAI) -> None:
     full = "".join(fake_tokens("Once", 0, 24))
     stop = full[20:26]

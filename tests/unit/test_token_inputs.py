@@ -44,17 +44,23 @@ def _refused(model: Any, body: dict[str, Any]) -> InvalidRequest:
 # -- /v1/completions --------------------------------------------------------------------------
 @pytest.mark.parametrize("prompt", [[5, 0, 7], [[5, 0, 7]]])
 def test_a_prompt_of_token_ids_alone_or_in_a_list_of_one_is_token_ids(prompt: Any) -> None:
-    assert _completion(prompt=prompt).one_prompt() == [5, 0, 7]
+    assert _completion(prompt=prompt).prompts() == [[5, 0, 7]]
 
 
 @pytest.mark.parametrize("prompt", ["text", ["text"]])
 def test_a_text_prompt_alone_or_in_a_list_of_one_is_text(prompt: Any) -> None:
-    assert _completion(prompt=prompt).one_prompt() == "text"
+    assert _completion(prompt=prompt).prompts() == ["text"]
+
+
+def test_several_prompts_are_several_and_too_many_choices_are_refused() -> None:
+    assert _completion(prompt=["a", "b"]).prompts() == ["a", "b"]
+    assert _completion(prompt=[[1], [2, 3]]).prompts() == [[1], [2, 3]]
+    assert _refused(CompletionRequest, {"prompt": ["a"] * 9, "n": 8}).param == "prompt"
 
 
 @pytest.mark.parametrize(
     ("prompt", "said"),
-    [([], "a list of token ids"), ([[]], "empty list of token ids"), ([1, -1], "-1"),
+    [([], "empty list"), ([[]], "empty list of token ids"), ([1, -1], "-1"),
      ([1, 2**31], str(2**31)), ([True], "prompt"), ([1.0], "prompt"), ([1, "a"], "prompt")],
 )  # fmt: skip
 def test_a_prompt_that_is_no_token_ids_is_refused(prompt: Any, said: str) -> None:
@@ -81,7 +87,7 @@ def test_suffix_and_echo_need_a_text_prompt_and_exclude_each_other(
 
 
 def test_an_empty_suffix_asks_nothing() -> None:
-    assert _completion(prompt=[1, 2], suffix="").one_prompt() == [1, 2]
+    assert _completion(prompt=[1, 2], suffix="").prompts() == [[1, 2]]
 
 
 # -- /v1/embeddings ---------------------------------------------------------------------------
