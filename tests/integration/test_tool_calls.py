@@ -379,3 +379,47 @@ def test_what_cannot_be_honoured_is_a_400_naming_it(
     r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("backend", ["transformers", "llama.cpp"])
+def test_a_call_the_model_begins_is_finished_under_the_lazy_grammar(
+    tiny_models: tuple[Path, Path], backend: str
+) -> None:
+    """tool_choice auto: once the text shows a call beginning, the rest of the call is
+    constrained, so even a random model completes a call that validates."""
+    from coderai.bus.messages import Job, ModelSpec
+    from coderai.engine import structured
+    from coderai.engine.backends.base import END, PENDING, READING, LoadProgress, Sequence
+    from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+    from coderai.engine.backends.transformers_backend import TransformersBackend
+
+    hf, gguf = tiny_models
+    if backend == "transformers":
+        instance = TransformersBackend().load(
+            ModelSpec("t", str(hf), "transformers"), LoadProgress()
+        )
+    else:
+        instance = LlamaCppBackend().load(ModelSpec("t", str(gguf), "gguf"), LoadProgress())
+    job = Job(1, {}, "chat", messages=[{"role": "user", "content": "hi"}], tools=[SHORT],
+              tool_choice="auto", temperature=0, max_tokens=60)  # fmt: skip
+    seq = Sequence(job=job)
+    instance.start(seq)
+    seq.instance = instance
+    structured.prepare(seq, instance)
+    # the model's own words so far, as if it had written them: a call begins
+    began = structured.read(seq, 'Sure.<tool_call>\n{"name": "get_weather", "arg')
+    assert began.content == "Sure." and seq.lazy
+    arguments = ""
+    for _ in range(60):
+        result = instance.step([seq])[0]
+        if result is END:
+            break
+        if result is READING or result is PENDING:
+            continue
+        assert isinstance(result, str)
+        for delta in structured.read(seq, result).calls:
+            arguments += delta.arguments
+    instance.release(seq)
+    args = json.loads(arguments)
+    assert args["city"] in ("Paris", "Rome") and 1 <= args["days"] <= 9
+    assert seq.constraint is None, "the grammar ends with the call"

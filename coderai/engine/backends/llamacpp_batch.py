@@ -214,9 +214,15 @@ class LlamaCppBatchInstance(ModelInstance):
 
     def grammar_tokenizer(self) -> Any:
         if self._grammar_tokenizer is None:
+            import warnings
+
             import llguidance.llamacpp
 
-            self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self.vocab)
+            # llguidance reads token attributes through a llama_cpp alias that warns it is
+            # deprecated; the call is right for this pinned llama-cpp-python
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self.vocab)
         return self._grammar_tokenizer
 
     def release(self, seq: Sequence) -> None:
