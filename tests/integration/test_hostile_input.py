@@ -273,9 +273,16 @@ def test_a_developer_message_is_a_system_message_to_the_model(server: Server) ->
     [
         ({"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}, "function"),
         ({"role": "tool", "content": "42"}, "tool_call_id"),
-        ({"role": "user", "content": "hi", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-         "only an assistant"),
+        (
+            {
+                "role": "user",
+                "content": "hi",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            "only an assistant",
+        ),
         ({"role": "user", "content": "hi", "name": "bob"}, "name"),
         ({"role": "user", "content": [{"type": "input_text", "text": "x"}]}, "'input_text'"),
     ],
