@@ -9,8 +9,9 @@ Like with like: both sides decode the same prompt for `tokens` steps; the constr
 writes a JSON array of at least 64 short strings (it cannot end before `tokens`), the free
 side writes whatever it likes, and a side that ends early is measured over the tokens it
 wrote (the token counts are in the result). Prompt reading is excluded: the clock starts
-at the first token. What this does not show: a schema with large alternations (anyOf over many tools) costs more per mask; the
-first use of a model builds llguidance's view of its vocabulary (timed separately).
+at the first token. What this does not show: a schema with large alternations (anyOf over
+many tools) costs more per mask; the first use of a model builds llguidance's view of its
+vocabulary (timed separately).
 """
 
 from __future__ import annotations

@@ -27,9 +27,13 @@ FRONT = "front"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def error_response(error: CoderaiError, engine: str | None = None) -> web.Response:
+def error_response(
+    error: CoderaiError, engine: str | None = None, body: dict[str, Any] | None = None
+) -> web.Response:
+    """The error's status and headers, with its OpenAI envelope or another API's `body`."""
     headers = {ENGINE_HEADER: engine or FRONT, **error.headers()}
-    response = web.json_response(error.envelope(), status=error.status, headers=headers)
+    envelope = error.envelope() if body is None else body
+    response = web.json_response(envelope, status=error.status, headers=headers)
     if error.close_connection:
         response.force_close()
     return response
@@ -51,7 +55,7 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidRequest("the request body is nested too deeply") from None
 
 
-def _from_http_exception(exc: web.HTTPException) -> CoderaiError:
+def from_http_exception(exc: web.HTTPException) -> CoderaiError:
     error = CoderaiError(exc.reason)
     error.status = exc.status
     error.error_type = "invalid_request_error" if exc.status < 500 else "server_error"
@@ -70,7 +74,7 @@ def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None])
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = error_response(_from_http_exception(exc))
+            response = error_response(from_http_exception(exc))
         except HttpProcessingError as exc:
             response = error_response(UnreadableBody(f"bad request: {exc.message}"))
         except Exception:

@@ -37,6 +37,27 @@ def model_object(model_id: str) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderai"}
 
 
+def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
+    """A request's sampling, tool and logprob fields, which each of its jobs carries."""
+    fields: dict[str, Any] = dict(
+        max_tokens=req.token_limit(),
+        stop=req.stops(),
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logit_bias=req.logit_bias or {},
+        seed=req.seed,
+    )
+    if isinstance(req, ChatRequest):
+        fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs)
+    elif req.logprobs is not None:
+        fields.update(logprobs=True, top_logprobs=req.logprobs)
+    return fields
+
+
 #: how long a cut stream's client has to read its last event before the connection drops
 LAST_READ_SECONDS = 30.0
 
@@ -139,22 +160,7 @@ class OpenAIRoutes:
         echoes: list[str],
     ) -> web.StreamResponse:
         """Run a request's prompts (payloads: each one's job fields), n choices each."""
-        fields: dict[str, Any] = dict(
-            max_tokens=req.token_limit(),
-            stop=req.stops(),
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            min_p=req.min_p,
-            presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty,
-            logit_bias=req.logit_bias or {},
-            seed=req.seed,
-        )
-        if isinstance(req, ChatRequest):
-            fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs)
-        elif req.logprobs is not None:
-            fields.update(logprobs=True, top_logprobs=req.logprobs)
+        fields = job_fields(req)
         chat = kind == JobKind.CHAT
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
@@ -188,6 +194,15 @@ class OpenAIRoutes:
         finally:
             # the handler ends early only when the client went away (or a write failed)
             self.dispatcher.cancel(job)
+
+    def submit_chat(self, req: ChatRequest, entry: ModelEntry) -> FrontJob:
+        """One choice of a validated chat request, its output taken as pieces. The
+        Messages and Responses APIs translate their bodies into a ChatRequest and run
+        this: three wire formats, one internal job."""
+        messages = [m.for_template() for m in req.messages]
+        return self._submit(
+            entry, JobKind.CHAT, structured=True, messages=messages, **job_fields(req)
+        )
 
     def _submit_many(
         self,
