@@ -180,7 +180,7 @@ def test_invalid_body_is_400(server: Server) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"model": "fake", "messages": _user("x"), "n": 2}, "n"),
+        ({"model": "fake", "messages": _user("x"), "n": 17}, "n"),
         ({"model": "fake", "messages": []}, "messages"),
         ({"model": "fake", "messages": _user("x"), "temperature": 5}, "temperature"),
         ({"model": "fake", "messages": _user("x"), "max_tokens": 0}, "max_tokens"),

@@ -230,6 +230,9 @@ def test_tool_choice_required_on_smollm2_gives_20_valid_calls(client: openai.Ope
             messages=[{"role": "user", "content": prompt}],
             tools=[WEATHER],
             tool_choice="required",
+            # one call each: allowed several, a small model may go on calling until the
+            # token limit (parallel calls are tested with the scripted models)
+            parallel_tool_calls=False,
             temperature=0.7,
             seed=1,
             max_tokens=120,
@@ -244,9 +247,8 @@ def test_tool_choice_required_on_smollm2_gives_20_valid_calls(client: openai.Ope
         choice = answer.choices[0]
         assert choice.finish_reason == "tool_calls", choice
         calls = choice.message.tool_calls or []
-        assert calls and all(c.function.name == "get_weather" for c in calls)
-        for call in calls:
-            _valid_weather(call.function.arguments)
+        assert len(calls) == 1 and calls[0].function.name == "get_weather"
+        _valid_weather(calls[0].function.arguments)
 
 
 @pytest.mark.parametrize("model", ["smol", "tiny-hf", "tiny-gguf"])
