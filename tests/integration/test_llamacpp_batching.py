@@ -147,6 +147,30 @@ def test_a_prompt_that_begins_like_a_finished_one_reads_only_the_rest_and_answer
     assert [first[0], again[0], follow[0]] == [cold[0][0], cold[0][0], cold[1][0]]
 
 
+def test_sequences_that_arrive_together_with_one_prompt_read_it_once(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """n choices of one request: the first reads the prompt, the others wait for it and
+    copy its cells (no prefix cache involved), and each answers as the prompt alone does."""
+    prompt = "Servers answer requests " * 12
+    spec = model(tiny_models[1], prefix_cache_tokens=0)
+
+    async def run(count: int) -> list[tuple[str, Message | None]]:
+        async with engine() as eng:
+            for i in range(1, count + 1):
+                eng.scheduler.submit(job(i, spec, prompt))
+            await eng.finished(*range(1, count + 1))
+            return [(text_of(eng.sent, i), eng.ended(i)) for i in range(1, count + 1)]
+
+    alone = asyncio.run(run(1))[0]
+    together = asyncio.run(run(3))
+    first, *others = [done for _, done in together]
+    assert isinstance(first, Done) and first.cached_tokens == 0
+    for done in others:  # all but the last prompt token, whose logits each needs
+        assert isinstance(done, Done) and done.cached_tokens == done.prompt_tokens - 1
+    assert [text for text, _ in together] == [alone[0]] * 3
+
+
 def test_a_sequence_that_fits_only_later_waits_and_then_runs(
     tiny_models: tuple[Path, Path],
 ) -> None:

@@ -53,7 +53,7 @@ from coderai.engine.backends.base import (
 from coderai.engine.backends.llamacpp_sampler import SamplerChain
 from coderai.engine.chat_template import template_input, tool_format
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
-from coderai.engine.prefix_cache import PrefixCache
+from coderai.engine.prefix_cache import PrefixCache, common_prefix
 from coderai.errors import JobError
 
 #: the fewest prompt tokens read in a step while others decode (and before any is measured)
@@ -80,6 +80,10 @@ class _Slot:
     order: int = 0
     #: admitted at least once (a preempted sequence is admitted again)
     started: bool = False
+    #: an older sequence reading the same prompt, and how many of its tokens this one
+    #: copies once it has read them (n choices of one request share one prefill)
+    leader: _Slot | None = None
+    shared: int = 0
 
 
 @dataclass(eq=False)
@@ -310,6 +314,39 @@ class LlamaCppBatchInstance(ModelInstance):
             slot.seq.cached_tokens = slot.decoded
             if slot.decoded:
                 self.cache.count_hit(slot.decoded)
+        self._find_leader(slot)
+
+    def _find_leader(self, slot: _Slot) -> None:
+        """An older running sequence whose tokens begin as this one's do, further than any
+        kept prefix: this one waits for it to read them and copies its cells."""
+        slot.leader, slot.shared = None, 0
+        last = len(slot.tokens) - 1  # the last prompt token is read here: its logits
+        for other in self._slots:
+            if other is slot or not other.admitted or other.order > slot.order:
+                continue
+            shared = min(common_prefix(other.tokens, slot.tokens), last)
+            if shared >= MIN_CHUNK and shared > max(slot.decoded, slot.shared):
+                slot.leader, slot.shared = other, shared
+
+    def _follow(self, slot: _Slot) -> bool:
+        """Copy the leader's cells once it has read the shared tokens; True while this
+        sequence still waits for them."""
+        leader = slot.leader
+        if leader is None:
+            return False
+        if leader.seq.state is not leader or not leader.admitted:  # gone or preempted
+            slot.leader = None
+            return False
+        if leader.decoded < slot.shared:
+            return True
+        memory = self.context.memory
+        self._lib.llama_memory_seq_rm(memory, slot.seq_id, -1, -1)
+        self._lib.llama_memory_seq_cp(memory, leader.seq_id, slot.seq_id, 0, slot.shared)
+        gained = slot.shared - slot.decoded
+        slot.decoded, slot.leader = slot.shared, None
+        slot.seq.cached_tokens = max(slot.seq.cached_tokens, slot.shared)
+        self.cache.count_hit(gained)
+        return False
 
     def _grow(self, slot: _Slot) -> bool:
         held = self.ledger.holds(slot.seq_id)
@@ -359,6 +396,8 @@ class LlamaCppBatchInstance(ModelInstance):
             budget = min(budget, self._prompt_budget())
         reading = [s for s in slots if s.admitted and len(s.tokens) - s.decoded > 1]
         for slot in sorted(reading, key=lambda s: s.order):
+            if self._follow(slot):
+                continue
             if not budget:
                 break
             end = min(len(slot.tokens), slot.decoded + budget)
