@@ -397,6 +397,12 @@ class CompletionRequest(_Sampling):
                 f"{len(prompts)} prompts with n={self.n} ask for more than {MAX_JOBS} choices",
                 param="prompt",
             )
+        if self.echo and self.logprobs is not None:
+            # OpenAI then scores the prompt's tokens too, which the engines do not compute
+            raise InvalidRequest(
+                "logprobs with echo (the prompt's log-probabilities) is not supported",
+                param="logprobs",
+            )
         for prompt in prompts:
             if not prompt and not isinstance(prompt, str):
                 raise InvalidRequest(

@@ -220,3 +220,10 @@ def test_the_fake_models_token_id_prompt_reads_as_the_text_of_its_bytes() -> Non
 def test_the_fake_models_fim_prompt_holds_prompt_and_suffix() -> None:
     job = Job(1, MODEL, "completion", "def f(", suffix="  return x")
     assert job_prompt(job) == FIM_PROMPT.format(prompt="def f(", suffix="  return x")
+
+
+def test_logprobs_with_echo_is_refused_as_the_prompt_is_not_scored() -> None:
+    assert (
+        _refused(CompletionRequest, {"prompt": "a", "echo": True, "logprobs": 0}).param
+        == "logprobs"
+    )
