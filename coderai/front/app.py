@@ -9,12 +9,14 @@ from aiohttp import web
 
 from coderai.errors import NoEngine
 from coderai.front.admin_api import AdminRoutes, admin_auth
+from coderai.front.anthropic_api import AnthropicRoutes
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView, engine_views
 from coderai.front.http import error_boundary
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import OpenAIRoutes
+from coderai.front.responses_api import ResponsesRoutes
 from coderai.front.tokenize_api import TokenizeRoutes
 
 METRICS = web.AppKey("metrics", Metrics)
@@ -88,6 +90,8 @@ def build_app(
     openai = OpenAIRoutes(dispatcher, front.directory, front.metrics)
     openai.add_to(app)
     TokenizeRoutes(openai).add_to(app)
+    AnthropicRoutes(openai).add_to(app)
+    ResponsesRoutes(openai).add_to(app)
     AdminRoutes(front, catalogue_file, drain_grace).add_to(app)
     app.router.add_get("/healthz", front.healthz)
     app.router.add_get("/health", front.health)

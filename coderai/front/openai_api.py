@@ -409,7 +409,8 @@ class OpenAIRoutes:
                     job.writer.uncancel()
                     # a cut final write has already put its events and terminator in the
                     # buffer; otherwise the stream ends with the reason it was cut
-                    _abandon(request, response, b"" if outcome else error_event(_cut(job)))
+                    last = b"" if outcome else error_event(cut_reason(job))
+                    abandon_stream(request, response, last)
                     return
                 finally:
                     job.writing_since = None
@@ -419,7 +420,7 @@ class OpenAIRoutes:
             await job.wait()
 
 
-def _cut(job: FrontJob) -> CoderaiError:
+def cut_reason(job: FrontJob) -> CoderaiError:
     """Why a stream was cut: its error (stalled, shutting down), even when the engine's DONE
     arrived while the handler waited for the client."""
     if isinstance(job.outcome, CoderaiError):
@@ -427,7 +428,7 @@ def _cut(job: FrontJob) -> CoderaiError:
     return StreamStalled("the client stopped reading")
 
 
-def _abandon(request: web.Request, response: web.StreamResponse, last: bytes) -> None:
+def abandon_stream(request: web.Request, response: web.StreamResponse, last: bytes) -> None:
     """End a stream whose client stopped reading: its last event, if any, goes into the
     socket's buffer without waiting for room (aiohttp's write would wait), the connection
     closes once the client has read it, and is dropped if it has not within

@@ -36,7 +36,7 @@ class TokenizeRoutes:
             messages=messages,
             add_generation_prompt=req.add_generation_prompt,
         )
-        answer = _answer(job, outcome)
+        answer = tokens_answer(job, outcome)
         if isinstance(answer, CoderaiError):
             return error_response(answer, job.served_by)
         body = {"tokens": answer.ids, "count": len(answer.ids), "max_model_len": answer.context}
@@ -46,7 +46,7 @@ class TokenizeRoutes:
         req: DetokenizeRequest = parse(DetokenizeRequest, await read_json(request))
         entry = await self.openai.directory.resolve(req.model)
         job, outcome = await self.openai.answer(entry, JobKind.DETOKENIZE, prompt_ids=req.tokens)
-        answer = _answer(job, outcome)
+        answer = tokens_answer(job, outcome)
         if isinstance(answer, CoderaiError):
             return error_response(answer, job.served_by)
         return web.json_response(
@@ -54,7 +54,7 @@ class TokenizeRoutes:
         )
 
 
-def _answer(job: FrontJob, outcome: Outcome) -> Tokens | CoderaiError:
+def tokens_answer(job: FrontJob, outcome: Outcome) -> Tokens | CoderaiError:
     """What an ended tokenize or detokenize job answered, or why it has no answer."""
     if isinstance(outcome, CoderaiError):
         return outcome

@@ -1,0 +1,171 @@
+"""One chat job's output for the APIs that translate at the edge (Anthropic's Messages,
+OpenAI's Responses): collected whole, or relayed to the client as the API's own events.
+
+Chat completions keep their paths in openai_api.py (the plain-text template and several
+choices); these APIs ask for one choice and render their events through a `Renderer`.
+Their text deltas are template fills too (`EventTemplate`): JSON encoded once around
+stand-ins, so an event costs one string escape and a few concatenations. Tool-call,
+block and closing events are rarer and are built as dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from json.encoder import encode_basestring
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from coderai.bus.messages import Done
+from coderai.errors import CoderaiError
+from coderai.front.dispatcher import Dispatcher
+from coderai.front.http import ENGINE_HEADER, FRONT
+from coderai.front.jobs import FrontJob
+from coderai.front.openai_api import abandon_stream, cut_reason
+from coderai.front.output import Collected, Piece
+
+#: answers a request whose job failed before its first output, in the API's error shape
+Refuse = Callable[[CoderaiError, str | None], web.Response]
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse(name: str, obj: object) -> bytes:
+    """A named event, as both APIs frame them (their SDKs dispatch on the event line)."""
+    return b"event: " + name.encode() + b"\ndata: " + dumps(obj) + b"\n\n"
+
+
+class EventTemplate:
+    """An event encoded once around stand-in strings, filled per event. A text value
+    fills its stand-in as a JSON string, an int as a JSON number."""
+
+    def __init__(self, name: str, obj: dict[str, Any], *marks: str) -> None:
+        parts = [sse(name, obj)]
+        for mark in marks:  # in the order they appear in obj
+            before, after = parts.pop().split(dumps(mark), 1)
+            parts += [before, after]
+        self.parts = parts
+
+    def fill(self, *values: str | int) -> bytes:
+        out = self.parts[0]
+        for value, part in zip(values, self.parts[1:], strict=True):
+            encoded = encode_basestring(value) if isinstance(value, str) else str(value)
+            out += encoded.encode() + part
+        return out
+
+
+def texts_and_calls(items: list[str | Piece]) -> list[str | Piece]:
+    """Items in order with runs of text merged into one string, so that a client that
+    lagged gets one delta for what waited, not one per token."""
+    out: list[str | Piece] = []
+    for item in items:
+        text, calls = (item, None) if isinstance(item, str) else (item.text, item.calls)
+        if text:
+            if out and isinstance(out[-1], str):
+                out[-1] += text
+            else:
+                out.append(text)
+        if calls:
+            out.append(Piece(calls=calls))
+    return out
+
+
+class Renderer(Protocol):
+    """The events of one streamed answer in an API's own shape."""
+
+    def opening(self) -> bytes: ...
+
+    def items(self, items: list[str | Piece]) -> bytes: ...
+
+    def closing(self, done: Done) -> bytes: ...
+
+    def error(self, error: CoderaiError) -> bytes: ...
+
+
+async def collect(job: FrontJob) -> Collected:
+    """A whole answer: everything the job produced, once it has ended."""
+    got = Collected()
+    while True:
+        for item in job.take_items():
+            got.add(item)
+        if job.outcome is not None:
+            return got
+        await job.wait()
+
+
+async def stream(
+    request: web.Request,
+    dispatcher: Dispatcher,
+    job: FrontJob,
+    renderer: Renderer,
+    refuse: Refuse,
+) -> web.StreamResponse:
+    # Headers wait for the first output: until then an error can still be a status code
+    # (a full queue, an unknown model on the engine, a prompt too long).
+    while not job.started and job.outcome is None:
+        await job.wait()
+    if isinstance(job.outcome, CoderaiError):
+        return refuse(job.outcome, job.served_by)
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            ENGINE_HEADER: job.served_by or FRONT,
+        }
+    )
+    await response.prepare(request)
+    job.writer = asyncio.current_task()
+    dispatcher.streams.add(job)
+    try:
+        await _relay(request, response, dispatcher, job, renderer)
+    finally:
+        dispatcher.streams.discard(job)
+    return response
+
+
+async def _relay(
+    request: web.Request,
+    response: web.StreamResponse,
+    dispatcher: Dispatcher,
+    job: FrontJob,
+    renderer: Renderer,
+) -> None:
+    pending = renderer.opening()
+    while True:
+        items = job.take_items()
+        if items:
+            if job.held:  # the client caught up with what was held for it
+                dispatcher.resume(job)
+            pending += renderer.items(items)
+        outcome = job.outcome
+        if isinstance(outcome, Done):
+            pending += renderer.closing(outcome)
+        elif isinstance(outcome, CoderaiError):
+            pending += renderer.error(outcome)
+        if pending:
+            # the dispatcher's reaper interrupts a write that waits past the stall timeout
+            job.writing_since = time.monotonic()
+            try:
+                if outcome is None:
+                    await response.write(pending)
+                else:
+                    await response.write_eof(pending)
+            except asyncio.CancelledError:
+                if not job.interrupted:
+                    raise  # the client went away
+                assert job.writer is not None
+                job.writer.uncancel()
+                last = b"" if outcome else renderer.error(cut_reason(job))
+                abandon_stream(request, response, last)
+                return
+            finally:
+                job.writing_since = None
+            pending = b""
+        if outcome is not None:
+            return
+        await job.wait()

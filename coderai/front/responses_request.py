@@ -1,0 +1,287 @@
+"""OpenAI's Responses API request (POST /v1/responses, `store: false`), validated at the
+edge and translated into the chat request that chat completions run: `instructions`
+becomes the system message, message items messages, `function_call` items an
+assistant's `tool_calls`, `function_call_output` items `tool` messages, function tools
+chat's function tools and `text.format` a `response_format`.
+
+Nothing is stored, so nothing refers back to an earlier response: `previous_response_id`,
+`conversation`, `store: true` and `background` are refused with a 400 naming them, as is
+every other parameter this server does not build. Accepted as asking nothing:
+`user`, `safety_identifier`, `prompt_cache_key` (the prefix cache needs no key),
+`stream_options` (deltas are not padded), `service_tier` `auto`/`default`; `metadata`
+is sent back on the response, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from coderai.errors import InvalidRequest
+from coderai.front.schemas import Text, TokenCount
+from coderai.front.translation import Body, asks_nothing
+
+#: OpenAI's rule for a function's name
+_FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class TextPart(Body):
+    """Text in an item: the user's (`input_text`) or an earlier answer's (`output_text`,
+    whose annotations and logprobs describe it and ask nothing)."""
+
+    type: Literal["input_text", "output_text"]
+    text: Text
+
+
+class RefusalPart(Body):
+    """An earlier answer's refusal, read as its text (as in chat completions)."""
+
+    type: Literal["refusal"]
+    refusal: Text
+
+
+Part = Annotated[TextPart | RefusalPart, Field(discriminator="type")]
+#: parts that carry what these models cannot read, by what they are
+_NOT_TEXT = {"input_image": "an image", "input_file": "a file", "input_audio": "audio"}
+
+
+def _parts(parts: str | list[Part]) -> str | list[dict[str, Any]]:
+    """Content in chat's shape: a text, or text parts that the chat path joins."""
+    if isinstance(parts, str):
+        return parts
+    return [
+        {"type": "text", "text": p.text} if isinstance(p, TextPart)
+        else {"type": "refusal", "refusal": p.refusal}
+        for p in parts
+    ]  # fmt: skip
+
+
+class MessageItem(Body):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: Text | list[Part]
+
+
+class FunctionCallItem(Body):
+    """A call the model made earlier, sent back with the conversation."""
+
+    type: Literal["function_call"]
+    call_id: Text = Field(min_length=1)
+    name: Text = Field(min_length=1)
+    arguments: Text
+
+
+class FunctionCallOutputItem(Body):
+    """What the client's function answered to a call."""
+
+    type: Literal["function_call_output"]
+    call_id: Text = Field(min_length=1)
+    output: Text | list[TextPart]
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
+
+
+Item = Annotated[
+    MessageItem | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+]
+
+
+def _readable_items(items: object, model: object) -> None:
+    """An item or part this server cannot read is refused by what it is and where, before
+    pydantic would name it by a schema path. A message item may leave out its type: it is
+    filled in, for the discriminator."""
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            continue
+        kind = item.setdefault("type", "message") if "role" in item else item.get("type")
+        if kind not in ("message", "function_call", "function_call_output"):
+            raise InvalidRequest(
+                f"input[{i}] is a {kind!r} item; this server takes message, function_call"
+                " and function_call_output items",
+                param=f"input[{i}]",
+            )
+        content = item.get("content", item.get("output"))
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            what = _NOT_TEXT.get(str(part.get("type")) if isinstance(part, dict) else "")
+            if what is not None:
+                raise InvalidRequest(
+                    f"input[{i}].content[{j}] is {what}; model {model!r} takes text only",
+                    param=f"input[{i}].content[{j}]",
+                )
+
+
+class FunctionTool(Body):
+    type: Literal["function"]
+    name: Annotated[str, Field(pattern=_FUNCTION_NAME)]
+    description: Text | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_function(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind != "function":
+            raise ValueError(f"a {kind!r} tool; this server runs function tools only")
+        return data
+
+    def for_chat(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": self.model_dump(exclude={"type"}, exclude_none=True),
+        }
+
+    def echo(self) -> dict[str, Any]:
+        """The tool as the response lists it."""
+        return {**self.model_dump(), "strict": bool(self.strict)}
+
+
+class FunctionChoice(Body):
+    type: Literal["function"]
+    name: Text
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_function(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind != "function":
+            raise ValueError(f"a {kind!r} tool choice; this server runs function tools only")
+        return data
+
+
+class FormatText(Body):
+    type: Literal["text"]
+
+
+class FormatJsonObject(Body):
+    type: Literal["json_object"]
+
+
+class FormatJsonSchema(Body):
+    type: Literal["json_schema"]
+    name: Annotated[str, Field(pattern=_FUNCTION_NAME)]
+    #: `schema` shadows a pydantic BaseModel attribute, hence the alias
+    json_schema: dict[str, Any] = Field(alias="schema")
+    description: Text | None = None
+    strict: bool | None = None
+
+
+Format = Annotated[FormatText | FormatJsonObject | FormatJsonSchema, Field(discriminator="type")]
+
+
+class TextConfig(Body):
+    format: Format | None = None
+    verbosity: Literal["medium"] | None = None
+
+    def echo(self) -> dict[str, Any]:
+        fmt = self.format.model_dump(by_alias=True, exclude_none=True) if self.format else None
+        return {"format": fmt or {"type": "text"}, "verbosity": "medium"}
+
+
+#: the Responses API's parameters this server does not build, with the values that ask
+#: nothing of it
+NOT_BUILT = {
+    "background": asks_nothing(False),
+    "conversation": asks_nothing(),
+    "prompt": asks_nothing(),
+    "reasoning": asks_nothing(),
+    "include": asks_nothing([]),
+    "max_tool_calls": asks_nothing(),
+    "top_logprobs": asks_nothing(0),
+    "truncation": asks_nothing("disabled"),
+    "service_tier": asks_nothing("auto", "default"),
+    "store": asks_nothing(False),
+}
+STORED = (
+    "previous_response_id needs stored responses, which this server does not keep;"
+    " send the whole conversation as input, with store: false"
+)
+
+
+class ResponsesRequest(Body):
+    model: Text = Field(min_length=1)
+    input: Text | Annotated[list[Item], Field(min_length=1)]
+    instructions: Text | None = None
+    tools: list[FunctionTool] = Field(default_factory=list)
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    max_output_tokens: TokenCount | None = None
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    stream: bool = False
+    metadata: dict[str, Text] | None = Field(None, max_length=16)
+    user: Text | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _readable(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if data.get("previous_response_id") is not None:
+                raise InvalidRequest(STORED, param="previous_response_id")
+            _readable_items(data.get("input"), data.get("model"))
+        return data
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.instructions:
+            out.append({"role": "system", "content": self.instructions})
+        if isinstance(self.input, str):
+            return [*out, {"role": "user", "content": self.input}]
+        for item in self.input:
+            if isinstance(item, MessageItem):
+                out.append({"role": item.role, "content": _parts(item.content)})
+            elif isinstance(item, FunctionCallOutputItem):
+                out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+            else:
+                _add_call(out, item)
+        return out
+
+    def chat_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self.chat_messages(),
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "stream": self.stream,
+        }
+        if self.max_output_tokens is not None:
+            body["max_tokens"] = self.max_output_tokens
+        if self.tools:
+            body["tools"] = [tool.for_chat() for tool in self.tools]
+        if isinstance(self.tool_choice, FunctionChoice):
+            body["tool_choice"] = {"type": "function", "function": {"name": self.tool_choice.name}}
+        elif self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        fmt = self.text.format if self.text else None
+        if isinstance(fmt, FormatJsonSchema):
+            spec = fmt.model_dump(by_alias=True, exclude={"type"}, exclude_none=True)
+            body["response_format"] = {"type": "json_schema", "json_schema": spec}
+        elif fmt is not None:
+            body["response_format"] = {"type": fmt.type}
+        return body
+
+    def tool_choice_echo(self) -> str | dict[str, Any]:
+        if isinstance(self.tool_choice, FunctionChoice):
+            return self.tool_choice.model_dump()
+        return self.tool_choice or "auto"
+
+
+def _add_call(messages: list[dict[str, Any]], item: FunctionCallItem) -> None:
+    """A call joins the assistant message before it (its text, or the calls it made in
+    the same turn), as one chat message carries a turn's text and calls."""
+    call = {
+        "id": item.call_id,
+        "type": "function",
+        "function": {"name": item.name, "arguments": item.arguments},
+    }
+    if not messages or messages[-1]["role"] != "assistant":
+        messages.append({"role": "assistant", "content": None})
+    messages[-1].setdefault("tool_calls", []).append(call)
+
+
+#: chat completions' names in the checks of a translated body, and the Responses API's
+RENAMES = [(".function.parameters", ".parameters"), ("response_format", "text.format")]
