@@ -277,23 +277,30 @@ class OpenAIRoutes:
             }
         )
         await response.prepare(request)
+        # every choice's output is held back while the client lags (writer); the first job
+        # stands for the stream with the stall reaper, which interrupts the one handler once
         for job in jobs:
             job.writer = asyncio.current_task()
-            self.dispatcher.streams.add(job)
+        self.dispatcher.streams.add(jobs[0])
         try:
-            await self._relay_many(response, jobs, stream, prompts)
+            await self._relay_many(request, response, jobs, stream, prompts)
         finally:
-            for job in jobs:
-                self.dispatcher.streams.discard(job)
+            self.dispatcher.streams.discard(jobs[0])
         return response
 
     async def _relay_many(
-        self, response: web.StreamResponse, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        jobs: list[FrontJob],
+        stream: ChoiceStream,
+        prompts: int,
     ) -> None:
         """Every choice's events as they come; each choice's finish once it ends; then the
         usage and [DONE] once all have. An error ends the whole stream."""
         pending = stream.opening()
         finished: set[int] = set()
+        lead = jobs[0]
         while True:
             for i, job in enumerate(jobs):
                 items = job.take_items()
@@ -311,19 +318,26 @@ class OpenAIRoutes:
             elif done:
                 dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
                 pending += stream.closing(dones, prompts)
-            for job in jobs:
-                job.writing_since = time.monotonic()
-            try:
-                if done:
-                    await response.write_eof(pending)
+            if pending:
+                lead.writing_since = time.monotonic()
+                try:
+                    if done:
+                        await response.write_eof(pending)
+                    else:
+                        await response.write(pending)
+                except asyncio.CancelledError:
+                    if not lead.interrupted:
+                        raise  # the client went away
+                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                    last = b"" if done else error_event(cut_reason(lead))
+                    abandon_stream(request, response, last)
                     return
-                if pending:
-                    await response.write(pending)
-            finally:
-                for job in jobs:
-                    job.writing_since = None
-            pending = b""
-            await jobs[0].wait()
+                finally:
+                    lead.writing_since = None
+                pending = b""
+            if done:
+                return
+            await lead.wait()
 
     async def _whole(
         self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str
