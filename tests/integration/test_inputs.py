@@ -18,7 +18,7 @@ from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.backends.llamacpp_batch import LlamaCppBatchInstance
 from coderai.engine.backends.transformers_backend import TransformersBackend, TransformersInstance
 from coderai.tinymodel import CONTEXT, FIM_TOKENS, build
-from tests.support.server import Server
+from tests.support.server import Server, openai_client, running
 
 PROMPT = "The quick brown fox"
 #: a fill-in-the-middle request: the code before the gap, and after it
@@ -46,22 +46,14 @@ def server(
         {"id": "fim-hf", "path": str(fim_hf)},
         {"id": "fim-gguf", "path": str(fim_gguf), "options": GGUF_OPTIONS},
     ]
-    srv = Server(
-        tmp_path_factory.mktemp("inputs"),
-        {"engines": 1},
-        models,
-        env={"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))},
-    )
-    try:
-        srv.wait_ready(1)
+    cache = tmp_path_factory.mktemp("cache")
+    with running(tmp_path_factory.mktemp("inputs"), models, cache) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
 def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
+    with openai_client(server) as c:
         yield c
 
 

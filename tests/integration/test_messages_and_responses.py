@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from coderai.defaults import embedded_gguf
-from tests.support.server import Server
+from tests.support.server import Server, openai_client, running
 
 ARGS = {"city": "Paris", "days": 3}
 HERMES = "Let me check.<tool_call>\n" + json.dumps({"name": "get_weather", "arguments": ARGS})
@@ -64,17 +64,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         },
         {"id": "smol", "path": str(smol)},
     ]
-    srv = Server(
-        tmp_path_factory.mktemp("edge"),
-        {"engines": 1},
-        models,
-        env={"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))},
-    )
-    try:
-        srv.wait_ready(1)
+    cache = tmp_path_factory.mktemp("cache")
+    with running(tmp_path_factory.mktemp("edge"), models, cache) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
@@ -85,7 +77,7 @@ def claude(server: Server) -> Iterator[anthropic.Anthropic]:
 
 @pytest.fixture
 def oai(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0) as c:
+    with openai_client(server) as c:
         yield c
 
 

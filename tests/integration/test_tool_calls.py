@@ -18,7 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletionToolParam
 
 from coderai.defaults import embedded_gguf
-from tests.support.server import Server
+from tests.support.server import Server, openai_client, running
 
 ARGS = {"city": 'Paris, "FR" {x}', "days": 3}
 CALL = json.dumps({"name": "get_weather", "arguments": ARGS})
@@ -94,22 +94,13 @@ def server(
         {"id": "smol", "path": str(smol)},
     ]
     cache = tmp_path_factory.mktemp("cache")
-    srv = Server(
-        tmp_path_factory.mktemp("tools"),
-        {"engines": 1, "max_parallel_requests": 16},
-        models,
-        env={"CODERAI_CACHE_DIR": str(cache)},
-    )
-    try:
-        srv.wait_ready(1)
+    with running(tmp_path_factory.mktemp("tools"), models, cache, max_parallel_requests=16) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
 def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
+    with openai_client(server) as c:
         yield c
 
 

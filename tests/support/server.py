@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +144,24 @@ class Server:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     psutil.Process(pid).kill()
         self._log.close()
+
+
+@contextlib.contextmanager
+def running(
+    folder: Path, models: list[dict[str, Any]], cache: Path, **server: Any
+) -> Iterator[Server]:
+    """A test module's server: one engine serving `models` (converted GGUF weights cached
+    in `cache`), ready when entered, stopped on leaving."""
+    srv = Server(folder, {"engines": 1, **server}, models, env={"CODERAI_CACHE_DIR": str(cache)})
+    try:
+        srv.wait_ready(1)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def openai_client(srv: Server) -> Any:
+    """The official client against a server, failing at once (no retries)."""
+    import openai
+
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
