@@ -19,7 +19,7 @@ from aiohttp import web
 
 from coderai.bus.messages import Done, FinishReason
 from coderai.errors import CoderaiError
-from coderai.front.event_relay import EventTemplate, sse, texts_and_calls
+from coderai.front.event_relay import EventTemplate, render, sse
 from coderai.front.http import error_response
 from coderai.front.output import CallPiece, Collected, Piece
 
@@ -133,14 +133,7 @@ class MessageStream:
         return sse("message_start", {"type": "message_start", "message": message})
 
     def items(self, items: list[str | Piece]) -> bytes:
-        out = b""
-        for item in texts_and_calls(items):
-            if isinstance(item, str):
-                out += self._text(item)
-            else:
-                for call in item.calls:
-                    out += self._call(call)
-        return out
+        return render(items, self._text, self._call)
 
     def _text(self, text: str) -> bytes:
         out = b""

@@ -25,7 +25,7 @@ from coderai.front.dispatcher import Dispatcher
 from coderai.front.http import ENGINE_HEADER, FRONT
 from coderai.front.jobs import FrontJob
 from coderai.front.openai_api import abandon_stream, cut_reason
-from coderai.front.output import Collected, Piece
+from coderai.front.output import CallPiece, Collected, Piece
 
 #: answers a request whose job failed before its first output, in the API's error shape
 Refuse = Callable[[CoderaiError, str | None], web.Response]
@@ -72,6 +72,20 @@ def texts_and_calls(items: list[str | Piece]) -> list[str | Piece]:
                 out.append(text)
         if calls:
             out.append(Piece(calls=calls))
+    return out
+
+
+def render(
+    items: list[str | Piece], text: Callable[[str], bytes], call: Callable[[CallPiece], bytes]
+) -> bytes:
+    """A renderer's events for what arrived: its text events and its call events, in order."""
+    out = b""
+    for item in texts_and_calls(items):
+        if isinstance(item, str):
+            out += text(item)
+        else:
+            for piece in item.calls:
+                out += call(piece)
     return out
 
 

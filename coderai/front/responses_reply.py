@@ -15,7 +15,7 @@ from typing import Any
 from coderai.bus.messages import Done, FinishReason
 from coderai.errors import CoderaiError
 from coderai.front.choices import call_id
-from coderai.front.event_relay import EventTemplate, sse, texts_and_calls
+from coderai.front.event_relay import EventTemplate, render, sse
 from coderai.front.output import CallPiece, Collected, Piece
 from coderai.front.responses_request import ResponsesRequest
 
@@ -133,14 +133,7 @@ class ResponseStream:
         )
 
     def items(self, items: list[str | Piece]) -> bytes:
-        out = b""
-        for item in texts_and_calls(items):
-            if isinstance(item, str):
-                out += self._text(item)
-            else:
-                for call in item.calls:
-                    out += self._call_delta(call)
-        return out
+        return render(items, self._text, self._call_delta)
 
     def _where(self) -> dict[str, Any]:
         assert self._item is not None
