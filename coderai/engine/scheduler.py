@@ -335,6 +335,8 @@ class Scheduler:
             self._finish(seq, FinishReason.LENGTH)
             return
         self._emit(seq, text)
+        if seq.parser is not None and seq.parser.done:  # parallel_tool_calls false
+            self._finish(seq, FinishReason.STOP)
 
     def _emit(self, seq: Sequence, text: str, end: bool = False) -> None:
         """A delta is the text itself, or, for a sequence with tool calls or logprobs, a

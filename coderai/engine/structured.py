@@ -51,7 +51,8 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
                 instance, grammar.named_grammar(_tool(job.tools, job.tool_name))
             )
         else:
-            seq.parser = ToolCallParser("auto", instance.tool_format)
+            single = not job.parallel_tool_calls
+            seq.parser = ToolCallParser("auto", instance.tool_format, single=single)
             seq.render_special = True
     except grammar.GrammarError as exc:
         raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None

@@ -180,10 +180,14 @@ def _unescape(raw: str) -> str:
 class ToolCallParser:
     """Feed it a completion's text in pieces; it says what is content and what is a call."""
 
-    def __init__(self, mode: str, fmt: str = "hermes", name: str = "") -> None:
+    def __init__(
+        self, mode: str, fmt: str = "hermes", name: str = "", single: bool = False
+    ) -> None:
         #: "auto" (the model's own format), "calls" (required) or "arguments" (named)
         self.mode = mode
         self.format = fmt
+        #: parallel_tool_calls false: the output ends with its first call
+        self.single = single
         #: calls ended, and whether any call began (the finish reason is then tool_calls)
         self.calls = 0
         self.called = False
@@ -195,6 +199,11 @@ class ToolCallParser:
             self._body = _Body(0, 2)
         elif mode == "arguments":
             self._body = _Body(0, 0, name)
+
+    @property
+    def done(self) -> bool:
+        """Nothing more is to be read: a single call has ended."""
+        return self.single and self.calls >= 1
 
     @property
     def in_call(self) -> bool:
@@ -210,10 +219,17 @@ class ToolCallParser:
             if self._body is not None:
                 self._body.feed(data[i], out.calls)
                 i += 1
+                if self._body.level == 2:  # calls of an array end one by one
+                    self.calls = self._body.index
+                if self.done:  # what follows a single call is not read
+                    self._body = None
+                    break
                 if self._body.done:
                     self.calls = self._body.index if self._body.level else 1
                     self._body = None
                     self._after = self.format == "hermes" and self.mode == "auto"
+                    if self.done:
+                        break
                 continue
             i = self._outside(data, i, out)
             if i < 0:  # a possible marker prefix: held

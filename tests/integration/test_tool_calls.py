@@ -157,6 +157,20 @@ def test_auto_calls_in_each_format_streamed_and_whole(
     assert json.loads(streamed[0]["arguments"]) == ARGS
 
 
+def test_parallel_tool_calls_false_ends_the_answer_with_its_first_call(
+    client: openai.OpenAI,
+) -> None:
+    for stream in (False, True):
+        if stream:
+            _, calls, finish = _streamed(client, "mistral", tools=TOOLS, parallel_tool_calls=False)
+            names = [calls[i]["name"] for i in sorted(calls)]
+        else:
+            choice = _ask(client, "mistral", tools=TOOLS, parallel_tool_calls=False).choices[0]
+            names = [c.function.name for c in choice.message.tool_calls or []]
+            finish = choice.finish_reason
+        assert names == ["get_weather"] and finish == "tool_calls"
+
+
 def test_text_without_a_call_is_content_and_tool_choice_none_parses_nothing(
     client: openai.OpenAI,
 ) -> None:

@@ -104,3 +104,11 @@ def test_a_call_is_started_and_its_text_so_far_reported_once() -> None:
     out = parser.feed('Hi <tool_call>{"na')
     assert out.began == '{"na' and out.content == "Hi "
     assert parser.feed('me": "x", ').began is None
+
+
+def test_a_single_call_parser_is_done_after_its_first_call() -> None:
+    for fmt, text in (("hermes", TWO), ("mistral", f"[TOOL_CALLS][{BODY}, {BODY}]")):
+        parser = ToolCallParser("auto", fmt, single=True)
+        out = parser.feed(text)  # both calls in one piece: the second is not read
+        assert parser.done and {d.index for d in out.calls} == {0}
+    assert not ToolCallParser("auto", "hermes").done
