@@ -392,8 +392,7 @@ class Dispatcher:
                 raise BusProtocolError("TOKENS ids must be integers")
             job = record.jobs.get(msg.job_id)
             if job is not None:
-                # the job's one answer, kept whole where an embedding job's vectors go
-                job.vectors = [msg]
+                job.tokens = msg
         elif isinstance(msg, Done):
             self._ended(record, msg.job_id, msg)
         elif isinstance(msg, Fail):

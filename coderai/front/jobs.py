@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from coderai.bus.messages import Done, Job
+from coderai.bus.messages import Done, Job, Tokens
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
 from coderai.front.output import Piece
@@ -43,8 +43,9 @@ class FrontJob:
     #: the client went away; output is dropped until the engine confirms the cancel
     abandoned: bool = False
     outcome: Outcome | None = None
-    #: an embedding job's vectors, which arrive just before its DONE
+    #: an embedding job's vectors, or a tokenize job's answer, which arrive before its DONE
     vectors: list[Any] | None = None
+    tokens: Tokens | None = None
     #: engines that died while this job ran on them, in order
     lost_on: list[str] = field(default_factory=list)
     #: its engine was told to hold it until the client catches up

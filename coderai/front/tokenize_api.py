@@ -58,7 +58,7 @@ def tokens_answer(job: FrontJob, outcome: Outcome) -> Tokens | CoderaiError:
     """What an ended tokenize or detokenize job answered, or why it has no answer."""
     if isinstance(outcome, CoderaiError):
         return outcome
-    answer = job.vectors[0] if job.vectors else None
+    answer = job.tokens
     if not isinstance(answer, Tokens):  # a DONE without its TOKENS: an engine's fault
         return EngineFailed(f"engine {job.served_by} ended the job without its answer")
     return answer
