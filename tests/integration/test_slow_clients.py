@@ -112,6 +112,30 @@ def test_a_client_that_stops_reading_gets_an_error_event_and_frees_its_slot(
     assert events(data)[-1]["error"]["code"] == "stream_stalled"
 
 
+def test_a_stalled_client_of_several_choices_gets_an_error_event_and_frees_every_slot(
+    start_server: StartServer,
+) -> None:
+    """n choices stream through one handler: each is held past the backlog, and when the
+    client reads nothing past the stall deadline every choice's slot is freed."""
+    srv = start_server({"stream_stall_timeout": 3.0, "stream_backlog_chars": BACKLOG,
+                        "max_parallel_requests": 3}, [FAST])  # fmt: skip
+    sock = open_stream(srv, {**BODY, "n": 2})
+    try:
+        wait_for(lambda: free_slots(srv) == 1)
+        wait_for(lambda: holds(srv) >= 2)
+        wait_for(lambda: "its client read nothing" in srv.log(), timeout=3.0 * 4 + 5)
+        wait_for(lambda: free_slots(srv) == 3)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.settimeout(20)
+        data = b""
+        while chunk := sock.recv(1 << 16):
+            data += chunk
+    finally:
+        sock.close()
+    assert data.endswith(b"\r\n0\r\n\r\n")
+    assert events(data)[-1]["error"]["code"] == "stream_stalled"
+
+
 def test_a_whole_response_is_never_held(start_server: StartServer) -> None:
     """A non-streamed answer takes its text as it arrives, however much comes at once; a
     hold would have nobody to resume it."""
