@@ -175,6 +175,8 @@ class Done(Message):
     completion_tokens: int
     #: prompt tokens read from the prefix cache instead of being computed
     cached_tokens: int = 0
+    #: the stop string that ended the text ("" if none did; Anthropic's clients read it)
+    stop_sequence: str = ""
 
 
 @dataclass(frozen=True, slots=True)

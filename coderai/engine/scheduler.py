@@ -412,6 +412,7 @@ class Scheduler:
                 seq.prompt_tokens,
                 seq.completion_tokens,
                 seq.cached_tokens,
+                seq.stopper.matched,
             )
         )
 

@@ -11,14 +11,17 @@ class StopMatcher:
     def __init__(self, stops: list[str]) -> None:
         self.stops = [s for s in stops if s]
         self.held = ""
+        #: the stop string that ended the text, once one has
+        self.matched = ""
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Returns (text safe to emit, whether a stop string was reached)."""
         if not self.stops:
             return text, False
         buf = self.held + text
-        cut = min((i for i in (buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(at, stop) for stop in self.stops if (at := buf.find(stop)) >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda hit: hit[0])
             self.held = ""
             return buf[:cut], True
         keep = _longest_partial(buf, self.stops)

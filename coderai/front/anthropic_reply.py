@@ -4,9 +4,8 @@ error shape, rendered from one chat job's output.
 Tool-use ids are made here, as chat completions' call ids are (choices.py): engines never
 deal in wire ids.
 
-`stop_sequence` is always null and a stop sequence ends the turn as `end_turn`: the engine
-reports that a stop was reached (finish reason "stop", as at the end of the model's
-turn), not which one, and the stop text is never sent, so the front cannot tell.
+A stop sequence ends the turn as `stop_sequence`, naming it (the engine's DONE says which
+one matched).
 """
 
 from __future__ import annotations
@@ -30,6 +29,14 @@ STOP_REASONS: dict[str, str] = {
     # the client is gone; no one reads it
     FinishReason.CANCELLED: "end_turn",
 }
+
+
+def stop_of(done: Done) -> dict[str, Any]:
+    """stop_reason and stop_sequence: a matched stop string is Anthropic's stop_sequence."""
+    if done.stop_sequence:
+        return {"stop_reason": "stop_sequence", "stop_sequence": done.stop_sequence}
+    return {"stop_reason": STOP_REASONS.get(done.finish_reason, "end_turn"), "stop_sequence": None}
+
 
 #: Anthropic's error type for each status this server answers with
 _ERROR_TYPES = {
@@ -101,8 +108,7 @@ def whole(msg_id: str, model: str, got: Collected, done: Done) -> dict[str, Any]
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP_REASONS.get(done.finish_reason, "end_turn"),
-        "stop_sequence": None,
+        **stop_of(done),
         "usage": usage(done),
     }
 
@@ -169,8 +175,7 @@ class MessageStream:
         return sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
 
     def closing(self, done: Done) -> bytes:
-        delta = {"stop_reason": STOP_REASONS.get(done.finish_reason, "end_turn"),
-                 "stop_sequence": None}  # fmt: skip
+        delta = stop_of(done)
         return (
             self._stop()
             + sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage(done)})

@@ -99,6 +99,20 @@ def test_messages_create_answers_with_text(claude: anthropic.Anthropic) -> None:
     assert message.usage.output_tokens == 12 and message.usage.input_tokens > 0
 
 
+def test_a_stop_sequence_is_named_as_the_stop_reason(claude: anthropic.Anthropic) -> None:
+    stops = ["nowhere", "check"]
+    message = claude.messages.create(
+        model="hermes", max_tokens=200, messages=ASK, stop_sequences=stops
+    )
+    assert message.stop_reason == "stop_sequence" and message.stop_sequence == "check"
+    assert message.content[0].type == "text" and message.content[0].text == "Let me "
+    with claude.messages.stream(
+        model="hermes", max_tokens=200, messages=ASK, stop_sequences=stops
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == "check"
+
+
 def test_messages_create_with_a_tool_gives_text_and_a_tool_use(
     claude: anthropic.Anthropic,
 ) -> None:

@@ -41,3 +41,10 @@ def test_the_earliest_of_several_stops_wins() -> None:
 
 def test_empty_stop_strings_are_ignored() -> None:
     assert feed_all(StopMatcher([""]), ["abc"]) == ("abc", False)
+
+
+def test_the_stop_that_matched_first_is_named() -> None:
+    matcher = StopMatcher(["zz", "b"])
+    assert feed_all(matcher, ["a", "bzz"]) == ("a", True)
+    assert matcher.matched == "b"
+    assert StopMatcher(["x"]).matched == ""
