@@ -118,4 +118,4 @@ def test_a_tokens_answer_is_kept_for_its_job_and_one_with_ids_not_integers_is_dr
 
     dispatcher, job = asyncio.run(scenario())
     assert dispatcher.dropped_frames == 1
-    assert job.vectors == [Tokens(1, ids=[104, 105], context=8)]
+    assert job.tokens == Tokens(1, ids=[104, 105], context=8)
