@@ -34,21 +34,57 @@ def _tool_parameters(tool: dict[str, Any]) -> dict[str, Any]:
     return params if isinstance(params, dict) else {"type": "object"}
 
 
+def _rewrite(node: Any, refs: dict[str, str]) -> Any:
+    """A copy of a schema with its local references renamed."""
+    if isinstance(node, dict):
+        return {
+            k: refs.get(v, v) if k == "$ref" and isinstance(v, str) else _rewrite(v, refs)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_rewrite(v, refs) for v in node]
+    return node
+
+
+def _hoisted(tool: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameters with its definitions moved into `defs` under names of its own:
+    nested inside a call object, `#/$defs/X` would no longer point at them (pydantic puts
+    every model a schema uses there)."""
+    params = dict(_tool_parameters(tool))
+    name = tool["function"]["name"]
+    local = {**params.pop("definitions", {}), **params.pop("$defs", {})}
+    refs = {}
+    for key in local:
+        refs[f"#/$defs/{key}"] = refs[f"#/definitions/{key}"] = f"#/$defs/{name}.{key}"
+    for key, schema in local.items():
+        defs[f"{name}.{key}"] = _rewrite(schema, refs)
+    return _rewrite(params, refs) if refs else params
+
+
 def call_schema(tools: list[dict[str, Any]], key: str = "arguments") -> dict[str, Any]:
-    """One call of any of the tools: {"name": <a tool's name>, key: <its arguments>}."""
+    """One call of any of the tools: {"name": <a tool's name>, key: <its arguments>}, with
+    every tool's definitions at its root (`with_defs` moves them to an outer root)."""
+    defs: dict[str, Any] = {}
     options = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": tool["function"]["name"]},
-                key: _tool_parameters(tool),
+                key: _hoisted(tool, defs),
             },
             "required": ["name", key],
             "additionalProperties": False,
         }
         for tool in tools
     ]
-    return options[0] if len(options) == 1 else {"anyOf": options}
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+def with_defs(outer: dict[str, Any], inner: dict[str, Any]) -> dict[str, Any]:
+    """`outer` wrapping `inner` (a call schema), with the definitions moved to the root."""
+    defs = inner.get("$defs")
+    return {**outer, "$defs": defs} if defs else outer
 
 
 def _schema_grammar(schema: dict[str, Any], options: Any) -> str:
@@ -79,7 +115,9 @@ def response_grammar(response_format: dict[str, Any]) -> str:
 
 def required_grammar(tools: list[dict[str, Any]], parallel: bool) -> str:
     """tool_choice "required": the output is an array of calls, at least one."""
-    schema: dict[str, Any] = {"type": "array", "items": call_schema(tools), "minItems": 1}
+    call = call_schema(tools)
+    items = {k: v for k, v in call.items() if k != "$defs"}
+    schema: dict[str, Any] = with_defs({"type": "array", "items": items, "minItems": 1}, call)
     if not parallel:
         schema["maxItems"] = 1
     return _schema_grammar(schema, _COMPACT)
@@ -96,7 +134,8 @@ def lazy_grammar(tools: list[dict[str, Any]], fmt: str) -> str:
     key = "parameters" if fmt == "llama3" else "arguments"
     call = call_schema(tools, key)
     if fmt == "mistral":
-        call = {"type": "array", "items": call, "minItems": 1}
+        items = {k: v for k, v in call.items() if k != "$defs"}
+        call = with_defs({"type": "array", "items": items, "minItems": 1}, call)
     call = {**call, "x-guidance": _SPACED}
     return _lark(f"start: /[ \\t\\r\\n]*/ call\ncall: %json {json.dumps(call)}")
 

@@ -11,6 +11,7 @@ in the assistant's text, and tool results as user messages in `<tool_response>` 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -56,21 +57,30 @@ def _arguments(text: Any) -> Any:
         return text
 
 
-def _native(message: dict[str, Any]) -> dict[str, Any]:
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    converted = [
-        {
-            **call,
-            "function": {
-                **call["function"],
-                "arguments": _arguments(call["function"]["arguments"]),
-            },
-        }
-        for call in calls
-    ]
-    return {**message, "tool_calls": converted}
+def mistral_id(call_id: str) -> str:
+    """Mistral's templates accept only 9-character alphanumeric call ids: ours, mapped so
+    that a call and its result still match."""
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
+
+
+def _native(message: dict[str, Any], mistral: bool) -> dict[str, Any]:
+    out = dict(message)
+    if mistral and out.get("tool_call_id"):
+        out["tool_call_id"] = mistral_id(out["tool_call_id"])
+    calls = out.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [
+            {
+                **call,
+                "id": mistral_id(call["id"]) if mistral else call["id"],
+                "function": {
+                    **call["function"],
+                    "arguments": _arguments(call["function"]["arguments"]),
+                },
+            }
+            for call in calls
+        ]
+    return out
 
 
 def _fallback(message: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +105,17 @@ def _fallback(message: dict[str, Any]) -> dict[str, Any]:
 def template_input(job: Job, template: str | None) -> tuple[list[dict[str, Any]], list[Any] | None]:
     """(messages, tools) for the template."""
     if knows_tools(template):
-        return [_native(m) for m in job.messages], (job.tools or None)
-    messages = [_fallback(m) for m in job.messages]
+        mistral = "[TOOL_CALLS]" in str(template)
+        return [_native(m, mistral) for m in job.messages], (job.tools or None)
+    messages: list[dict[str, Any]] = []
+    for message in job.messages:
+        rewritten = _fallback(message)
+        # parallel calls' results: one user turn, for templates that want turns to alternate
+        if message["role"] == "tool" and messages and messages[-1].get("results"):
+            messages[-1]["content"] += "\n" + rewritten["content"]
+            continue
+        messages.append({**rewritten, "results": True} if message["role"] == "tool" else rewritten)
+    messages = [{k: v for k, v in m.items() if k != "results"} for m in messages]
     if job.tools and job.tool_choice != "none":
         listed = "\n".join(
             json.dumps(t.get("function", t), separators=(",", ":")) for t in job.tools

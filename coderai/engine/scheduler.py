@@ -275,6 +275,10 @@ class Scheduler:
         except JobError as exc:
             self._finish_fail(seq, exc.kind, exc.message)
             return
+        except Exception as exc:  # a grammar or tokenizer failure fails its job only
+            log.exception("job %d: structured output could not be set up", seq.job.job_id)
+            self._finish_fail(seq, FailKind.BACKEND_ERROR, f"structured output: {exc!r}")
+            return
         seq.limit = completion_limit(seq.job.max_tokens, seq.room)
         batch = self._batches.setdefault(instance, [])
         if not batch:
@@ -305,7 +309,12 @@ class Scheduler:
             if all(result is PENDING for result in results):
                 self._stalled.add(instance)
             for seq, result in zip(due, results, strict=True):
-                self._apply(seq, result)
+                try:
+                    self._apply(seq, result)
+                except Exception as exc:  # one sequence's output fails that one only
+                    log.exception("job %d: its output could not be handled", seq.job.job_id)
+                    if seq.job.job_id in self._jobs:
+                        self._finish_fail(seq, FailKind.BACKEND_ERROR, repr(exc))
             if instance in self._next_step:  # the batch may have just emptied
                 # pace from the schedule, not from now, but never catch up a backlog
                 self._next_step[instance] = max(

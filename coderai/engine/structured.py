@@ -69,7 +69,10 @@ def read(seq: Sequence, text: str, end: bool = False) -> Parsed:
         tail = parser.finish()
         out.content += tail.content
     if out.began is not None and seq.constraint is None and seq.instance is not None:
-        _begin_lazy(seq, seq.instance, out.began)
+        try:
+            _begin_lazy(seq, seq.instance, out.began)
+        except Exception:  # a grammar that cannot be built leaves the call as the model writes it
+            log.exception("job %d: no grammar for the call it began", seq.job.job_id)
     return out
 
 
@@ -82,6 +85,8 @@ def _begin_lazy(seq: Sequence, instance: ModelInstance, began: str) -> None:
         # the model's start already breaks the grammar (a tool that does not exist): the
         # call is parsed as written, and the client validates it
         log.info("job %d: a call began outside the grammar: %r", seq.job.job_id, began[:80])
+        return
+    if constraint.accepting:  # the text read holds the whole call already: nothing to do
         return
     seq.constraint, seq.lazy = constraint, True
 

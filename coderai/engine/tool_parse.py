@@ -174,7 +174,10 @@ def _unescape(raw: str) -> str:
         value = json.loads(f'"{raw}"')
     except ValueError:
         return raw
-    return value if isinstance(value, str) else raw
+    if not isinstance(value, str):
+        return raw
+    # an escaped lone surrogate ("\\ud800") cannot cross the bus as UTF-8
+    return value.encode("utf-8", "replace").decode("utf-8")
 
 
 class ToolCallParser:
@@ -297,10 +300,16 @@ class ToolCallParser:
         if not head or (tag.startswith(head) and len(head) < len(tag)):
             self._held = rest  # not yet known
             return -1
+        if head.startswith("{"):  # a call only if its first key is "name"
+            key = head[1:].lstrip(_WHITESPACE)
+            if len(key) < len('"name"') and '"name"'.startswith(key):
+                self._held = rest
+                return -1
+            if key.startswith('"name"'):
+                self._started = True
+                self._begin(out, 1)
+                return len(data) - len(head)
         self._started = True
-        if head.startswith("{"):
-            self._begin(out, 1)
-            return len(data) - len(head)
         out.content += rest if not self.calls else head
         return len(data)
 

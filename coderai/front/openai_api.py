@@ -217,10 +217,19 @@ class OpenAIRoutes:
         wake = asyncio.Event()
         jobs = []
         seed = fields.get("seed")
-        for payload in payloads:
-            for i in range(n):
-                choice = {**fields, **payload, "seed": None if seed is None else (seed + i) % 2**63}
-                jobs.append(self._submit(entry, kind, structured=True, wake=wake, **choice))
+        try:
+            for payload in payloads:
+                for i in range(n):
+                    choice = {
+                        **fields,
+                        **payload,
+                        "seed": None if seed is None else (seed + i) % 2**63,
+                    }
+                    jobs.append(self._submit(entry, kind, structured=True, wake=wake, **choice))
+        except BaseException:  # a full queue refuses the rest: the ones taken go too
+            for job in jobs:
+                self.dispatcher.cancel(job)
+            raise
         return jobs
 
     async def _whole_many(

@@ -271,6 +271,12 @@ class ResponseFormat(_Body):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs a json_schema object")
+        return self
+
     def for_job(self) -> dict[str, Any]:
         """The engine's form: {} for text, else the type and (a json_schema's) schema."""
         if self.type == "text":
@@ -354,9 +360,13 @@ def check_structured(req: ChatRequest) -> None:
             f"tool_choice names {name!r}, which is not among the tools", param="tool_choice"
         )
     if choice != "none":
-        for i, tool in enumerate(req.tools or []):
-            spec = tool.model_dump(exclude_none=True)
+        specs = [tool.model_dump(exclude_none=True) for tool in req.tools or []]
+        for i, spec in enumerate(specs):
             _compiles(partial(grammar.named_grammar, spec), f"tools[{i}].function.parameters")
+        # the grammars the engine builds nest every tool's schema in a call: compile those
+        # too, so that what passes here cannot fail there
+        _compiles(partial(grammar.required_grammar, specs, True), "tools")
+        _compiles(partial(grammar.lazy_grammar, specs, "mistral"), "tools")
     fmt = req.response_format.for_job() if req.response_format else {}
     if fmt:
         if choice != "none":

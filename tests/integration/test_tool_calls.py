@@ -274,6 +274,30 @@ def test_a_named_tool_choice_is_called_with_valid_arguments(
     _valid_weather(calls[0]["arguments"])
 
 
+class Place(pydantic.BaseModel):
+    city: str
+    country: str
+
+
+class Trip(pydantic.BaseModel):
+    start: Place
+    end: Place
+
+
+def test_a_pydantic_tool_with_definitions_is_called_validly(client: openai.OpenAI) -> None:
+    """pydantic puts nested models under $defs; the call grammar nests the schema, and its
+    references must still resolve."""
+    tool = openai.pydantic_function_tool(Trip, name="get_weather")
+    assert "$defs" in tool["function"]["parameters"]
+    answer = _ask(
+        client, "smol", tools=[tool], tool_choice="required", parallel_tool_calls=False,
+        temperature=0, max_tokens=80,
+    )  # fmt: skip
+    calls = answer.choices[0].message.tool_calls or []
+    assert len(calls) == 1 and calls[0].function.name == "get_weather"
+    Trip.model_validate_json(calls[0].function.arguments)
+
+
 class Forecast(pydantic.BaseModel):
     city: str
     days: int
@@ -376,6 +400,7 @@ def test_n_gives_several_choices(client: openai.OpenAI) -> None:
             "schema": {"type": "object", "if": {"type": "object"}}}}}, "response_format"),
         ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format"),
         ({"top_logprobs": 2}, "top_logprobs"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
         ({"n": 17}, "n"),
     ],
 )  # fmt: skip

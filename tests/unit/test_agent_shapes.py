@@ -126,3 +126,55 @@ def test_usage_counts_each_prompt_once_and_every_choice() -> None:
     dones = [Done(i, "stop", 10 + i // 2, 3) for i in range(4)]  # 2 prompts x n=2
     assert usage(dones, 2)["prompt_tokens"] == 10 + 11
     assert usage(dones, 2)["completion_tokens"] == 12
+
+
+NESTED = {
+    "type": "function",
+    "function": {
+        "name": "where",
+        "parameters": {
+            "type": "object",
+            "properties": {"loc": {"$ref": "#/$defs/Loc"}},
+            "required": ["loc"],
+            "$defs": {
+                "Loc": {
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "near": {"anyOf": [{"$ref": "#/$defs/Loc"}, {"type": "null"}]},
+                    },
+                    "required": ["city"],
+                }
+            },
+        },
+    },
+}
+OLD_STYLE = {"type": "function", "function": {"name": "g", "parameters": {
+    "type": "object", "properties": {"a": {"$ref": "#/definitions/A"}},
+    "definitions": {"A": {"type": "integer"}}}}}  # fmt: skip
+
+
+def test_tools_with_definitions_compile_inside_every_call_grammar() -> None:
+    """pydantic puts a tool's models under $defs: nested in a call, its references must
+    still resolve (they are moved to the grammar's root under the tool's name)."""
+    tools = [NESTED, OLD_STYLE]
+    for fmt in ("hermes", "mistral", "llama3"):
+        grammar.check(grammar.lazy_grammar(tools, fmt))
+    grammar.check(grammar.required_grammar(tools, parallel=True))
+    grammar.check(grammar.required_grammar([NESTED], parallel=False))
+    assert set(grammar.call_schema(tools)["$defs"]) == {"where.Loc", "g.A"}
+
+
+def test_a_mistral_template_gets_nine_character_call_ids_that_still_match() -> None:
+    job = Job(1, {}, "chat", messages=HISTORY, tools=[TOOL], tool_choice="auto")
+    messages, _ = template_input(job, "{{ tools }}[TOOL_CALLS]")
+    call_id = messages[1]["tool_calls"][0]["id"]
+    assert len(call_id) == 9 and call_id.isalnum() and messages[2]["tool_call_id"] == call_id
+
+
+def test_the_fallback_puts_parallel_results_in_one_user_turn() -> None:
+    results = [{"role": "tool", "content": r, "tool_call_id": f"c{r}"} for r in ("1", "2")]
+    job = Job(1, {}, "chat", messages=[*HISTORY[:2], *results], tools=[TOOL], tool_choice="auto")
+    messages, _ = template_input(job, None)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[-1]["content"].count("<tool_response>") == 2

@@ -112,3 +112,15 @@ def test_a_single_call_parser_is_done_after_its_first_call() -> None:
         out = parser.feed(text)  # both calls in one piece: the second is not read
         assert parser.done and {d.index for d in out.calls} == {0}
     assert not ToolCallParser("auto", "hermes").done
+
+
+@pytest.mark.parametrize("text", ['{"answer": 42}', '  {"a": "{name}"}', "{ }"])
+def test_llama3_json_that_is_not_a_call_is_content(text: str) -> None:
+    for pieces in cuts(text):
+        parser = ToolCallParser("auto", "llama3")
+        assert run(parser, pieces) == (text, []) and not parser.called
+
+
+def test_an_escaped_lone_surrogate_in_a_name_cannot_reach_the_bus() -> None:
+    _, calls = run(ToolCallParser("calls"), ['[{"name": "a\\ud800", "arguments": {}}]'])
+    calls[0]["name"].encode("utf-8")  # would raise for a lone surrogate

@@ -328,13 +328,14 @@ class LlamaCppBatchInstance(ModelInstance):
             if shared >= MIN_CHUNK and shared > max(slot.decoded, slot.shared):
                 slot.leader, slot.shared = other, shared
 
-    def _follow(self, slot: _Slot) -> bool:
+    def _follow(self, slot: _Slot, stepped: set[_Slot]) -> bool:
         """Copy the leader's cells once it has read the shared tokens; True while this
-        sequence still waits for them."""
+        sequence still waits for them. A leader that is gone, preempted or not stepped (its
+        client lags) is not waited for: this one reads its tokens itself."""
         leader = slot.leader
         if leader is None:
             return False
-        if leader.seq.state is not leader or not leader.admitted:  # gone or preempted
+        if leader.seq.state is not leader or not leader.admitted or leader not in stepped:
             slot.leader = None
             return False
         if leader.decoded < slot.shared:
@@ -395,8 +396,9 @@ class LlamaCppBatchInstance(ModelInstance):
         if plan.runs:  # others decode: read no more than keeps their step short
             budget = min(budget, self._prompt_budget())
         reading = [s for s in slots if s.admitted and len(s.tokens) - s.decoded > 1]
+        stepped = set(slots)
         for slot in sorted(reading, key=lambda s: s.order):
-            if self._follow(slot):
+            if self._follow(slot, stepped):
                 continue
             if not budget:
                 break
