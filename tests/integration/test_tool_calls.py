@@ -345,6 +345,9 @@ def test_logprobs_whole_and_streamed(client: openai.OpenAI, model: str) -> None:
         # greedy: the chosen token is the likeliest
         assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob, abs=1e-4)
     assert "".join(e.token for e in entries).strip() == (choice.message.content or "").strip()
+    # each token's raw bytes: together, exactly the text (a token may hold part of a char)
+    raw = bytes(b for e in entries for b in e.bytes or [])
+    assert raw.decode("utf-8", "replace") == choice.message.content
     streamed = list(
         _ask(client, model, logprobs=True, top_logprobs=3, temperature=0, max_tokens=8, stream=True)
     )

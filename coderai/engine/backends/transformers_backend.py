@@ -42,6 +42,7 @@ from coderai.engine.chat_template import template_input, tool_format
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
 from coderai.engine.sampling import adjust_logits, choose_token, make_generator
+from coderai.engine.token_bytes import TokenBytes
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
@@ -188,6 +189,7 @@ class TransformersInstance(ModelInstance):
         self.rows: list[Sequence] = []
         self.tool_format = tool_format(tokenizer.chat_template, options or {})
         self._grammar_tokenizer: Any = None
+        self._bytes_of = TokenBytes(tokenizer)
         self.cache: Any = None
         self.mask: Any = None  # [rows, length] 1 = real token, 0 = left padding
         self.pos: Any = None  # [rows] position of each row's next input token
@@ -324,13 +326,10 @@ class TransformersInstance(ModelInstance):
             structured.sampled(seq, token)
             if i in logprobs and seq.logprobs is not None:
                 seq.logprobs.append(
-                    structured.logprob_entry(logprobs[i], token, job.top_logprobs, self._piece_of)
+                    structured.logprob_entry(logprobs[i], token, job.top_logprobs, self._bytes_of)
                 )
             out.append(token)
         return out
-
-    def _piece_of(self, token: int) -> bytes:
-        return str(self.tokenizer.decode([token])).encode()
 
     def grammar_tokenizer(self) -> Any:
         if self._grammar_tokenizer is None:
