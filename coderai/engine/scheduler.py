@@ -336,7 +336,7 @@ class Scheduler:
         seq.completion_tokens += 1
         text, stopped = seq.stopper.feed(result)
         if stopped:
-            self._emit(seq, text, end=True)
+            self._emit(seq, text, end=True, stopped=True)
             self._finish(seq, FinishReason.STOP)
             return
         if seq.completion_tokens >= seq.limit:
@@ -347,7 +347,7 @@ class Scheduler:
         if seq.parser is not None and seq.parser.done:  # parallel_tool_calls false
             self._finish(seq, FinishReason.STOP)
 
-    def _emit(self, seq: Sequence, text: str, end: bool = False) -> None:
+    def _emit(self, seq: Sequence, text: str, end: bool = False, stopped: bool = False) -> None:
         """A delta is the text itself, or, for a sequence with tool calls or logprobs, a
         map of what it carries: "text" (content), "calls" ([index, name, arguments
         fragment] each) and "logprobs" (structured.logprob_entry each)."""
@@ -356,13 +356,14 @@ class Scheduler:
                 self._deltas.append((seq.job.job_id, text))
             return
         delta: dict[str, Any] = {}
+        entries = self._released_logprobs(seq, text, end, stopped)
         if seq.parser is not None:
             parsed = structured.read(seq, text, end)
             text = parsed.content
             if parsed.calls:
                 delta["calls"] = [[d.index, d.name, d.arguments] for d in parsed.calls]
-        if seq.logprobs:
-            delta["logprobs"], seq.logprobs = seq.logprobs, []
+        if entries:
+            delta["logprobs"] = entries
         if not delta:
             if text:
                 self._deltas.append((seq.job.job_id, text))
@@ -370,6 +371,28 @@ class Scheduler:
         if text:
             delta["text"] = text
         self._deltas.append((seq.job.job_id, delta))
+
+    @staticmethod
+    def _released_logprobs(seq: Sequence, text: str, end: bool, stopped: bool) -> list[Any]:
+        """Log-probabilities go out with their tokens' text: while the stop matcher holds
+        text back, so are its tokens' entries; at a stop, the tokens past the emitted text
+        (the stop string's own) are dropped."""
+        pending = seq.logprobs
+        if not pending:
+            return []
+        if seq.stopper.held and not end:
+            seq.logprob_chars += len(text)  # sent now, its tokens' entries later
+            return []
+        sent, seq.logprobs, seq.logprob_chars = seq.logprob_chars + len(text), [], 0
+        if not stopped:
+            return pending
+        kept, offset = [], 0
+        for entry in pending:  # entry[0]: the token's bytes
+            if offset >= sent:
+                break
+            kept.append(entry)
+            offset += len(entry[0].decode("utf-8", errors="replace"))
+        return kept
 
     def _detach(self, seq: Sequence) -> None:
         del self._jobs[seq.job.job_id]

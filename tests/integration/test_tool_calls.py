@@ -371,6 +371,28 @@ def test_completions_logprobs(client: openai.OpenAI) -> None:
     assert lp.text_offset and lp.text_offset[0] == 0
 
 
+@pytest.mark.parametrize("model", ["tiny-hf", "tiny-gguf"])
+def test_logprobs_stop_where_a_stop_sequence_cuts_the_text(
+    client: openai.OpenAI, model: str
+) -> None:
+    """Entries go out with their tokens' text: none for the stop string's own tokens."""
+    full = client.completions.create(model=model, prompt="The quick", max_tokens=16, temperature=0)
+    text = full.choices[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    assert len(stop) == 3 and stop.strip(), text
+    cut = client.completions.create(
+        model=model, prompt="The quick", max_tokens=16, temperature=0, logprobs=1, stop=[stop]
+    )
+    choice = cut.choices[0]
+    assert choice.finish_reason == "stop" and choice.text == text[: text.index(stop)]
+    lp = choice.logprobs
+    assert lp is not None and lp.tokens is not None
+    joined = "".join(lp.tokens)
+    # the entries cover the text, and no token that lies wholly inside the stop string
+    assert joined.startswith(choice.text) and len(joined) - len(choice.text) < len(stop) + 8
+    assert (lp.text_offset or [0])[-1] < max(1, len(choice.text))
+
+
 def test_n_gives_several_choices(client: openai.OpenAI) -> None:
     answer = _ask(client, "smol", n=3, temperature=1.0, seed=5, max_tokens=12)
     assert [c.index for c in answer.choices] == [0, 1, 2]

@@ -68,6 +68,8 @@ class Sequence:
     lazy: bool = False
     render_special: bool = False
     logprobs: list[Any] | None = None
+    #: characters of text already sent for the entries still held in `logprobs`
+    logprob_chars: int = 0
 
 
 def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
