@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import struct
 import time
 import uuid
@@ -57,6 +58,8 @@ def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
         fields.update(logprobs=True, top_logprobs=req.logprobs)
     return fields
 
+
+log = logging.getLogger("coderai.front")
 
 #: how long a cut stream's client has to read its last event before the connection drops
 LAST_READ_SECONDS = 30.0
@@ -163,6 +166,8 @@ class OpenAIRoutes:
         fields = job_fields(req)
         chat = kind == JobKind.CHAT
         response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        if req.user is not None:  # recorded, as OpenAI keeps it, and used for nothing else
+            log.info("%s for user %r", response_id, req.user[:200])
         created = int(time.time())
         structured = bool(fields.get("logprobs") or fields.get("tools"))
         if req.n > 1 or len(payloads) > 1 or structured:

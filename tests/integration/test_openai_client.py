@@ -139,6 +139,13 @@ def test_echo_sends_the_prompt_back_ahead_of_the_completion(client: openai.OpenA
     assert events[0] == "Once" and "".join(events) == "Once" + text
 
 
+def test_the_user_field_is_recorded_in_the_log(server: Server, client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(
+        model="fake", messages=_user("hi"), max_tokens=2, user="alice-7"
+    )
+    wait_for(lambda: f"{answer.id} for user 'alice-7'" in server.log())
+
+
 def test_several_prompts_with_n_choices_each_in_order(client: openai.OpenAI) -> None:
     """Choice p * n + i is choice i of prompt p; a seeded request seeds choice i with
     seed + i, so each prompt's choices differ and each can be computed."""
