@@ -10,7 +10,6 @@ block and closing events are rarer and are built as dicts.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -22,13 +21,9 @@ from aiohttp import web
 from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
 from coderai.front.dispatcher import Dispatcher
-from coderai.front.http import ENGINE_HEADER, FRONT
 from coderai.front.jobs import FrontJob
-from coderai.front.openai_api import abandon_stream, cut_reason
 from coderai.front.output import CallPiece, Collected, Piece
-
-#: answers a request whose job failed before its first output, in the API's error shape
-Refuse = Callable[[CoderaiError, str | None], web.Response]
+from coderai.front.stream_io import Refuse, open_stream, write_events
 
 
 def dumps(obj: object) -> bytes:
@@ -119,21 +114,9 @@ async def stream(
     renderer: Renderer,
     refuse: Refuse,
 ) -> web.StreamResponse:
-    # Headers wait for the first output: until then an error can still be a status code
-    # (a full queue, an unknown model on the engine, a prompt too long).
-    while not job.started and job.outcome is None:
-        await job.wait()
-    if isinstance(job.outcome, CoderaiError):
-        return refuse(job.outcome, job.served_by)
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            ENGINE_HEADER: job.served_by or FRONT,
-        }
-    )
-    await response.prepare(request)
-    job.writer = asyncio.current_task()
+    response = await open_stream(request, [job], refuse)
+    if not response.prepared:
+        return response
     dispatcher.streams.add(job)
     try:
         await _relay(request, response, dispatcher, job, renderer)
@@ -162,23 +145,10 @@ async def _relay(
         elif isinstance(outcome, CoderaiError):
             pending += renderer.error(outcome)
         if pending:
-            # the dispatcher's reaper interrupts a write that waits past the stall timeout
-            job.writing_since = time.monotonic()
-            try:
-                if outcome is None:
-                    await response.write(pending)
-                else:
-                    await response.write_eof(pending)
-            except asyncio.CancelledError:
-                if not job.interrupted:
-                    raise  # the client went away
-                assert job.writer is not None
-                job.writer.uncancel()
-                last = b"" if outcome else renderer.error(cut_reason(job))
-                abandon_stream(request, response, last)
+            last = outcome is not None
+            since = time.monotonic()
+            if not await write_events(request, response, job, pending, last, renderer.error, since):
                 return
-            finally:
-                job.writing_since = None
             pending = b""
         if outcome is not None:
             return

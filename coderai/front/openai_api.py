@@ -10,11 +10,11 @@ import time
 import uuid
 from typing import Any
 
-from aiohttp import HttpVersion11, web
+from aiohttp import web
 
 from coderai.bus.messages import Done, Job, JobKind
 from coderai.config import ModelEntry
-from coderai.errors import CoderaiError, StreamStalled
+from coderai.errors import CoderaiError
 from coderai.front import choices
 from coderai.front.choices import ChoiceStream
 from coderai.front.dispatcher import Dispatcher
@@ -25,6 +25,7 @@ from coderai.front.models import ModelDirectory
 from coderai.front.output import Collected
 from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
+from coderai.front.stream_io import open_stream, write_events
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -60,9 +61,6 @@ def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
 
 
 log = logging.getLogger("coderai.front")
-
-#: how long a cut stream's client has to read its last event before the connection drops
-LAST_READ_SECONDS = 30.0
 
 
 class OpenAIRoutes:
@@ -275,26 +273,11 @@ class OpenAIRoutes:
     async def _stream_many(
         self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
     ) -> web.StreamResponse:
-        while not any(job.started for job in jobs):
-            failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
-            if failed is not None:
-                return error_response(failed, jobs[0].served_by)
-            if all(job.outcome is not None for job in jobs):
-                break
-            await jobs[0].wait()
-        served_by = next((j.served_by for j in jobs if j.served_by), None)
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                ENGINE_HEADER: served_by or FRONT,
-            }
-        )
-        await response.prepare(request)
-        # every choice's output is held back while the client lags (writer); the first job
-        # stands for the stream with the stall reaper, which interrupts the one handler once
-        for job in jobs:
-            job.writer = asyncio.current_task()
+        response = await open_stream(request, jobs, error_response)
+        if not response.prepared:
+            return response
+        # the first job stands for the stream with the stall reaper, which interrupts the
+        # one handler once (every job holds while the client lags: open_stream)
         self.dispatcher.streams.add(jobs[0])
         try:
             await self._relay_many(request, response, jobs, stream, prompts)
@@ -333,21 +316,10 @@ class OpenAIRoutes:
                 dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
                 pending += stream.closing(dones, prompts)
             if pending:
-                lead.writing_since = time.monotonic()
-                try:
-                    if done:
-                        await response.write_eof(pending)
-                    else:
-                        await response.write(pending)
-                except asyncio.CancelledError:
-                    if not lead.interrupted:
-                        raise  # the client went away
-                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
-                    last = b"" if done else error_event(cut_reason(lead))
-                    abandon_stream(request, response, last)
+                if not await write_events(
+                    request, response, lead, pending, done, error_event, time.monotonic()
+                ):
                     return
-                finally:
-                    lead.writing_since = None
                 pending = b""
             if done:
                 return
@@ -369,21 +341,9 @@ class OpenAIRoutes:
     async def _stream(
         self, request: web.Request, job: FrontJob, template: StreamTemplate
     ) -> web.StreamResponse:
-        # Headers wait for the first output: until then an error can still be a status code,
-        # and the engine header names the engine that really served the stream.
-        while not job.started and job.outcome is None:
-            await job.wait()
-        if isinstance(job.outcome, CoderaiError):
-            return error_response(job.outcome, job.served_by)
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                ENGINE_HEADER: job.served_by or FRONT,
-            }
-        )
-        await response.prepare(request)  # aiohttp holds the headers until the first write
-        job.writer = asyncio.current_task()
+        response = await open_stream(request, [job], error_response)
+        if not response.prepared:
+            return response
         self.dispatcher.streams.add(job)
         try:
             await self._relay(request, response, job, template)
@@ -421,53 +381,13 @@ class OpenAIRoutes:
             elif isinstance(outcome, CoderaiError):
                 pending += error_event(outcome)
             if pending:
-                # A write waits while the client's socket is full. The dispatcher's reaper
-                # ends one that waits past stream_stall_timeout by cancelling this task
-                # (a timeout per write would cost more than the write on the hot path).
-                job.writing_since = now if text else time.monotonic()
-                try:
-                    if outcome is None:
-                        await response.write(pending)
-                    else:
-                        await response.write_eof(pending)
-                except asyncio.CancelledError:
-                    if not job.interrupted:
-                        raise  # the client went away
-                    assert job.writer is not None
-                    job.writer.uncancel()
-                    # a cut final write has already put its events and terminator in the
-                    # buffer; otherwise the stream ends with the reason it was cut
-                    last = b"" if outcome else error_event(cut_reason(job))
-                    abandon_stream(request, response, last)
+                since = now if text else time.monotonic()
+                last = outcome is not None
+                if not await write_events(
+                    request, response, job, pending, last, error_event, since
+                ):
                     return
-                finally:
-                    job.writing_since = None
                 pending = b""
             if outcome is not None:
                 return
             await job.wait()
-
-
-def cut_reason(job: FrontJob) -> CoderaiError:
-    """Why a stream was cut: its error (stalled, shutting down), even when the engine's DONE
-    arrived while the handler waited for the client."""
-    if isinstance(job.outcome, CoderaiError):
-        return job.outcome
-    return StreamStalled("the client stopped reading")
-
-
-def abandon_stream(request: web.Request, response: web.StreamResponse, last: bytes) -> None:
-    """End a stream whose client stopped reading: its last event, if any, goes into the
-    socket's buffer without waiting for room (aiohttp's write would wait), the connection
-    closes once the client has read it, and is dropped if it has not within
-    LAST_READ_SECONDS (holding it longer would only hold memory)."""
-    transport = request.transport
-    if transport is None or transport.is_closing():
-        return
-    response.force_close()
-    # aiohttp chunks a body of unknown length for HTTP/1.1 (our streams never set one)
-    if last and request.version >= HttpVersion11:
-        last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
-    transport.write(last)
-    transport.close()
-    asyncio.get_running_loop().call_later(LAST_READ_SECONDS, transport.abort)
