@@ -8,17 +8,12 @@ never deal in wire ids.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
 from coderai.bus.messages import Done, FinishReason
 from coderai.front.output import Collected, Piece, chat_logprobs, completion_logprobs
-from coderai.front.sse import DONE_EVENT, usage_of
-
-
-def _event(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+from coderai.front.sse import DONE_EVENT, data_event, usage_of
 
 
 def call_id() -> str:
@@ -76,7 +71,7 @@ class ChoiceStream:
         event: dict[str, Any] = {**self.head, "choices": [choice]}
         if self.include_usage:
             event["usage"] = None
-        return _event(event)
+        return data_event(event)
 
     def opening(self) -> bytes:
         if self.chat:
@@ -134,7 +129,7 @@ class ChoiceStream:
     def closing(self, dones: list[Done], prompts: int) -> bytes:
         out = b""
         if self.include_usage:
-            out += _event({**self.head, "choices": [], "usage": usage(dones, prompts)})
+            out += data_event({**self.head, "choices": [], "usage": usage(dones, prompts)})
         return out + DONE_EVENT
 
 

@@ -10,7 +10,6 @@ block and closing events are rarer and are built as dicts.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from json.encoder import encode_basestring
@@ -23,11 +22,8 @@ from coderai.errors import CoderaiError
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 from coderai.front.output import CallPiece, Collected, Piece
+from coderai.front.sse import dumps
 from coderai.front.stream_io import Refuse, open_stream, write_events
-
-
-def dumps(obj: object) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def sse(name: str, obj: object) -> bytes:

@@ -16,14 +16,20 @@ from coderai.errors import CoderaiError
 DONE_EVENT = b"data: [DONE]\n\n"
 
 
-def _dumps(obj: object) -> bytes:
+def dumps(obj: object) -> bytes:
+    """Compact UTF-8 JSON, as every event of every API is written."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def data_event(obj: object) -> bytes:
+    """An unnamed SSE event (OpenAI's)."""
+    return b"data: " + dumps(obj) + b"\n\n"
 
 
 def _split(obj: dict[str, Any], marker: str) -> tuple[bytes, bytes]:
     """Encode obj once and cut it around the marker string standing in for the content."""
-    encoded = _dumps(obj)
-    before, after = encoded.split(_dumps(marker), 1)
+    encoded = dumps(obj)
+    before, after = encoded.split(dumps(marker), 1)
     return b"data: " + before, after + b"\n\n"
 
 
@@ -78,19 +84,19 @@ class StreamTemplate:
         event = {**self._head, "choices": [{**choice, "logprobs": None, "finish_reason": None}]}
         if self._include_usage:
             event["usage"] = None
-        return b"data: " + _dumps(event) + b"\n\n"
+        return data_event(event)
 
     def closing(self, done: Done) -> bytes:
-        out = b"data: " + _dumps(self._event(None, done.finish_reason)) + b"\n\n"
+        out = data_event(self._event(None, done.finish_reason))
         if self._include_usage:
             usage = {**self._head, "choices": [], "usage": usage_of(done)}
-            out += b"data: " + _dumps(usage) + b"\n\n"
+            out += data_event(usage)
         return out + DONE_EVENT
 
 
 def error_event(error: CoderaiError) -> bytes:
     """After the first byte the status is sent; an error travels as an event instead."""
-    return b"data: " + _dumps(error.envelope()) + b"\n\n"
+    return data_event(error.envelope())
 
 
 def usage_of(done: Done) -> dict[str, Any]:
