@@ -492,8 +492,15 @@ NOT_BUILT: dict[str, Callable[[Any], bool]] = {
     # OpenAI's processing tier: only the default asks nothing of this server
     "service_tier": _absent("auto", "default"),
 }
-#: echo and suffix are built on /v1/completions (CompletionRequest)
-COMPLETIONS_NOT_BUILT = {k: v for k, v in NOT_BUILT.items() if k not in ("echo", "suffix")}
+#: echo and suffix are built on /v1/completions (CompletionRequest); chat's tools and
+#: constraints are not (vLLM takes response_format there: sent, it must not be ignored)
+COMPLETIONS_NOT_BUILT = {
+    **{k: v for k, v in NOT_BUILT.items() if k not in ("echo", "suffix")},
+    "tools": _absent([]),
+    "tool_choice": _absent("none"),
+    "response_format": _absent({"type": "text"}),
+    "top_logprobs": _absent(0),
+}
 
 
 def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool]]) -> None:

@@ -219,7 +219,12 @@ def test_an_openai_parameter_not_built_yet_is_refused_by_name(
     assert param in error["message"]
 
 
-@pytest.mark.parametrize(("param", "value"), [("best_of", 2), ("logprobs", 6), ("n", 0)])
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("best_of", 2), ("logprobs", 6), ("n", 0), ("response_format", {"type": "json_object"}),
+     ("tools", [{"type": "function", "function": {"name": "f"}}]), ("tool_choice", "auto"),
+     ("top_logprobs", 2)],
+)  # fmt: skip
 def test_a_completions_parameter_not_built_yet_or_out_of_range_is_refused_by_name(
     server: Server, param: str, value: Any
 ) -> None:
