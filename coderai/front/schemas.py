@@ -11,9 +11,10 @@ encode (JSON's `"\ud800"` escape decodes to a lone surrogate, which it cannot).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import Annotated, Any, Literal, TypeGuard
 
 from pydantic import (
@@ -361,12 +362,7 @@ def check_structured(req: ChatRequest) -> None:
         )
     if choice != "none":
         specs = [tool.model_dump(exclude_none=True) for tool in req.tools or []]
-        for i, spec in enumerate(specs):
-            _compiles(partial(grammar.named_grammar, spec), f"tools[{i}].function.parameters")
-        # the grammars the engine builds nest every tool's schema in a call: compile those
-        # too, so that what passes here cannot fail there
-        _compiles(partial(grammar.required_grammar, specs, True), "tools")
-        _compiles(partial(grammar.lazy_grammar, specs, "mistral"), "tools")
+        _tools_compile(json.dumps(specs, sort_keys=True))
     fmt = req.response_format.for_job() if req.response_format else {}
     if fmt:
         if choice != "none":
@@ -374,9 +370,29 @@ def check_structured(req: ChatRequest) -> None:
                 "response_format cannot be combined with tools unless tool_choice is none",
                 param="response_format",
             )
-        _compiles(lambda: grammar.response_grammar(fmt), "response_format")
+        _format_compiles(json.dumps(fmt, sort_keys=True))
     if req.top_logprobs and not req.logprobs:
         raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+
+
+# Agents send the same tools with every request, and compiling 15 of them took 17 ms of
+# the event loop here: a set of tools, or a format, that compiled once is not compiled
+# again (a refused one is: an exception is not cached).
+@lru_cache(maxsize=256)
+def _tools_compile(tools_json: str) -> None:
+    specs = json.loads(tools_json)
+    for i, spec in enumerate(specs):
+        _compiles(partial(grammar.named_grammar, spec), f"tools[{i}].function.parameters")
+    # the grammars the engine builds nest every tool's schema in a call: compile those too,
+    # so that what passes here cannot fail there
+    _compiles(partial(grammar.required_grammar, specs, True), "tools")
+    _compiles(partial(grammar.lazy_grammar, specs, "mistral"), "tools")
+
+
+@lru_cache(maxsize=256)
+def _format_compiles(format_json: str) -> None:
+    fmt = json.loads(format_json)
+    _compiles(partial(grammar.response_grammar, fmt), "response_format")
 
 
 def _compiles(build: Callable[[], str], param: str) -> None:
