@@ -60,7 +60,9 @@ class FrontJob:
     #: its output has tool calls or logprobs: the handler takes pieces (take_items)
     structured: bool = False
     _parts: list[Any] = field(default_factory=list)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: set when output or the outcome arrives; the jobs of one request (n choices,
+    #: several prompts) share one, so that their one handler wakes for any of them
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def push(self, engine: str, text: str) -> int:
         """Add text from the engine named; returns the characters now waiting."""
@@ -69,7 +71,7 @@ class FrontJob:
             self.served_by = engine
         self._parts.append(text)
         self.pending += len(text)
-        self._wake.set()
+        self.wake.set()
         return self.pending
 
     def push_pieces(self, engine: str, pieces: list[Piece]) -> int:
@@ -79,7 +81,7 @@ class FrontJob:
             self.served_by = engine
         self._parts.extend(pieces)
         self.pending += sum(len(p.text) + sum(len(c.arguments) for c in p.calls) for p in pieces)
-        self._wake.set()
+        self.wake.set()
         return self.pending
 
     def finish(self, outcome: Outcome, engine: str | None = None) -> None:
@@ -88,11 +90,11 @@ class FrontJob:
             self.outcome = outcome
             if self.served_by is None:
                 self.served_by = engine
-            self._wake.set()
+            self.wake.set()
 
     async def wait(self) -> None:
-        await self._wake.wait()
-        self._wake.clear()
+        await self.wake.wait()
+        self.wake.clear()
 
     def take(self) -> str:
         parts = self._parts

@@ -144,10 +144,8 @@ class OpenAIRoutes:
         job_id = self.dispatcher.next_job_id()
         message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
         capability = self.directory.capability_of(entry)
-        job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry))
-        job.structured = structured
-        if wake is not None:  # several jobs of one request wake its one handler
-            job._wake = wake
+        job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
+                       structured=structured, wake=wake or asyncio.Event())  # fmt: skip
         self.dispatcher.submit(job)
         return job
 
