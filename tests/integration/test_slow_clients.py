@@ -36,6 +36,16 @@ def open_stream(srv: Server, body: dict[str, Any] = BODY) -> socket.socket:
     return sock
 
 
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything the front still sends; it closes the connection once this is read."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.settimeout(20)
+    data = b""
+    while chunk := sock.recv(1 << 16):
+        data += chunk
+    return data
+
+
 def front_rss(srv: Server) -> int:
     return int(psutil.Process(srv.proc.pid).memory_info().rss)
 
@@ -101,11 +111,7 @@ def test_a_client_that_stops_reading_gets_an_error_event_and_frees_its_slot(
         wait_for(lambda: "its client read nothing" in srv.log(), timeout=stall * 4 + 5)
         wait_for(lambda: free_slots(srv) == 2)
         # whatever the client reads now ends with the error event and the terminator
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.settimeout(20)  # the front closes the connection once this has been read
-        data = b""
-        while chunk := sock.recv(1 << 16):
-            data += chunk
+        data = read_to_end(sock)
     finally:
         sock.close()
     assert data.endswith(b"\r\n0\r\n\r\n")
@@ -125,11 +131,7 @@ def test_a_stalled_client_of_several_choices_gets_an_error_event_and_frees_every
         wait_for(lambda: holds(srv) >= 2)
         wait_for(lambda: "its client read nothing" in srv.log(), timeout=3.0 * 4 + 5)
         wait_for(lambda: free_slots(srv) == 3)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.settimeout(20)
-        data = b""
-        while chunk := sock.recv(1 << 16):
-            data += chunk
+        data = read_to_end(sock)
     finally:
         sock.close()
     assert data.endswith(b"\r\n0\r\n\r\n")

@@ -185,19 +185,25 @@ def test_text_without_a_call_is_content_and_tool_choice_none_parses_nothing(
 def test_a_full_agent_turn_with_a_tool_result(client: openai.OpenAI) -> None:
     first = _ask(client, "hermes", tools=TOOLS).choices[0].message
     call = (first.tool_calls or [])[0]
-    answer = client.chat.completions.create(
-        model="smol",
-        messages=[
+
+    def turn(calls: list[Any], result: str, max_tokens: int = 1) -> Any:
+        messages: list[Any] = [
             {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-            {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"},
-        ],
-        tools=TOOLS,
-        tool_choice="none",
-        temperature=0,
-        max_tokens=20,
-    )
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": call.id, "content": result},
+        ]
+        return client.chat.completions.create(
+            model="smol", messages=messages, tools=TOOLS, tool_choice="none",
+            temperature=0, max_tokens=max_tokens,
+        )  # fmt: skip
+
+    answer = turn([call.model_dump()], "Sunny, 21 C", max_tokens=20)
     assert answer.choices[0].message.content
+    # the call and its result both reach the model's prompt
+    prompt = answer.usage.prompt_tokens
+    longer_result = turn([call.model_dump()], "Sunny, 21 C" + ", dry and calm" * 8)
+    without_call = turn([], "Sunny, 21 C")
+    assert longer_result.usage.prompt_tokens > prompt > without_call.usage.prompt_tokens
 
 
 SMOL_PROMPTS = [
