@@ -116,6 +116,7 @@ def _merged(parts: list[Delta]) -> Delta | list[Delta]:
     in order (the front reads a str, a map or a list of both)."""
     if len(parts) == 1:
         return parts[0]
-    if all(isinstance(p, str) for p in parts):
+    try:  # the hot path: texts only; a map among them makes join refuse
         return "".join(parts)  # type: ignore[arg-type]
-    return parts
+    except TypeError:
+        return parts

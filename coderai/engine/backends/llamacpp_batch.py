@@ -454,7 +454,8 @@ class LlamaCppBatchInstance(ModelInstance):
             if seq.constraint is not None or seq.logprobs is not None:
                 logprobs = self._shape_logits(seq, index)
             chosen = slot.sampler.sample(self.ctx, index)
-            structured.sampled(seq, chosen)
+            if seq.constraint is not None:
+                structured.sampled(seq, chosen)
             if logprobs is not None and seq.logprobs is not None:
                 seq.logprobs.append(
                     structured.logprob_entry(logprobs, chosen, seq.job.top_logprobs, self._piece_of)

@@ -323,7 +323,8 @@ class TransformersInstance(ModelInstance):
                 token = choose_token(rows[i], job, seq.state.generator)
             counts = seq.state.counts
             counts[token] = counts.get(token, 0) + 1
-            structured.sampled(seq, token)
+            if seq.constraint is not None:
+                structured.sampled(seq, token)
             if i in logprobs and seq.logprobs is not None:
                 seq.logprobs.append(
                     structured.logprob_entry(logprobs[i], token, job.top_logprobs, self._bytes_of)
