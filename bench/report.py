@@ -320,7 +320,10 @@ def constrained_section(result: dict[str, Any]) -> list[str]:
         " each, one sequence, the engine's instance driven directly (no HTTP). The schema is"
         " an array of at least 64 short strings, so every constrained run writes every token;"
         " the two sides decode different text (free prose against JSON), the same number of"
-        ' steps. "mask alone" is llguidance\'s mask computed and unpacked, without a step.'
+        " steps. \"mask alone\" is the constraint's own work a token (llguidance's mask"
+        " computed, unpacked and applied to the logits), without a step. Run-to-run noise"
+        " here is larger than that: over four runs the cost column read -0.3, +10.0, +9.9"
+        " and +9.3 % (llama.cpp) and +7.9, -14.0, -3.0 and +7.5 % (transformers)."
         " A schema with large alternations (many tools) costs more per mask; the vocabulary"
         " build is paid once per loaded model, on its first constrained request.",
         "",
