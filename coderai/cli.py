@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from coderai.config import Catalogue, catalogue_path, load_catalogue, load_config
+from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
 
@@ -96,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
         config.server.port = args.port
     if args.single_process:
         config.server.single_process = True
-    path = catalogue_path(config, config_path)
+    files = StateFiles.of(config, config_path)
+    path = files.catalogue
     if path.is_file():
         catalogue = load_catalogue(path)
     else:
@@ -105,4 +106,4 @@ def _run(args: argparse.Namespace) -> int:
             "no catalogue at %s; serving the embedded default: %s",
             path, ", ".join(e.id for e in catalogue.entries),
         )  # fmt: skip
-    return asyncio.run(serve(config, catalogue, path))
+    return asyncio.run(serve(config, catalogue, files))

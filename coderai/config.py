@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,6 +74,9 @@ class ServerConfig(_Strict):
     #: run the front and one engine in one process (no isolation; for small machines)
     single_process: bool = False
     default_engine: str | None = None
+    #: where the front keeps users, API keys, sessions and usage (coderai.db); relative
+    #: to the config file's folder, which is also the default
+    state_dir: str | None = None
 
 
 class ModelsConfig(_Strict):
@@ -88,6 +92,16 @@ class ModelsConfig(_Strict):
 class AuthConfig(_Strict):
     #: bearer key for /admin/api/*; when unset, a random one is made and logged at start
     admin_key: str | None = Field(None, min_length=8)
+    #: /v1 answers only to API keys; unset: required unless the front binds a loopback address
+    require_api_key: bool | None = None
+    #: how long a console login lasts
+    session_hours: float = Field(12.0, gt=0)
+    #: wrong passwords: each one is answered this much later than the one before
+    login_delay_seconds: float = Field(0.5, ge=0)
+    #: wrong passwords for one user or from one address, within the window, that lock it
+    login_max_failures: int = Field(5, ge=1)
+    login_window_seconds: float = Field(900.0, gt=0)
+    login_lock_seconds: float = Field(300.0, gt=0)
 
 
 class Config(_Strict):
@@ -196,6 +210,26 @@ def load_config(path: Path | None) -> Config:
 def catalogue_path(config: Config, config_path: Path | None) -> Path:
     base = config_path.parent if config_path is not None else Path.cwd()
     return base / config.models.catalogue
+
+
+@dataclass(frozen=True)
+class StateFiles:
+    """Where the front's state lives: the two human-editable files, and the folder of the
+    database (users, API keys, sessions, usage)."""
+
+    config: Path
+    catalogue: Path
+    state_dir: Path
+
+    @classmethod
+    def of(cls, config: Config, config_path: Path | None) -> StateFiles:
+        base = config_path.parent if config_path is not None else Path.cwd()
+        state_dir = base / config.server.state_dir if config.server.state_dir else base
+        return cls(
+            config=config_path if config_path is not None else base / "config.json",
+            catalogue=catalogue_path(config, config_path),
+            state_dir=state_dir,
+        )
 
 
 def load_catalogue(path: Path) -> Catalogue:

@@ -52,13 +52,13 @@ def admin_auth(key: str) -> Middleware:
 
 
 class AdminRoutes:
-    def __init__(self, front: Front, catalogue_file: Path | None, drain_grace: float) -> None:
+    def __init__(self, front: Front) -> None:
         self.dispatcher = front.dispatcher
         self.directory = front.directory
         self.host = front.dispatcher.host
         self.views = front.engines
-        self.catalogue_file = catalogue_file
-        self.drain_grace = drain_grace
+        self.catalogue_file = front.files.catalogue
+        self.drain_grace = front.config.server.drain_grace_seconds
         self._saving = asyncio.Lock()
 
     def add_to(self, app: web.Application) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from aiohttp import web
 
+from coderai.config import Config, StateFiles
 from coderai.errors import NoEngine
 from coderai.front.admin_api import AdminRoutes, admin_auth
 from coderai.front.anthropic_api import AnthropicRoutes
+from coderai.front.console_events import EventHub
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView, engine_views
 from coderai.front.http import error_boundary
@@ -37,13 +38,19 @@ class Front:
 
     def __init__(
         self,
+        config: Config,
+        files: StateFiles,
         directory: ModelDirectory,
         dispatcher: Dispatcher,
         metrics: Metrics,
     ) -> None:
+        #: the settings in force; the settings routes change it, and no one else
+        self.config = config
+        self.files = files
         self.directory = directory
         self.dispatcher = dispatcher
         self.metrics = metrics
+        self.hub = EventHub()
 
     def engines(self) -> list[EngineView]:
         """Every planned engine as /healthz, the admin API and /metrics show it."""
@@ -74,12 +81,7 @@ class Front:
         return web.Response(body=self.metrics.render(), content_type="text/plain; version=0.0.4")
 
 
-def build_app(
-    front: Front,
-    admin_key: str,
-    catalogue_file: Path | None = None,
-    drain_grace: float = 30.0,
-) -> web.Application:
+def build_app(front: Front, admin_key: str) -> web.Application:
     app = web.Application(
         middlewares=[error_boundary(count_answer), admin_auth(admin_key)],
         client_max_size=MAX_BODY_BYTES,
@@ -92,7 +94,7 @@ def build_app(
     TokenizeRoutes(openai).add_to(app)
     AnthropicRoutes(openai).add_to(app)
     ResponsesRoutes(openai).add_to(app)
-    AdminRoutes(front, catalogue_file, drain_grace).add_to(app)
+    AdminRoutes(front).add_to(app)
     app.router.add_get("/healthz", front.healthz)
     app.router.add_get("/health", front.health)
     app.router.add_get("/metrics", front.metrics_text)

@@ -11,13 +11,12 @@ import logging
 import secrets
 import shutil
 import signal
-from pathlib import Path
 
 import zmq
 from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
-from coderai.config import Catalogue, Config, engine_settings
+from coderai.config import Catalogue, Config, StateFiles, engine_settings
 from coderai.front.app import Front, build_app
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import plan_engines
@@ -35,18 +34,18 @@ log = logging.getLogger("coderai.front")
 LAST_WRITE_SECONDS = 2.0
 
 
-async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | None = None) -> int:
+async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
     runtime_dir = private_runtime_dir()
     try:
         # before the site starts, so no request finds the catalogue unchecked; off the loop
         # all the same, so a file that cannot be read never holds startup past the deadline
         probed = await probe(catalogue.entries)
-        front = _assemble(config, catalogue, probed, runtime_dir)
+        front = _assemble(config, files, catalogue, probed, runtime_dir)
         admin_key = config.auth.admin_key
         if admin_key is None:
             admin_key = secrets.token_urlsafe(24)
             log.warning("no auth.admin_key configured; this run's admin API key: %s", admin_key)
-        app = build_app(front, admin_key, catalogue_file, config.server.drain_grace_seconds)
+        app = build_app(front, admin_key)
         # A client that disconnects cancels its handler, which cancels its job (invariant
         # 3); at shutdown, requests in flight get the grace period to finish.
         # Our own grace period comes first (see below); aiohttp's shutdown timeout is then
@@ -84,7 +83,11 @@ async def serve(config: Config, catalogue: Catalogue, catalogue_file: Path | Non
 
 
 def _assemble(
-    config: Config, catalogue: Catalogue, probed: dict[str, Probed], runtime_dir: str
+    config: Config,
+    files: StateFiles,
+    catalogue: Catalogue,
+    probed: dict[str, Probed],
+    runtime_dir: str,
 ) -> Front:
     token = secrets.token_hex(16)
     plans = plan_engines(config, NvmlSensor().nvidia_gpus())
@@ -113,4 +116,4 @@ def _assemble(
     dispatcher = Dispatcher(
         config.server, endpoint, token, host, settings, preloads, context=context
     )
-    return Front(directory, dispatcher, Metrics())
+    return Front(config, files, directory, dispatcher, Metrics())

@@ -1,0 +1,86 @@
+"""The console's live feed: one SSE stream per open console (`GET /admin/api/events`).
+
+Parts of the front publish what changed (a request started or ended, a log line, a
+setting); the hub hands each event to every subscriber's bounded queue. A console that
+does not read is never waited for: past the bound its oldest events are dropped and it is
+told so once (`event: lagged`), so it can reload the snapshots it missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+#: events one console may fall behind by before the oldest are dropped
+BACKLOG = 1000
+
+Snapshot = Callable[[], dict[str, Any]]
+
+
+class Subscriber:
+    def __init__(self) -> None:
+        self.events: deque[bytes] = deque()
+        self.lagged = False
+        self.wake = asyncio.Event()
+
+    def put(self, frame: bytes) -> None:
+        if len(self.events) >= BACKLOG:
+            self.events.popleft()
+            self.lagged = True
+        self.events.append(frame)
+        self.wake.set()
+
+    def take(self) -> list[bytes]:
+        frames = list(self.events)
+        self.events.clear()
+        if self.lagged:
+            self.lagged = False
+            frames.insert(0, frame("lagged", {"dropped": True}))
+        return frames
+
+
+def frame(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+class EventHub:
+    """Publishers call `publish` on the event loop; it never blocks and never awaits."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscriber] = set()
+        #: what a new console is sent first, by event name
+        self._snapshots: dict[str, Snapshot] = {}
+
+    def snapshot(self, event: str, make: Snapshot) -> None:
+        """Register the current state a console receives on connect, as `event`."""
+        self._snapshots[event] = make
+
+    @property
+    def watched(self) -> bool:
+        """Whether any console listens (publishers may skip building events otherwise)."""
+        return bool(self._subscribers)
+
+    def publish(self, event: str, data: Any) -> None:
+        if not self._subscribers:
+            return
+        encoded = frame(event, data)
+        for subscriber in self._subscribers:
+            subscriber.put(encoded)
+
+    async def subscribe(self) -> AsyncIterator[list[bytes]]:
+        """Batches of encoded events for one console: the snapshots, then each change."""
+        subscriber = Subscriber()
+        self._subscribers.add(subscriber)
+        try:
+            yield [frame(name, make()) for name, make in self._snapshots.items()]
+            while True:
+                await subscriber.wake.wait()
+                subscriber.wake.clear()
+                batch = subscriber.take()
+                if batch:
+                    yield batch
+        finally:
+            self._subscribers.discard(subscriber)
