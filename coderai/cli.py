@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from coderai import accounts_cli
 from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument("--connect", required=True, help="the front's bus endpoint")
     engine.add_argument("--slots", type=int, default=8)
     engine.add_argument("--epoch", type=int, default=None)
+    accounts_cli.add_parsers(sub)
     return parser
 
 
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command in ("users", "keys"):
+            return accounts_cli.run(args, DEFAULT_CONFIG)
         return _engine(args)
     except ConfigError as exc:
         print(f"coderai: {exc.message}", file=sys.stderr)

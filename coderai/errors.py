@@ -60,6 +60,30 @@ class Unauthorized(CoderaiError):
         return {"WWW-Authenticate": "Bearer"}
 
 
+class InvalidApiKey(Unauthorized):
+    code = "invalid_api_key"
+
+
+class WrongPassword(Unauthorized):
+    code = "invalid_credentials"
+
+    def headers(self) -> dict[str, str]:
+        return {}  # a console login, not a bearer challenge
+
+
+class Forbidden(CoderaiError):
+    """Known credentials that may not do this (a key limited to other models, a console
+    request without its CSRF token)."""
+
+    status = 403
+    error_type = "permission_error"
+    code = "forbidden"
+
+
+class ModelNotAllowed(Forbidden):
+    code = "model_not_allowed"
+
+
 class NotFound(CoderaiError):
     status = 404
     error_type = "invalid_request_error"
@@ -70,17 +94,25 @@ class ModelNotFound(NotFound):
     code = "model_not_found"
 
 
-class QueueFull(CoderaiError):
+class TooManyRequests(CoderaiError):
     status = 429
     error_type = "rate_limit_error"
-    code = "queue_full"
+    code = "rate_limit_exceeded"
 
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after = max(1, retry_after)
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
+
+
+class QueueFull(TooManyRequests):
+    code = "queue_full"
+
+
+class LoginLocked(TooManyRequests):
+    code = "login_locked"
 
 
 class NoEngine(CoderaiError):

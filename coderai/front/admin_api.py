@@ -1,20 +1,17 @@
-"""/admin/api: engines and models as the front sees them, behind a bearer key."""
+"""/admin/api: engines and models as the front sees them (auth.py admits the caller)."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from coderai.bus.messages import ControlAction
 from coderai.config import Catalogue, catalogue_from, write_json_atomically
-from coderai.errors import ConfigError, InvalidRequest, NotFound, Unauthorized
+from coderai.errors import ConfigError, InvalidRequest, NotFound
 from coderai.front.http import read_json
 from coderai.front.probe import probe, refusals
 
@@ -24,31 +21,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("coderai.front")
 
 PREFIX = "/admin/api/"
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def bearer_token(header: str) -> bytes | None:
-    """The credentials of an `Authorization: Bearer <token>` header. The scheme is
-    case-insensitive (RFC 7235 section 2.1); bytes that are not UTF-8 are kept as sent
-    (aiohttp decodes headers with surrogateescape), so they compare unequal, never crash."""
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip().encode("utf-8", "surrogateescape")
-
-
-def admin_auth(key: str) -> Middleware:
-    expected = key.encode()
-
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith(PREFIX):
-            given = bearer_token(request.headers.get("Authorization", ""))
-            if given is None or not hmac.compare_digest(given, expected):
-                raise Unauthorized("send the admin key as 'Authorization: Bearer <key>'")
-        return await handler(request)
-
-    return check
 
 
 class AdminRoutes:

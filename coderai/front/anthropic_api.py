@@ -64,7 +64,7 @@ class AnthropicRoutes:
         chat = chat_request(req.chat_body(), RENAMES).model_copy(
             update={"stop": req.stop_sequences}
         )
-        entry = await self.openai.directory.resolve(chat.model)
+        entry = await self.openai.resolve(chat.model)
         job = self.openai.submit_chat(chat, entry)
         try:
             if req.stream:
@@ -86,7 +86,7 @@ class AnthropicRoutes:
         messages and tools, by the engine that holds its tokenizer."""
         req = validate(CountTokensRequest, await read_json(request), NOT_BUILT)
         chat: ChatRequest = chat_request(req.chat_body(), RENAMES)
-        entry = await self.openai.directory.resolve(chat.model)
+        entry = await self.openai.resolve(chat.model)
         tools = chat.tool_fields()
         job, outcome = await self.openai.answer(
             entry,

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
 from coderai.config import Config, StateFiles
 from coderai.errors import NoEngine
-from coderai.front.admin_api import AdminRoutes, admin_auth
+from coderai.front import console_events
+from coderai.front.accounts_api import AccountRoutes
+from coderai.front.activity import Activity
+from coderai.front.admin_api import AdminRoutes
 from coderai.front.anthropic_api import AnthropicRoutes
+from coderai.front.auth import Auth, requires_api_key
 from coderai.front.console_events import EventHub
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView, engine_views
@@ -18,7 +24,10 @@ from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import OpenAIRoutes
 from coderai.front.responses_api import ResponsesRoutes
+from coderai.front.state_store import StateStore
+from coderai.front.status_api import StatusRoutes
 from coderai.front.tokenize_api import TokenizeRoutes
+from coderai.front.usage import UsageLedger
 
 METRICS = web.AppKey("metrics", Metrics)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
@@ -58,6 +67,13 @@ class Front:
         statuses = dispatcher.host.statuses()
         return engine_views(self.directory.plans, dispatcher.registry.all(), statuses)
 
+    def engines_body(self) -> dict[str, Any]:
+        """The engines as the console's Engines panel shows them."""
+        return {
+            "engines": [v.public() for v in self.engines()],
+            "queued": len(self.dispatcher.queue),
+        }
+
     async def healthz(self, request: web.Request) -> web.Response:
         """200 while at least one engine serves, else 503."""
         views = self.engines()
@@ -82,13 +98,21 @@ class Front:
 
 
 def build_app(front: Front, admin_key: str) -> web.Application:
+    config = front.config
+    store = StateStore(front.files.state_dir)
+    activity = Activity(front.hub)
+    usage = UsageLedger(store)
+    require_key = requires_api_key(config.auth.require_api_key, config.server.host)
+    auth = Auth(admin_key, store, activity, usage, require_key)
     app = web.Application(
-        middlewares=[error_boundary(count_answer), admin_auth(admin_key)],
+        middlewares=[error_boundary(count_answer), auth.middleware],
         client_max_size=MAX_BODY_BYTES,
     )
     app[METRICS] = front.metrics
     dispatcher = front.dispatcher
     front.metrics.watch(dispatcher, front.engines)
+    AccountRoutes(auth, usage, config.auth).add_to(app)
+    StatusRoutes(front, activity).add_to(app)
     openai = OpenAIRoutes(dispatcher, front.directory, front.metrics)
     openai.add_to(app)
     TokenizeRoutes(openai).add_to(app)
@@ -100,9 +124,19 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     app.router.add_get("/metrics", front.metrics_text)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        await store.open()
+        usage.start()
         await dispatcher.start()  # and its engine host
+        watcher = asyncio.get_running_loop().create_task(
+            console_events.watch(
+                front.hub, "engines", front.engines_body, config.server.heartbeat_interval
+            )
+        )
         yield
+        watcher.cancel()
         await dispatcher.stop()
+        await usage.stop()
+        await store.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from aiohttp import web
+
 #: events one console may fall behind by before the oldest are dropped
 BACKLOG = 1000
 
@@ -53,6 +55,13 @@ class EventHub:
         self._subscribers: set[Subscriber] = set()
         #: what a new console is sent first, by event name
         self._snapshots: dict[str, Snapshot] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        """At shutdown: every console's stream ends, so none holds the server open."""
+        self.closed = True
+        for subscriber in self._subscribers:
+            subscriber.wake.set()
 
     def snapshot(self, event: str, make: Snapshot) -> None:
         """Register the current state a console receives on connect, as `event`."""
@@ -76,7 +85,7 @@ class EventHub:
         self._subscribers.add(subscriber)
         try:
             yield [frame(name, make()) for name, make in self._snapshots.items()]
-            while True:
+            while not self.closed:
                 await subscriber.wake.wait()
                 subscriber.wake.clear()
                 batch = subscriber.take()
@@ -84,3 +93,31 @@ class EventHub:
                     yield batch
         finally:
             self._subscribers.discard(subscriber)
+
+
+async def watch(hub: EventHub, event: str, make: Snapshot, interval: float) -> None:
+    """Publish `make()` as `event` whenever it differs from the last one published: for
+    state that changes without anyone announcing it (engine views between heartbeats).
+    Runs until cancelled; builds nothing while no console listens."""
+    hub.snapshot(event, make)
+    last: dict[str, Any] | None = None
+    while True:
+        await asyncio.sleep(interval)
+        if hub.watched:
+            current = make()
+            if current != last:
+                hub.publish(event, current)
+                last = current
+        else:
+            last = None
+
+
+async def stream(request: web.Request, hub: EventHub) -> web.StreamResponse:
+    """GET /admin/api/events: the snapshots, then every change, until the console leaves."""
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    async for batch in hub.subscribe():
+        await response.write(b"".join(batch))
+    return response

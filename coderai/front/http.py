@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from pydantic import BaseModel, ValidationError
 
 from coderai.errors import CoderaiError, InvalidRequest, UnreadableBody
+from coderai.validation import first_problem
 
 log = logging.getLogger("coderai.front")
 
@@ -53,6 +55,23 @@ async def read_json(request: web.Request) -> Any:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidRequest("the request body is nested too deeply") from None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_body(request: web.Request, model: type[M]) -> M:
+    """The request body validated into `model`, or InvalidRequest naming the first
+    problem (for the admin API's bodies; the API routes have their own rules, schemas.py)."""
+    data = await read_json(request)
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        where, message = first_problem(exc)
+        param = ".".join(where) or None
+        raise InvalidRequest(f"{param or 'body'}: {message}", param=param) from None
 
 
 def from_http_exception(exc: web.HTTPException) -> CoderaiError:

@@ -40,6 +40,8 @@ class FrontJob:
     #: response's engine in the X-CoderAI-Engine header
     served_by: str | None = None
     started: bool = False
+    #: when its first output arrived (monotonic)
+    first_at: float | None = None
     #: the client went away; output is dropped until the engine confirms the cancel
     abandoned: bool = False
     outcome: Outcome | None = None
@@ -69,6 +71,7 @@ class FrontJob:
         if not self.started:
             self.started = True
             self.served_by = engine
+            self.first_at = time.monotonic()
         self._parts.append(text)
         self.pending += len(text)
         self.wake.set()
@@ -79,6 +82,7 @@ class FrontJob:
         if not self.started:
             self.started = True
             self.served_by = engine
+            self.first_at = time.monotonic()
         self._parts.extend(pieces)
         self.pending += sum(len(p.text) + sum(len(c.arguments) for c in p.calls) for p in pieces)
         self.wake.set()

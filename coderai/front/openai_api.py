@@ -15,7 +15,7 @@ from aiohttp import web
 from coderai.bus.messages import Done, Job, JobKind
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
-from coderai.front import choices
+from coderai.front import activity, choices
 from coderai.front.choices import ChoiceStream
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
@@ -77,26 +77,34 @@ class OpenAIRoutes:
         # a model id may hold slashes ("org/name")
         app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
 
+    async def resolve(self, name: str) -> ModelEntry:
+        """The catalogue entry a request names, if the request's API key may use it."""
+        entry = await self.directory.resolve(name)
+        activity.check_model(entry)
+        return entry
+
     async def list_models(self, request: web.Request) -> web.Response:
-        data = [model_object(e.id) for e in self.directory.catalogue.entries]
+        """The catalogue, as far as the request's API key may use it."""
+        entries = [e for e in self.directory.catalogue.entries if activity.may_use(e)]
+        data = [model_object(e.id) for e in entries]
         return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
 
     async def retrieve_model(self, request: web.Request) -> web.Response:
         """The SDKs' models.retrieve: the model as listed, under the name asked for (an
         alias answers as itself), or a 404 model_not_found."""
         name = request.match_info["model"]
-        self.directory.entry(name)
+        activity.check_model(self.directory.entry(name))
         return web.json_response(model_object(name), headers={ENGINE_HEADER: FRONT})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
-        entry = await self.directory.resolve(req.model)
+        entry = await self.resolve(req.model)
         messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
-        entry = await self.directory.resolve(req.model)
+        entry = await self.resolve(req.model)
         payloads, echoes = [], []
         for prompt in req.prompts():
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
@@ -106,7 +114,7 @@ class OpenAIRoutes:
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
-        entry = await self.directory.resolve(req.model)
+        entry = await self.resolve(req.model)
         job, outcome = await self.answer(
             entry, JobKind.EMBEDDING, inputs=req.texts(), input_ids=req.token_ids()
         )
@@ -147,6 +155,7 @@ class OpenAIRoutes:
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
                        structured=structured, wake=wake or asyncio.Event())  # fmt: skip
         self.dispatcher.submit(job)
+        activity.attach(job)
         return job
 
     async def _run(

@@ -25,7 +25,7 @@ class ResponsesRoutes:
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
-        entry = await self.openai.directory.resolve(chat.model)
+        entry = await self.openai.resolve(chat.model)
         start = responses_reply.head(req, entry.id)
         job = self.openai.submit_chat(chat, entry)
         dispatcher = self.openai.dispatcher

@@ -73,6 +73,7 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         log.info("shutting down (up to %.0f s for requests in flight)", grace)
         for listening in runner.sites:
             await listening.stop()
+        front.hub.close()  # consoles' live streams end; they are no request to wait for
         ended = await front.dispatcher.shutdown(grace)
         if ended:
             log.warning("%d requests were unfinished after %.0f s; ended with 503", ended, grace)

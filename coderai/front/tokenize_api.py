@@ -27,7 +27,7 @@ class TokenizeRoutes:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         req: TokenizeRequest = parse(TokenizeRequest, await read_json(request))
-        entry = await self.openai.directory.resolve(req.model)
+        entry = await self.openai.resolve(req.model)
         messages = [m.for_template() for m in req.messages or []]
         job, outcome = await self.openai.answer(
             entry,
@@ -44,7 +44,7 @@ class TokenizeRoutes:
 
     async def detokenize(self, request: web.Request) -> web.Response:
         req: DetokenizeRequest = parse(DetokenizeRequest, await read_json(request))
-        entry = await self.openai.directory.resolve(req.model)
+        entry = await self.openai.resolve(req.model)
         job, outcome = await self.openai.answer(entry, JobKind.DETOKENIZE, prompt_ids=req.tokens)
         answer = tokens_answer(job, outcome)
         if isinstance(answer, CoderaiError):

@@ -1,0 +1,148 @@
+"""What the console's Activity page shows: the API requests running now and the last ones
+that ended, each with its model, engine, key, tokens, time to first token and outcome.
+
+One `Ticket` per API request, opened by the auth gate before the handler runs and closed
+after it; the jobs the handler submits attach to the ticket of the task that runs it (a
+context variable, so the many routes that submit jobs need not pass it along). Everything
+here is the front's own state: reading it never waits on an engine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from coderai.bus.messages import Done, FinishReason
+from coderai.config import ModelEntry
+from coderai.errors import ModelNotAllowed
+from coderai.front.console_events import EventHub
+from coderai.front.jobs import FrontJob
+from coderai.state.api_keys import ApiKey
+
+#: ended requests the console can list
+RECENT = 200
+
+
+@dataclass(eq=False)
+class Ticket:
+    id: int
+    route: str
+    key: ApiKey | None
+    #: who made it, when not a key: "admin" (the admin key) or "console:<user>"
+    caller: str | None = None
+    started_at: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.monotonic)
+    model: str | None = None
+    jobs: list[FrontJob] = field(default_factory=list)
+    stream: bool = False
+    status: int | None = None
+    outcome: str = "running"
+    ended: float | None = None
+
+    @property
+    def key_name(self) -> str | None:
+        return self.key.name if self.key is not None else self.caller
+
+    def tokens(self) -> tuple[int, int]:
+        """(prompt, completion) tokens of the jobs that have ended."""
+        done = [j.outcome for j in self.jobs if isinstance(j.outcome, Done)]
+        return sum(d.prompt_tokens for d in done), sum(d.completion_tokens for d in done)
+
+    def end(self, status: int, client_left: bool) -> None:
+        self.status = status
+        self.ended = time.monotonic()
+        self.outcome = _outcome(status, client_left, self.jobs)
+
+    def public(self) -> dict[str, Any]:
+        prompt, completion = self.tokens()
+        firsts = [j.first_at for j in self.jobs if j.first_at is not None]
+        engines = sorted({j.served_by for j in self.jobs if j.served_by})
+        end = self.ended if self.ended is not None else time.monotonic()
+        return {
+            "id": self.id,
+            "route": self.route,
+            "model": self.model,
+            "engine": ",".join(engines) or None,
+            "key": self.key_name,
+            "stream": self.stream,
+            "started_at": self.started_at,
+            "ttft_ms": round((min(firsts) - self.started) * 1000, 1) if firsts else None,
+            "duration_ms": round((end - self.started) * 1000, 1),
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "status": self.status,
+            "outcome": self.outcome,
+        }
+
+
+def _outcome(status: int, client_left: bool, jobs: list[FrontJob]) -> str:
+    if client_left:
+        return "cancelled"
+    if status >= 400 or any(j.outcome is not None and not isinstance(j.outcome, Done)
+                            for j in jobs):  # fmt: skip
+        return "error"  # a stream that began (200) and was cut ends with an error event
+    if any(isinstance(j.outcome, Done) and j.outcome.finish_reason == FinishReason.CANCELLED
+           for j in jobs):  # fmt: skip
+        return "cancelled"
+    return "completed"
+
+
+#: the ticket of the request the current task serves, if it is an API request
+CURRENT: ContextVar[Ticket | None] = ContextVar("coderai_ticket", default=None)
+
+
+class Activity:
+    def __init__(self, hub: EventHub) -> None:
+        self.hub = hub
+        self.running: dict[int, Ticket] = {}
+        self.recent: deque[Ticket] = deque(maxlen=RECENT)
+        self._next_id = 0
+        hub.snapshot("activity", self.snapshot)
+
+    def open(self, route: str, key: ApiKey | None, caller: str | None) -> Ticket:
+        self._next_id += 1
+        ticket = Ticket(self._next_id, route, key, caller)
+        self.running[ticket.id] = ticket
+        CURRENT.set(ticket)
+        if self.hub.watched:
+            self.hub.publish("request", ticket.public())
+        return ticket
+
+    def close(self, ticket: Ticket, status: int, client_left: bool) -> None:
+        ticket.end(status, client_left)
+        self.running.pop(ticket.id, None)
+        self.recent.appendleft(ticket)
+        if self.hub.watched:
+            self.hub.publish("request", ticket.public())
+
+    def snapshot(self) -> dict[str, Any]:
+        running = sorted(self.running.values(), key=lambda t: -t.id)
+        return {
+            "running": [t.public() for t in running],
+            "recent": [t.public() for t in self.recent],
+        }
+
+
+def attach(job: FrontJob) -> None:
+    """Count a submitted job in its request's ticket (jobs submitted outside an API
+    request, e.g. by tests driving the dispatcher, have none)."""
+    ticket = CURRENT.get()
+    if ticket is not None:
+        ticket.jobs.append(job)
+        if ticket.model is None:
+            ticket.model = job.entry.id
+
+
+def may_use(entry: ModelEntry) -> bool:
+    """Whether the current request's API key may use this model."""
+    ticket = CURRENT.get()
+    return ticket is None or ticket.key is None or ticket.key.allows(entry.names())
+
+
+def check_model(entry: ModelEntry) -> None:
+    """ModelNotAllowed (403) if the current request's API key may not use this model."""
+    if not may_use(entry):
+        raise ModelNotAllowed(f"this API key may not use the model {entry.id!r}", param="model")

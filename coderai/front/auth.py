@@ -1,0 +1,224 @@
+"""Who may call what: the admin API answers to the admin key or a console session (with
+its CSRF token on every change); the API routes answer to API keys when they are
+required, and every API request, keyed or not, is counted in Activity and usage.
+
+Credentials are never logged: a refused key is named by nothing but the refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from coderai.errors import CoderaiError, Forbidden, InvalidApiKey, Unauthorized
+from coderai.front import anthropic_reply
+from coderai.front.activity import Activity
+from coderai.front.limits import KeyLimits
+from coderai.front.state_store import StateStore
+from coderai.front.usage import UsageLedger
+from coderai.state import api_keys
+from coderai.state.api_keys import ApiKey
+from coderai.state.database import Session
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ADMIN_PREFIX = "/admin/api/"
+#: admin routes that answer without credentials: logging in, and the API's description
+ADMIN_OPEN = frozenset({("POST", ADMIN_PREFIX + "login"), ("GET", ADMIN_PREFIX + "openapi.json")})
+#: the routes that serve models, gated by API keys
+API_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+ANTHROPIC_PREFIX = "/v1/messages"
+SESSION_COOKIE = "coderai_session"
+CSRF_HEADER = "X-CSRF-Token"
+#: methods that change state, which a cookie alone never authorizes
+CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: how long a key read from the database is trusted before it is read again: a key
+#: revoked in the console stops at once; one revoked by `coderai keys revoke` (another
+#: process) within this time
+KEY_CACHE_SECONDS = 5.0
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def requires_api_key(setting: bool | None, host: str) -> bool:
+    """auth.require_api_key, or by default: required unless only this machine can call."""
+    return setting if setting is not None else host not in LOOPBACK
+
+
+def bearer_token(header: str) -> str | None:
+    """The credentials of an `Authorization: Bearer <token>` header. The scheme is
+    case-insensitive (RFC 7235 section 2.1)."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def same(given: str, expected: str) -> bool:
+    """Constant-time comparison; bytes that are not UTF-8 (aiohttp keeps them as
+    surrogates) compare unequal, never crash."""
+    encode = "utf-8", "surrogateescape"
+    return hmac.compare_digest(given.encode(*encode), expected.encode(*encode))
+
+
+@dataclass(frozen=True)
+class Admin:
+    """An authorized admin request: `user` is None for the admin key."""
+
+    user: str | None
+    session: Session | None = None
+
+
+class Auth:
+    def __init__(
+        self,
+        admin_key: str,
+        store: StateStore,
+        activity: Activity,
+        usage: UsageLedger,
+        require_key: bool,
+    ) -> None:
+        self.admin_key = admin_key
+        self.store = store
+        self.activity = activity
+        self.usage = usage
+        self.require_key = require_key
+        self.limits = KeyLimits()
+        self._keys: dict[str, tuple[ApiKey | None, float]] = {}
+
+    def forget_key(self, key_id: str) -> None:
+        """A key changed (revoked): read it again before its next use."""
+        self._keys.pop(key_id, None)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path.startswith(ADMIN_PREFIX):
+            if (request.method, path) not in ADMIN_OPEN:
+                request["admin"] = await self.admin(request)
+            return await handler(request)
+        if path.startswith(API_PREFIXES):
+            try:
+                return await self._gate(request, handler)
+            except CoderaiError as exc:
+                if path.startswith(ANTHROPIC_PREFIX):  # Anthropic's clients read its shape
+                    return anthropic_reply.refuse(exc)
+                raise
+        return await handler(request)
+
+    # the admin API
+
+    async def admin(self, request: web.Request) -> Admin:
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if token is not None and same(token, self.admin_key):
+            return Admin(None)
+        session = await self.session_of(request)
+        if session is None:
+            raise Unauthorized("log in, or send the admin key as 'Authorization: Bearer <key>'")
+        if request.method in CHANGING:
+            sent = request.headers.get(CSRF_HEADER, "")
+            if not same(sent, session.csrf):
+                raise Forbidden(f"this request needs the session's {CSRF_HEADER} header")
+        return Admin(session.username, session)
+
+    async def session_of(self, request: web.Request) -> Session | None:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if not cookie:
+            return None
+        hashed = token_hash(cookie)
+        session = await self.store.run(lambda db: db.session(hashed))
+        if session is None or session.expires_at <= time.time():
+            return None
+        return session
+
+    # the API routes
+
+    async def _gate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        key, caller = await self._caller(request)
+        if key is not None:
+            self.limits.admit(key, time.monotonic())
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        ticket = self.activity.open(route, key, caller)
+        status, client_left = 500, False
+        try:
+            response = await handler(request)
+            status = response.status
+            ticket.stream = response.content_type == "text/event-stream"
+            return response
+        except CoderaiError as exc:
+            status = exc.status
+            raise
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            client_left = True
+            raise
+        finally:
+            if key is not None:
+                self.limits.release(key.id, sum(ticket.tokens()), time.monotonic())
+            self.usage.record(ticket)
+            self.activity.close(ticket, status, client_left)
+
+    async def _caller(self, request: web.Request) -> tuple[ApiKey | None, str | None]:
+        """The request's API key, or who else it is (the admin key, a console session);
+        (None, None) for an anonymous request where keys are not required."""
+        headers = request.headers
+        token = bearer_token(headers.get("Authorization", "")) or headers.get("x-api-key")
+        if token:
+            parts = api_keys.split(token)
+            if parts is not None:
+                return await self._key(*parts), None
+            if same(token, self.admin_key):
+                return None, "admin"
+        elif request.cookies.get(SESSION_COOKIE):
+            # the Playground: a console session, with its CSRF token (SameSite=Strict
+            # already keeps other sites' requests from carrying the cookie)
+            session = await self.session_of(request)
+            if session is not None and same(headers.get(CSRF_HEADER, ""), session.csrf):
+                return None, f"console:{session.username}"
+        if self.require_key:
+            raise InvalidApiKey(
+                "this server requires an API key: send it as 'Authorization: Bearer <key>'"
+            )
+        return None, None
+
+    async def _key(self, key_id: str, secret: str) -> ApiKey:
+        now = time.monotonic()
+        cached = self._keys.get(key_id)
+        if cached is None or now - cached[1] > KEY_CACHE_SECONDS:
+            found = await self.store.run(lambda db: db.key(key_id))
+            cached = self._keys[key_id] = (found, now)
+            if len(self._keys) > 10_000:  # ids that are not keys must not fill memory
+                self._keys = {k: v for k, v in self._keys.items() if v[0] is not None}
+        key = cached[0]
+        if key is None or not key.matches(secret) or not key.usable(time.time()):
+            raise InvalidApiKey("the API key is not valid (unknown, revoked or expired)")
+        return key
+
+
+def session_cookie(response: web.StreamResponse, token: str, max_age: int, secure: bool) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        token,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=secure,
+    )
+
+
+def admin_of(request: web.Request) -> Admin:
+    admin: Any = request.get("admin")
+    assert isinstance(admin, Admin), "the auth middleware runs before every admin route"
+    return admin

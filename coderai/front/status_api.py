@@ -1,0 +1,53 @@
+"""/admin/api: what the front knows now — activity, status and the console's live feed.
+Each answers from the front's own state and never waits on an engine."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import psutil
+from aiohttp import web
+
+from coderai.front import console_events
+from coderai.front.activity import Activity
+
+if TYPE_CHECKING:
+    from coderai.front.app import Front
+
+PREFIX = "/admin/api/"
+
+
+class StatusRoutes:
+    def __init__(self, front: Front, activity: Activity) -> None:
+        self.front = front
+        self.activity = activity
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get(PREFIX + "activity", self.activity_body)
+        app.router.add_get(PREFIX + "status", self.status)
+        app.router.add_get(PREFIX + "events", self.events)
+
+    async def activity_body(self, request: web.Request) -> web.Response:
+        return web.json_response(self.activity.snapshot())
+
+    async def status(self, request: web.Request) -> web.Response:
+        """Engines, host memory, VRAM per engine and cooldowns. RAM is read from the
+        kernel (psutil: one /proc read, microseconds); the rest from heartbeats."""
+        views = self.front.engines()
+        memory = psutil.virtual_memory()
+        body = {
+            **self.front.engines_body(),
+            "ram": {
+                "total": memory.total,
+                "available": memory.available,
+                "engines_rss": sum(v.rss for v in views),
+            },
+            "vram": {v.name: v.public().get("vram") for v in views},
+            "cooldowns": {
+                v.name: v.public()["cooldown"] for v in views if v.public().get("cooldown")
+            },
+        }
+        return web.json_response(body)
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        return await console_events.stream(request, self.front.hub)
