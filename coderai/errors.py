@@ -90,6 +90,12 @@ class NotFound(CoderaiError):
     code = "not_found"
 
 
+class Conflict(CoderaiError):
+    status = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
+
+
 class ModelNotFound(NotFound):
     code = "model_not_found"
 

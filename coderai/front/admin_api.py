@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from coderai.bus.messages import ControlAction
-from coderai.config import Catalogue, catalogue_from, write_json_atomically
-from coderai.errors import ConfigError, InvalidRequest, NotFound
+from coderai.config import Catalogue, ModelEntry, catalogue_from, write_json_atomically
+from coderai.errors import ConfigError, Conflict, InvalidRequest, NoEngine, NotFound
 from coderai.front.http import read_json
 from coderai.front.probe import probe, refusals
+from coderai.validation import first_problem
 
 if TYPE_CHECKING:
     from coderai.front.app import Front
@@ -40,6 +43,12 @@ class AdminRoutes:
         app.router.add_post(PREFIX + "engines/{name}/restart", self.restart)
         app.router.add_get(PREFIX + "models", self.models)
         app.router.add_put(PREFIX + "models", self.save_models)
+        app.router.add_post(PREFIX + "models", self.add_model)
+        # a model id may hold slashes ("org/name")
+        app.router.add_patch(PREFIX + "models/{id:.+}", self.edit_model)
+        app.router.add_delete(PREFIX + "models/{id:.+}", self.remove_model)
+        app.router.add_post(PREFIX + "models/{id:.+}/load", self.load_model)
+        app.router.add_post(PREFIX + "models/{id:.+}/unload", self.unload_model)
 
     def _engine_name(self, request: web.Request) -> str:
         name = request.match_info["name"]
@@ -88,7 +97,79 @@ class AdminRoutes:
     def _models_body(self) -> dict[str, object]:
         models = self.directory.describe()
         warnings = [f"{m['id']}: {m['warning']}" for m in models if m["warning"]]
-        return {"models": models, "warnings": warnings}
+        engines = [p.name for p in self.directory.plans]
+        return {"models": models, "warnings": warnings, "engines": engines}
+
+    def _entry_at(self, request: web.Request) -> ModelEntry:
+        return _find(self.directory.catalogue.entries, request.match_info["id"])
+
+    async def add_model(self, request: web.Request) -> web.Response:
+        """Add one entry; its warnings (file, pin) come back with the catalogue."""
+        entry = _entry_from(await read_json(request))
+
+        def add(entries: list[ModelEntry]) -> list[ModelEntry]:
+            if any(e.id == entry.id for e in entries):
+                raise Conflict(f"a model with id {entry.id!r} exists", param="id")
+            return [*entries, entry]
+
+        return await self._change(add)
+
+    async def edit_model(self, request: web.Request) -> web.Response:
+        """Change some fields of one entry (`"engine": null` unpins it)."""
+        model_id = request.match_info["id"]
+        changes = await read_json(request)
+        if not isinstance(changes, dict):
+            raise InvalidRequest("send the fields to change as a JSON object")
+        if changes.get("id", model_id) != model_id:
+            raise InvalidRequest("a model's id cannot change; add it anew", param="id")
+
+        def edit(entries: list[ModelEntry]) -> list[ModelEntry]:
+            current = _find(entries, model_id)
+            edited = _entry_from({**current.model_dump(exclude_defaults=True), **changes})
+            return [edited if e is current else e for e in entries]
+
+        return await self._change(edit)
+
+    async def remove_model(self, request: web.Request) -> web.Response:
+        model_id = request.match_info["id"]
+
+        def remove(entries: list[ModelEntry]) -> list[ModelEntry]:
+            current = _find(entries, model_id)
+            return [e for e in entries if e is not current]
+
+        return await self._change(remove)
+
+    async def _change(self, change: Callable[[list[ModelEntry]], list[ModelEntry]]) -> web.Response:
+        """Save the catalogue `change` makes of the one in force when its turn to save
+        comes, so that two edits at once both land."""
+
+        def make() -> Catalogue:
+            try:
+                return Catalogue(change(list(self.directory.catalogue.entries)))
+            except ConfigError as exc:  # e.g. an alias another entry uses
+                raise InvalidRequest(exc.message) from None
+
+        return web.json_response(await asyncio.shield(self._save(self.catalogue_file, make)))
+
+    async def load_model(self, request: web.Request) -> web.Response:
+        """Its owner engine loads it now (as load_mode "load" does at start)."""
+        entry = self._entry_at(request)
+        spec = self.directory.spec_of(entry)  # a file that cannot be used answers its 503
+        owner = self.directory.owner_of(entry)
+        record = self.dispatcher.registry.by_name(owner) if owner else None
+        if record is None:
+            raise NoEngine(f"no engine on the bus can run {entry.id!r} now")
+        self.dispatcher.control(record, ControlAction.LOAD, {"model": spec})
+        return web.json_response({"model": entry.id, "engine": record.name}, status=202)
+
+    async def unload_model(self, request: web.Request) -> web.Response:
+        """Every engine unloads the model's idle instances (busy ones finish first)."""
+        entry = self._entry_at(request)
+        engines = self.dispatcher.registry.all()
+        for record in engines:
+            self.dispatcher.control(record, ControlAction.UNLOAD, {"model": entry.id})
+        body = {"model": entry.id, "engines": [r.name for r in engines]}
+        return web.json_response(body, status=202)
 
     async def save_models(self, request: web.Request) -> web.Response:
         """Replace the catalogue: validated, its files checked (off the loop), written
@@ -99,17 +180,16 @@ class AdminRoutes:
             catalogue = catalogue_from(data, "request body")
         except ConfigError as exc:
             raise InvalidRequest(exc.message) from None
-        if self.catalogue_file is None:
-            raise InvalidRequest("this server has no catalogue file to save to")
         # shielded: a client that goes away mid-save must not leave the file saved and the
         # directory serving the old catalogue
-        body = await asyncio.shield(self._save(self.catalogue_file, catalogue))
+        body = await asyncio.shield(self._save(self.catalogue_file, lambda: catalogue))
         return web.json_response(body)
 
-    async def _save(self, path: Path, catalogue: Catalogue) -> dict[str, object]:
+    async def _save(self, path: Path, make: Callable[[], Catalogue]) -> dict[str, object]:
         # one save at a time, in the order they came: they share the temp file, and the
         # last one sent is the one that stays
         async with self._saving:
+            catalogue = make()
             probed = await probe(catalogue.entries)
             refused = refusals(probed)
             if refused:
@@ -119,3 +199,20 @@ class AdminRoutes:
             self.directory.load(catalogue, probed)
             log.info("catalogue saved to %s (%d models)", path, len(catalogue.entries))
             return self._models_body()
+
+
+def _entry_from(data: object) -> ModelEntry:
+    try:
+        return ModelEntry.model_validate(data)
+    except ValidationError as exc:
+        where, message = first_problem(exc)
+        param = ".".join(where) or None
+        raise InvalidRequest(f"{param or 'body'}: {message}", param=param) from None
+
+
+def _find(entries: list[ModelEntry], model_id: str) -> ModelEntry:
+    """The entry with this id (not an alias: edits are exact)."""
+    for entry in entries:
+        if entry.id == model_id:
+            return entry
+    raise NotFound(f"no model with id {model_id!r} in the catalogue")

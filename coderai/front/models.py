@@ -119,6 +119,7 @@ class ModelDirectory:
                     "pin": entry.engine,
                     "owner": self.owner_of(entry),
                     "load_mode": entry.load_mode,
+                    "options": entry.options,
                     "warning": self.assignment.warnings.get(entry.id),
                 }
             )
