@@ -492,16 +492,26 @@ def main() -> int:
     if resp:
         rows = []
         groups: dict[str, dict[str, float]] = {}
+        feeds = []
         for row in resp["rows"]:
-            for path in ("/healthz", "/admin/api/engines"):
+            paths = [k for k in row if k.startswith("/")]
+            for path in paths:
                 r = row[path]
                 rows.append([row["mode"], path, r["p50_ms"], r["p99_ms"], r["max_ms"]])
                 groups.setdefault(f"{row['mode']}\n{path}", {})["p99 ms"] = r["p99_ms"]
+            if "feed_events" in row:
+                events = ", ".join(f"{n} {c}" for n, c in sorted(row["feed_events"].items()))
+                feeds.append(f"- {row['mode']}: {events}")
         resp_plot = plot_bars("responsiveness.png", "API latency p99 under load", groups, "ms")
         out += [
             "## Responsiveness while a model loads and 8 streams generate",
             "",
             table(["mode", "endpoint", "p50 ms", "p99 ms", "max ms"], rows),
+            "",
+            "The console's live feed (/admin/api/events) was open and read throughout; the"
+            " events it delivered:",
+            "",
+            *feeds,
             "",
             f"![responsiveness](plots/{resp_plot})",
             "",

@@ -1,6 +1,7 @@
-"""Responsiveness: latency of /healthz and /admin/api/engines, sampled every 20 ms while an
-engine loads a model and generates at full CPU, in the default mode (engines in their own
-processes) and in --single-process mode (the engine inside the front), in one run.
+"""Responsiveness: latency of /healthz, the console's page and its admin reads, sampled
+every 20 ms while an engine loads a model and generates at full CPU, with the console's live
+feed (/admin/api/events) open and read throughout, in the default mode (engines in their
+own processes) and in --single-process mode (the engine inside the front), in one run.
 
     python bench/responsiveness.py [--seconds 20] [--streams 8]
 
@@ -18,6 +19,7 @@ import multiprocessing
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,12 +36,40 @@ KEY = "bench-admin-key"
 INTERVAL = 0.02
 
 
+ADMIN = {"Authorization": f"Bearer {KEY}"}
+#: what is sampled: the health probe, the console's page, and the admin reads it makes
+PATHS: dict[str, dict[str, str]] = {
+    "/healthz": {},
+    "/": {},
+    "/admin/api/engines": ADMIN,
+    "/admin/api/activity": ADMIN,
+}
+
+
+def read_feed(url: str, counts: dict[str, int]) -> None:
+    """The console's live feed, read as a browser would, for as long as the server runs."""
+    parsed = urlparse(url)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=60)
+    conn.request("GET", "/admin/api/events", headers=ADMIN)
+    response = conn.getresponse()
+    try:
+        for line in response:
+            if line.startswith(b"event: "):
+                name = line[7:].strip().decode()
+                counts[name] = counts.get(name, 0) + 1
+    except OSError:
+        return
+
+
 def sample(url: str, seconds: float, out: Any) -> None:
-    """In its own process: GET both endpoints every 20 ms; latencies in ms per path."""
+    """In its own process: GET each path every 20 ms, with the live feed open in a thread;
+    latencies in ms per path, and the feed's events by name."""
     parsed = urlparse(url)
     conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=30)
-    paths = {"/healthz": {}, "/admin/api/engines": {"Authorization": f"Bearer {KEY}"}}
+    paths = PATHS
     latencies: dict[str, list[float]] = {p: [] for p in paths}
+    feed: dict[str, int] = {}
+    threading.Thread(target=read_feed, args=(url, feed), daemon=True).start()
     deadline = time.monotonic() + seconds
     next_tick = time.monotonic()
     while time.monotonic() < deadline:
@@ -50,7 +80,7 @@ def sample(url: str, seconds: float, out: Any) -> None:
             latencies[path].append((time.perf_counter() - start) * 1e3)
         next_tick += INTERVAL
         time.sleep(max(0.0, next_tick - time.monotonic()))
-    out.put(latencies)
+    out.put((latencies, dict(feed)))
 
 
 async def load_and_generate(url: str, seconds: float, streams: int) -> dict[str, Any]:
@@ -94,15 +124,16 @@ def run_mode(single: bool, models: list[dict[str, Any]], seconds: float, streams
         env={"CODERAI_CACHE_DIR": cache},
     )
     try:
-        results: multiprocessing.Queue[dict[str, list[float]]] = multiprocessing.Queue()
+        results: multiprocessing.Queue[Any] = multiprocessing.Queue()
         sampler = multiprocessing.Process(target=sample, args=(server.url, seconds, results))
         sampler.start()
         work = asyncio.run(load_and_generate(server.url, seconds, streams))
-        latencies = results.get(timeout=seconds + 60)
+        latencies, feed = results.get(timeout=seconds + 60)
         sampler.join()
     finally:
         server.stop()
     row: dict[str, Any] = {"mode": "single-process" if single else "default", **work}
+    row["feed_events"] = feed
     for path, values in latencies.items():
         row[path] = {
             "samples": len(values),
@@ -139,14 +170,15 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for row in rows:
-        for path in ("/healthz", "/admin/api/engines"):
+        for path in PATHS:
             r = row[path]
             print(
                 f"{row['mode']:>15} {path:<20} p50 {r['p50_ms']:7.2f} ms  "
                 f"p99 {r['p99_ms']:8.2f} ms  max {r['max_ms']:8.2f} ms  n={r['samples']}"
             )
         print(f"{row['mode']:>15} load {row['load_seconds']:.1f} s, "
-              f"{row['generated_tokens']} tokens generated")  # fmt: skip
+              f"{row['generated_tokens']} tokens generated, "
+              f"live feed events {row['feed_events']}")  # fmt: skip
     return 0
 
 

@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -36,6 +36,12 @@ class EngineSpecConfig(_Strict):
     capabilities: list[str] | None = None
 
 
+#: requests one engine runs at once
+Parallel = Annotated[int, Field(ge=1, le=4096)]
+#: copies of one model an engine may hold
+Instances = Annotated[int, Field(ge=1, le=64)]
+
+
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -46,9 +52,9 @@ class ServerConfig(_Strict):
     #: explicit engines; override `engine_gpus` and `engines`
     engine_specs: list[EngineSpecConfig] | None = None
     #: requests one engine runs at once (its credit on the bus)
-    max_parallel_requests: int = Field(8, ge=1, le=4096)
+    max_parallel_requests: Parallel = 8
     #: per engine name, e.g. {"nvidia": 16, "radeon": 2}
-    max_parallel_requests_overrides: dict[str, int] = Field(default_factory=dict)
+    max_parallel_requests_overrides: dict[str, Parallel] = Field(default_factory=dict)
     #: requests the front holds while every engine is busy; beyond it, 429
     max_queue: int = Field(1024, ge=0)
     #: longest a request may wait in the queue before it is answered 503
@@ -83,8 +89,8 @@ class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
     #: copies of one model an engine may hold to serve requests in parallel
-    max_model_instances: int = Field(1, ge=1, le=64)
-    max_model_instances_overrides: dict[str, int] = Field(default_factory=dict)
+    max_model_instances: Instances = 1
+    max_model_instances_overrides: dict[str, Instances] = Field(default_factory=dict)
     #: memory an engine may fill with models before unloading idle ones (0 = what is free)
     memory_budget_mb: int = Field(0, ge=0)
 
@@ -121,9 +127,11 @@ class Config(_Strict):
 
 
 def engine_settings(config: Config, name: str) -> dict[str, Any]:
-    """What the front tells one engine in WELCOME, overrides resolved by engine name."""
+    """What the front tells one engine in WELCOME and CONTROL config, overrides resolved
+    by engine name."""
     models = config.models
     return {
+        "slots": engine_slots(config, name),
         "max_model_instances": models.max_model_instances_overrides.get(
             name, models.max_model_instances
         ),

@@ -219,7 +219,7 @@ class Welcome(Message):
     TYPE = MsgType.WELCOME
     heartbeat_interval: float
     liveness: int
-    #: engine settings resolved by the front: max_model_instances, memory_budget_mb
+    #: engine settings resolved by the front: slots, max_model_instances, memory_budget_mb
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -257,20 +257,24 @@ class EngineConfig:
 
     max_model_instances: int | None = None
     memory_budget_mb: float | None = None
+    #: jobs the engine runs at once: the credit the front dispatches within
+    slots: int | None = None
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineConfig:
         instances = data.get("max_model_instances")
         budget = data.get("memory_budget_mb")
-        if instances is not None and (
-            isinstance(instances, bool) or not isinstance(instances, int) or instances < 1
-        ):
-            raise BusProtocolError(f"max_model_instances {instances!r} is not an int >= 1")
+        slots = data.get("slots")
+        for name, count in (("max_model_instances", instances), ("slots", slots)):
+            if count is not None and (
+                isinstance(count, bool) or not isinstance(count, int) or count < 1
+            ):
+                raise BusProtocolError(f"{name} {count!r} is not an int >= 1")
         if budget is not None and (
             isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
         ):
             raise BusProtocolError(f"memory_budget_mb {budget!r} is not a number >= 0")
-        return cls(instances, budget)
+        return cls(instances, budget, slots)
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,6 +202,9 @@ class Scheduler:
                 self._fail_new(job.job_id, FailKind.BAD_JOB, f"invalid job: {exc!r}")
 
     def _configure(self, config: EngineConfig) -> None:
+        if config.slots is not None:
+            # checked only as a job is admitted: jobs running past a lowered limit finish
+            self.slots = config.slots
         if config.max_model_instances is not None:
             self.pool.max_instances = config.max_model_instances
         if config.memory_budget_mb is not None:

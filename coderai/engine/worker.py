@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 import psutil
@@ -175,10 +176,6 @@ class EngineWorker:
             return False
         assert isinstance(msg, Welcome)
         self._heartbeat_interval = msg.heartbeat_interval
-        try:
-            self.scheduler.configure(EngineConfig.parse(msg.config))
-        except BusProtocolError as exc:
-            log.error("the front's settings are malformed (%s); keeping the defaults", exc)
         log.info("engine %s joined the bus", self.s.name)
         return True
 
@@ -196,6 +193,10 @@ class EngineWorker:
         """Every message from the front, on the loop's thread."""
         msg = self._decode(frames)
         if not self._welcome.done():
+            if isinstance(msg, Welcome):
+                # now, not when the handshake resumes: the JOBs that follow the WELCOME
+                # may be handled first, and they were dispatched within its slots
+                self._configure(msg.config)
             if isinstance(msg, Welcome | Refuse):
                 self._welcome.set_result(msg)
             return
@@ -249,12 +250,17 @@ class EngineWorker:
         elif msg.action == ControlAction.UNLOAD and isinstance(model, str):
             self.scheduler.unload(model)
         elif msg.action == ControlAction.CONFIG:
-            try:
-                self.scheduler.configure(EngineConfig.parse(msg.args))
-            except BusProtocolError as exc:
-                self._drop_log.warning("dropped a CONTROL config: %s", exc)
+            self._configure(msg.args)
         else:
             self._drop_log.warning("dropped a CONTROL %r with args %r", msg.action, msg.args)
+
+    def _configure(self, settings: dict[str, Any]) -> None:
+        """The front's settings for this engine (WELCOME, CONTROL config), in order with
+        the jobs around them: the scheduler applies them from the same queue."""
+        try:
+            self.scheduler.configure(EngineConfig.parse(settings))
+        except BusProtocolError as exc:
+            self._drop_log.warning("the front's settings are malformed (%s); ignored", exc)
 
     def _heartbeat(self) -> Heartbeat:
         snapshot = self.scheduler.pool.snapshot

@@ -10,20 +10,24 @@ from aiohttp import web
 
 from coderai.config import Config, StateFiles
 from coderai.errors import NoEngine
-from coderai.front import console_events
+from coderai.front import console_events, openapi
 from coderai.front.accounts_api import AccountRoutes
 from coderai.front.activity import Activity
 from coderai.front.admin_api import AdminRoutes
 from coderai.front.anthropic_api import AnthropicRoutes
 from coderai.front.auth import Auth, requires_api_key
+from coderai.front.console import Console
 from coderai.front.console_events import EventHub
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView, engine_views
 from coderai.front.http import error_boundary
+from coderai.front.logbook import LogBook
+from coderai.front.logs_api import LogsRoutes
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.openai_api import OpenAIRoutes
 from coderai.front.responses_api import ResponsesRoutes
+from coderai.front.settings_api import SettingsRoutes
 from coderai.front.state_store import StateStore
 from coderai.front.status_api import StatusRoutes
 from coderai.front.tokenize_api import TokenizeRoutes
@@ -52,14 +56,29 @@ class Front:
         directory: ModelDirectory,
         dispatcher: Dispatcher,
         metrics: Metrics,
+        hub: EventHub,
+        logbook: LogBook,
     ) -> None:
-        #: the settings in force; the settings routes change it, and no one else
-        self.config = config
+        self.dispatcher = dispatcher
+        self.config = config  # after the dispatcher: the config is handed to it
         self.files = files
         self.directory = directory
-        self.dispatcher = dispatcher
         self.metrics = metrics
-        self.hub = EventHub()
+        #: the console's live feed
+        self.hub = hub
+        #: the recent log lines of the front and of each engine
+        self.logbook = logbook
+
+    @property
+    def config(self) -> Config:
+        """The settings in force; the settings routes change it, and no one else."""
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        self._config = config
+        # the dispatcher reads its section at each use, so it goes by the new one at once
+        self.dispatcher.settings = config.server
 
     def engines(self) -> list[EngineView]:
         """Every planned engine as /healthz, the admin API and /metrics show it."""
@@ -119,9 +138,13 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     AnthropicRoutes(openai).add_to(app)
     ResponsesRoutes(openai).add_to(app)
     AdminRoutes(front).add_to(app)
+    SettingsRoutes(front).add_to(app)
+    LogsRoutes(front.logbook).add_to(app)
     app.router.add_get("/healthz", front.healthz)
     app.router.add_get("/health", front.health)
     app.router.add_get("/metrics", front.metrics_text)
+    app.router.add_get("/admin/api/openapi.json", openapi.serve)
+    Console().add_to(app)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()

@@ -78,12 +78,13 @@ class Dispatcher:
         preloads: Callable[[EngineRecord], list[dict[str, Any]]] = lambda engine: [],
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
+        #: read at each use: a live change of the settings (Front.config) replaces it
         self.settings = settings
         self.endpoint = endpoint
         self._token = token
         #: runs the engines: started and stopped with the bus
         self.host: EngineHost = host or Unhosted()
-        #: settings sent in WELCOME, by engine name
+        #: settings sent in WELCOME and CONTROL config, by engine name
         self.engine_config = engine_config
         #: specs of the models an engine that has just joined should load at once
         self.preloads = preloads
@@ -229,6 +230,17 @@ class Dispatcher:
 
     def control(self, engine: EngineRecord, action: str, args: dict[str, Any]) -> None:
         self._send(engine, Control(next(self._ids), action, args))
+
+    def configure_engines(self) -> None:
+        """The engines' settings changed: each engine on the bus is sent its own, and its
+        credit follows. The engine reads the CONTROL before any JOB sent after it, so a
+        raised credit is never spent before the engine knows it; a lowered one stops new
+        dispatches at once and lets the jobs running there finish."""
+        for record in self.registry.all():
+            settings = self.engine_config(record.name)
+            self.control(record, ControlAction.CONFIG, settings)
+            record.slots = settings.get("slots", record.slots)
+        self._pump()  # more credit may take queued jobs now
 
     def engine_of(self, job: FrontJob) -> EngineRecord | None:
         """The engine running a job, if it was dispatched and has not ended there. The
@@ -417,6 +429,7 @@ class Dispatcher:
         if identity != f"{msg.name}:{msg.epoch}".encode():
             self._refuse(identity, "identity does not match name:epoch")
             return
+        settings = self.engine_config(msg.name)
         record = EngineRecord(
             identity=identity,
             name=msg.name,
@@ -424,16 +437,16 @@ class Dispatcher:
             pid=msg.pid,
             backend=msg.backend,
             capabilities=frozenset(msg.capabilities),
-            slots=max(1, msg.slots),
+            # the slots configured now, which the WELCOME gives it: it was started with
+            # those in force then, and they may have changed since
+            slots=max(1, settings.get("slots", msg.slots)),
             gpus=msg.gpus,
         )
         previous = self.registry.add(record)
         if previous is not None:
             self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")
         welcome = Welcome(
-            self.settings.heartbeat_interval,
-            self.settings.heartbeat_liveness,
-            self.engine_config(msg.name),
+            self.settings.heartbeat_interval, self.settings.heartbeat_liveness, settings
         )
         self._send(record, welcome)
         log.info(

@@ -53,6 +53,7 @@ class EngineView:
             "state": self.state,
             "slots": self.slots,
             "free_slots": self.free_slots,
+            "in_flight": self.in_flight,
             "loaded_models": list(self.loaded_models),
             "loading": self.loading,
             "rss": self.rss,

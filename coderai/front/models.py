@@ -60,6 +60,12 @@ class ModelDirectory:
         self.assignment = assignment
         return assignment
 
+    def set_default_engine(self, name: str | None) -> None:
+        """A new server.default_engine: owners are assigned again, so the next request
+        for a model that no pin holds goes to it."""
+        self.default_engine = name
+        self.load(self.catalogue, self._probed)
+
     def entry(self, name: str) -> ModelEntry:
         entry = self.catalogue.resolve(name)
         if entry is None:

@@ -18,10 +18,12 @@ from aiohttp import web
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
 from coderai.config import Catalogue, Config, StateFiles, engine_settings
 from coderai.front.app import Front, build_app
+from coderai.front.console_events import EventHub
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import plan_engines
 from coderai.front.gpus import NvmlSensor
 from coderai.front.host import EngineHost
+from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.probe import Probed, probe
@@ -40,7 +42,7 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         # before the site starts, so no request finds the catalogue unchecked; off the loop
         # all the same, so a file that cannot be read never holds startup past the deadline
         probed = await probe(catalogue.entries)
-        front = _assemble(config, files, catalogue, probed, runtime_dir)
+        front = assemble(config, files, catalogue, probed, runtime_dir)
         admin_key = config.auth.admin_key
         if admin_key is None:
             admin_key = secrets.token_urlsafe(24)
@@ -83,7 +85,7 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
-def _assemble(
+def assemble(
     config: Config,
     files: StateFiles,
     catalogue: Catalogue,
@@ -95,9 +97,13 @@ def _assemble(
     if config.server.single_process:
         plans = plans[:1]
     directory = ModelDirectory(catalogue, probed, plans, config.server.default_engine)
+    hub = EventHub()
+    # --single-process: the engine logs through this process's loggers, so under "front"
+    logbook = LogBook(hub, [] if config.server.single_process else [p.name for p in plans])
 
     def settings(name: str) -> dict[str, object]:
-        return engine_settings(config, name)
+        # the front's, read at each use: the console may have changed them since start
+        return engine_settings(front.config, name)
 
     def preloads(engine: EngineRecord) -> list[dict[str, object]]:
         return [directory.spec_of(e) for e in directory.preloads_for(engine)]
@@ -113,8 +119,9 @@ def _assemble(
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
     else:
         endpoint = ipc_endpoint(runtime_dir)
-        host = Supervisor(plans, endpoint, token, config.server.engine_join_timeout)
+        host = Supervisor(plans, endpoint, token, logbook, config.server.engine_join_timeout)
     dispatcher = Dispatcher(
         config.server, endpoint, token, host, settings, preloads, context=context
     )
-    return Front(config, files, directory, dispatcher, Metrics())
+    front = Front(config, files, directory, dispatcher, Metrics(), hub, logbook)
+    return front

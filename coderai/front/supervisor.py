@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coderai.front.engine_plan import EnginePlan
+from coderai.front.logbook import LogBook, OutputRelay
 
 if TYPE_CHECKING:
     from coderai.front.host import HostListener
@@ -28,6 +29,8 @@ STARTUP_FAILURE_SECONDS = 10.0
 #: consecutive failures at start after which an engine is reported as flapping
 FLAPPING_AFTER = 3
 STOP_GRACE_SECONDS = 5.0
+#: after the engines have exited at shutdown, how long their last lines have to come through
+OUTPUT_DRAIN_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 #: states of an engine that is on the bus or will be shortly
 _COMING = frozenset({"starting", "running", "restarting"})
@@ -72,6 +75,7 @@ class Supervisor:
         specs: list[EnginePlan],
         endpoint: str,
         token: str,
+        logbook: LogBook,
         join_timeout: float = 60.0,
     ) -> None:
         self.specs = specs
@@ -85,6 +89,9 @@ class Supervisor:
         self._tasks: list[asyncio.Task[None]] = []
         self._joined: dict[str, asyncio.Event] = {}
         self._stopping = False
+        self._logbook = logbook
+        #: the engines' output pipes still open (of incarnations running or just exited)
+        self._relays: set[OutputRelay] = set()
 
     #: a supervised engine can be stopped and started again
     restartable = True
@@ -144,16 +151,29 @@ class Supervisor:
             "CODERAI_BUS_TOKEN": self._token,
             "CODERAI_FRONT_PID": str(os.getpid()),
         }
-        # a new session: Ctrl-C reaches the front alone, which then stops engines in order
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "coderai", "engine",
-            "--name", spec.name,
-            "--connect", self.endpoint,
-            "--slots", str(spec.slots),
-            "--epoch", str(epoch),
-            env=env,
-            start_new_session=True,
-        )  # fmt: skip
+        # The engine's stdout and stderr go to the front, which shows them and keeps them
+        # for the console. A pipe of our own, not asyncio's: Process.wait() also waits for
+        # asyncio's pipes to close, which a child the engine left behind could put off forever.
+        reading, writing = os.pipe()
+        relay = OutputRelay(reading, spec.name, self._logbook, sys.stderr.buffer)
+        self._relays.add(relay)
+        relay.closed.add_done_callback(lambda _: self._relays.discard(relay))
+        try:
+            # a new session: Ctrl-C reaches the front alone, which then stops engines in order
+            return await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "coderai", "engine",
+                "--name", spec.name,
+                "--connect", self.endpoint,
+                "--slots", str(spec.slots),
+                "--epoch", str(epoch),
+                env=env,
+                stdout=writing,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        finally:
+            # the engine has its own copy; ours would keep the pipe open after it exits
+            os.close(writing)
 
     async def _keep(self, spec: EnginePlan) -> None:
         status = self.status[spec.name]
@@ -227,6 +247,10 @@ class Supervisor:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._relays:
+            await asyncio.wait([r.closed for r in self._relays], timeout=OUTPUT_DRAIN_SECONDS)
+        for relay in list(self._relays):
+            relay.close()
 
 
 async def _terminate(procs: list[asyncio.subprocess.Process]) -> None:

@@ -91,9 +91,11 @@ def test_another_protocol_version_is_a_distinct_error() -> None:
 
 def test_engine_settings_are_checked_at_the_edge() -> None:
     assert EngineConfig.parse({"max_model_instances": 2}) == EngineConfig(2, None)
+    assert EngineConfig.parse({"slots": 3}) == EngineConfig(slots=3)
     assert EngineConfig.parse({}) == EngineConfig()
     for bad in ({"max_model_instances": 0}, {"max_model_instances": True},
-                {"memory_budget_mb": "lots"}, {"memory_budget_mb": -1}):  # fmt: skip
+                {"memory_budget_mb": "lots"}, {"memory_budget_mb": -1},
+                {"slots": 0}, {"slots": 2.5}):  # fmt: skip
         with pytest.raises(BusProtocolError):
             EngineConfig.parse(bad)
 

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from coderai.bus.codec import decode
-from coderai.bus.messages import Chunks, Done, Fail, Job, Message, Tokens
+from coderai.bus.messages import Chunks, Done, EngineConfig, Fail, Job, Message, Tokens
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
@@ -23,9 +23,11 @@ async def _run(
     until_done: int,
     cancel_after: float | None = None,
     seen: list[int] | None = None,
+    reconfigure: tuple[int, EngineConfig] | None = None,
 ) -> list[Message]:
     """Run jobs to their ends. With cancel_after, the first job is cancelled once it has
-    produced about that many seconds of tokens; `seen` gets its token count at that moment."""
+    produced about that many seconds of tokens; `seen` gets its token count at that moment.
+    With reconfigure (n, settings), the settings follow the first n jobs."""
     received: list[Message] = []
     outbox = Outbox(asyncio.get_running_loop())
     scheduler = Scheduler({"fake": FakeBackend()}, outbox, slots=4)
@@ -36,7 +38,9 @@ async def _run(
         received.append(decode(frames))
 
     sender = asyncio.create_task(outbox.run(send))
-    for job in jobs:
+    for i, job in enumerate(jobs):
+        if reconfigure is not None and i == reconfigure[0]:
+            scheduler.configure(reconfigure[1])
         scheduler.submit(job)
     if cancel_after is not None:
         await asyncio.sleep(cancel_after)
@@ -118,6 +122,13 @@ def test_more_jobs_than_slots_are_refused_as_busy() -> None:
     received = asyncio.run(_run(jobs, until_done=5))
     busy = [m for m in received if isinstance(m, Fail)]
     assert [(m.job_id, m.kind) for m in busy] == [(5, "busy")]
+
+
+def test_fewer_slots_let_the_jobs_running_finish_and_refuse_new_ones() -> None:
+    jobs = [_job(i, {"tokens_per_second": 50, "output_tokens": 5}) for i in (1, 2, 3)]
+    received = asyncio.run(_run(jobs, until_done=3, reconfigure=(2, EngineConfig(slots=1))))
+    assert sorted(m.job_id for m in received if isinstance(m, Done)) == [1, 2]
+    assert [(m.job_id, m.kind) for m in received if isinstance(m, Fail)] == [(3, "busy")]
 
 
 def test_a_tokenize_job_is_answered_with_its_ids_and_the_context_before_its_done() -> None:

@@ -1,0 +1,110 @@
+"""/admin/api/settings: the settings by dotted name, changed from the console, saved to
+config.json and applied at once where they can be (settings.py says which)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from coderai.config import Config, write_json_atomically
+from coderai.errors import ConfigError, InvalidRequest
+from coderai.front import settings
+from coderai.front.http import read_json
+from coderai.validation import first_problem
+
+if TYPE_CHECKING:
+    from coderai.front.app import Front
+
+log = logging.getLogger("coderai.front")
+
+PREFIX = "/admin/api/"
+
+
+class SettingsRoutes:
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        #: what config.json says: the settings in force, plus changes that wait for a restart
+        self.saved = front.config
+        self._saving = asyncio.Lock()
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get(PREFIX + "settings", self.show)
+        app.router.add_patch(PREFIX + "settings", self.change)
+        self.front.hub.snapshot("settings", self.body)
+
+    def body(self) -> dict[str, Any]:
+        plans = self.front.directory.plans
+        return {
+            "values": settings.values(self.saved),
+            "live": settings.LIVE_NAMES,
+            "restart": settings.RESTART_NAMES,
+            "engines": [p.name for p in plans],
+            "gpu_vendors": settings.gpu_vendors(plans),
+        }
+
+    async def show(self, request: web.Request) -> web.Response:
+        return web.json_response(self.body())
+
+    async def change(self, request: web.Request) -> web.Response:
+        """Validate, save, then apply the live ones; the answer says which applied now and
+        which wait for a restart."""
+        changes = await read_json(request)
+        if not isinstance(changes, dict):
+            raise InvalidRequest('send {"<section>.<setting>": value, ...}')
+        # shielded: a client that goes away mid-save must not leave the file saved and the
+        # front running on the old settings
+        return web.json_response(await asyncio.shield(self._save(changes)))
+
+    async def _save(self, changes: dict[str, object]) -> dict[str, Any]:
+        # one save at a time, in the order they came: each builds on the one before, and
+        # they share the temp file
+        async with self._saving:
+            engines = [p.name for p in self.front.directory.plans]
+            patched = settings.patch(self.saved, changes, engines)
+            names = [*patched.live, *patched.restart]
+            if names:
+                path = self.front.files.config
+                await asyncio.to_thread(_rewrite, path, patched.config, names)
+                self.saved = patched.config
+                self._apply(patched.live)
+                self.front.hub.publish("settings", self.body())
+                log.info(
+                    "settings saved to %s; live: %s; at restart: %s",
+                    path, ", ".join(patched.live) or "-", ", ".join(patched.restart) or "-",
+                )  # fmt: skip
+            return {
+                "applied": patched.live,
+                "at_restart": patched.restart,
+                "values": settings.values(self.saved),
+            }
+
+    def _apply(self, live: list[str]) -> None:
+        """Each live change through its owner. The queue's bound and timeout need no more
+        than the new config: the dispatcher reads them at each request and each sweep."""
+        front = self.front
+        front.config = settings.adopt(front.config, self.saved, live)
+        if "server.default_engine" in live:
+            front.directory.set_default_engine(front.config.server.default_engine)
+        if settings.ENGINE_SETTINGS.intersection(live):
+            front.dispatcher.configure_engines()
+
+
+def _rewrite(path: Path, config: Config, names: list[str]) -> None:
+    """config.json as it is now, plus the changes: what its author wrote stays as written.
+    A file edited since into one that would not load is not built upon."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        Config.model_validate(data)
+    except ValidationError as exc:
+        where, message = first_problem(exc)
+        problem = f"{'.'.join(where) or '(top level)'}: {message}"
+        raise ConfigError(f"{path} cannot be updated, fix it first: {problem}") from None
+    except (OSError, ValueError) as exc:  # unreadable, or not JSON
+        raise ConfigError(f"{path} cannot be updated, fix it first: {exc}") from None
+    write_json_atomically(path, settings.file_data(data, config, names))
