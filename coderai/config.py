@@ -248,8 +248,13 @@ def write_json_atomically(path: Path, data: Any) -> None:
     """temp file + fsync + rename (invariant 6): a reader sees the old file or the new one,
     never half of one, even if the process dies mid-write."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # the new file keeps the old one's permissions: config.json may hold the admin key
+    # and be readable by its owner alone
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, mode)
+        with open(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2)
             fh.write("\n")
             fh.flush()

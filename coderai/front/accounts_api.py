@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coderai.config import AuthConfig
 from coderai.errors import InvalidRequest, LoginLocked, NotFound, WrongPassword
-from coderai.front.auth import Auth, admin_of, session_cookie, token_hash
+from coderai.front.auth import SESSION_COOKIE, Auth, admin_of, session_cookie, token_hash
 from coderai.front.http import read_body
 from coderai.front.login_guard import LoginGuard, LoginPolicy
 from coderai.front.usage import UsageLedger
@@ -88,6 +88,10 @@ class AccountRoutes:
     # sessions
 
     async def login(self, request: web.Request) -> web.Response:
+        # another site's form can post text/plain here, but not application/json
+        # without a CORS preflight, which this server never answers: no login CSRF
+        if request.content_type != "application/json":
+            raise InvalidRequest("send the login as application/json")
         body = await read_body(request, Login)
         address = request.remote or ""
         locked = self.guard.locked_for(body.username, address, time.monotonic())
@@ -95,11 +99,14 @@ class AccountRoutes:
             raise LoginLocked(
                 "too many wrong passwords; try again later", retry_after=math.ceil(locked)
             )
+        # counted as a failure before the check, so that guesses sent all at once are
+        # counted as they arrive, and the lock stops the rest of a burst
+        delay = self.guard.failed(body.username, address, time.monotonic())
         stored = await self.store.run(lambda db: db.password_hash(body.username))
         # scrypt is ~0.15 s of CPU: off the loop, and off the state thread
         right = await asyncio.to_thread(verify_password, body.password, stored or _NOBODY)
         if stored is None or not right:
-            await asyncio.sleep(self.guard.failed(body.username, address, time.monotonic()))
+            await asyncio.sleep(delay)
             raise WrongPassword("wrong username or password")
         self.guard.succeeded(body.username, address)
         token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
@@ -112,12 +119,12 @@ class AccountRoutes:
 
     async def logout(self, request: web.Request) -> web.Response:
         session = admin_of(request).session
-        cookie = request.cookies.get("coderai_session")
+        cookie = request.cookies.get(SESSION_COOKIE)
         if session is not None and cookie:
             hashed = token_hash(cookie)
             await self.store.run(lambda db: db.delete_session(hashed))
         response = web.Response(status=204)
-        response.del_cookie("coderai_session", path="/")
+        response.del_cookie(SESSION_COOKIE, path="/")
         return response
 
     async def session(self, request: web.Request) -> web.Response:

@@ -43,6 +43,8 @@ CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: revoked in the console stops at once; one revoked by `coderai keys revoke` (another
 #: process) within this time
 KEY_CACHE_SECONDS = 5.0
+#: how often a console's long request (a live stream) checks that its session still is
+SESSION_RECHECK_SECONDS = 5.0
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -102,9 +104,12 @@ class Auth:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
         if path.startswith(ADMIN_PREFIX):
-            if (request.method, path) not in ADMIN_OPEN:
-                request["admin"] = await self.admin(request)
-            return await handler(request)
+            if (request.method, path) in ADMIN_OPEN:
+                return await handler(request)
+            admin = request["admin"] = await self.admin(request)
+            if admin.session is None:
+                return await handler(request)
+            return await self._while_session_lasts(request, handler, admin.session)
         if path.startswith(API_PREFIXES):
             try:
                 return await self._gate(request, handler)
@@ -128,6 +133,29 @@ class Auth:
             if not same(sent, session.csrf):
                 raise Forbidden(f"this request needs the session's {CSRF_HEADER} header")
         return Admin(session.username, session)
+
+    async def _while_session_lasts(
+        self, request: web.Request, handler: Handler, session: Session
+    ) -> web.StreamResponse:
+        """Run a console request while its session lasts: a live stream (events, logs)
+        must not outlive a logout, a new password or the session's expiry. Its handler
+        is cancelled when the session is found gone, which closes the connection."""
+        serving = asyncio.current_task()
+        assert serving is not None
+
+        async def watch() -> None:
+            while True:
+                left = session.expires_at - time.time()
+                await asyncio.sleep(max(0.0, min(SESSION_RECHECK_SECONDS, left)))
+                if await self.session_of(request) is None:
+                    serving.cancel()
+                    return
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            return await handler(request)
+        finally:
+            watcher.cancel()
 
     async def session_of(self, request: web.Request) -> Session | None:
         cookie = request.cookies.get(SESSION_COOKIE)

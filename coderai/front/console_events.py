@@ -9,9 +9,10 @@ told so once (`event: lagged`), so it can reload the snapshots it missed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -79,7 +80,7 @@ class EventHub:
         for subscriber in self._subscribers:
             subscriber.put(encoded)
 
-    async def subscribe(self) -> AsyncIterator[list[bytes]]:
+    async def subscribe(self) -> AsyncGenerator[list[bytes], None]:
         """Batches of encoded events for one console: the snapshots, then each change."""
         subscriber = Subscriber()
         self._subscribers.add(subscriber)
@@ -114,10 +115,22 @@ async def watch(hub: EventHub, event: str, make: Snapshot, interval: float) -> N
 
 async def stream(request: web.Request, hub: EventHub) -> web.StreamResponse:
     """GET /admin/api/events: the snapshots, then every change, until the console leaves."""
+    return await serve_events(request, hub.subscribe())
+
+
+async def serve_events(
+    request: web.Request, batches: AsyncGenerator[list[bytes], None]
+) -> web.StreamResponse:
+    """An SSE response of `batches` of encoded events, until they end (shutdown) or the
+    client goes away: that cancels this handler, or fails its next write."""
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
-    async for batch in hub.subscribe():
-        await response.write(b"".join(batch))
+    with contextlib.suppress(ConnectionResetError):
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                # the first batch may be empty: writing it still sends the headers
+                await response.write(b"".join(batch))
+        await response.write_eof()
     return response

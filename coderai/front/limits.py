@@ -75,6 +75,7 @@ class KeyLimits:
         """A request of this key ended, having used `tokens`."""
         use = self._use[key_id]
         use.running -= 1
+        use.forget_before(now - WINDOW)
         if tokens:
             use.tokens.append((now, tokens))
             use.token_sum += tokens

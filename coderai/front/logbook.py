@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from typing import BinaryIO
 
-from coderai.front.console_events import EventHub, Subscriber, frame
+from coderai.front.console_events import Subscriber, frame
 
 FRONT = "front"
 #: lines kept per source
@@ -34,8 +34,7 @@ READ_SIZE = 64 * 1024
 class LogBook:
     """Made on the event loop, which then owns it."""
 
-    def __init__(self, hub: EventHub, engines: Iterable[str], keep: int = KEEP) -> None:
-        self._hub = hub
+    def __init__(self, engines: Iterable[str], keep: int = KEEP) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._lines: dict[str, deque[str]] = {
@@ -65,8 +64,6 @@ class LogBook:
 
     def _append(self, source: str, line: str) -> None:
         self._lines[source].append(line)
-        if self._hub.watched:
-            self._hub.publish("log", {"source": source, "line": line})
         followers = self._followers[source]
         if followers:
             encoded = _log_event(source, line)

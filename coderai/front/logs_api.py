@@ -6,13 +6,13 @@ its recent lines to send (all it keeps when absent; 0 on a stream: only new ones
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from coderai.errors import InvalidRequest, NotFound
 from coderai.front.admin_api import PREFIX
+from coderai.front.console_events import serve_events
 from coderai.front.logbook import FRONT, LogBook, capturing
 
 
@@ -53,18 +53,7 @@ class LogsRoutes:
         away cancels this handler (or fails its next write); one that stops reading holds
         it in a write while its backlog in the book stays bounded."""
         source = self._source(request)
-        recent = _count(request)
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionResetError):
-            async with contextlib.aclosing(self.book.follow(source, recent)) as batches:
-                async for batch in batches:
-                    # the first batch may be empty: writing it still sends the headers
-                    await response.write(b"".join(batch))
-            await response.write_eof()
-        return response
+        return await serve_events(request, self.book.follow(source, _count(request)))
 
 
 def _count(request: web.Request) -> int | None:

@@ -79,9 +79,8 @@ class OpenAIRoutes:
 
     async def resolve(self, name: str) -> ModelEntry:
         """The catalogue entry a request names, if the request's API key may use it."""
-        entry = await self.directory.resolve(name)
-        activity.check_model(entry)
-        return entry
+        activity.check_model(self.directory.entry(name))  # before any work on its file
+        return await self.directory.resolve(name)
 
     async def list_models(self, request: web.Request) -> web.Response:
         """The catalogue, as far as the request's API key may use it."""

@@ -99,7 +99,7 @@ def assemble(
     directory = ModelDirectory(catalogue, probed, plans, config.server.default_engine)
     hub = EventHub()
     # --single-process: the engine logs through this process's loggers, so under "front"
-    logbook = LogBook(hub, [] if config.server.single_process else [p.name for p in plans])
+    logbook = LogBook([] if config.server.single_process else [p.name for p in plans])
 
     def settings(name: str) -> dict[str, object]:
         # the front's, read at each use: the console may have changed them since start

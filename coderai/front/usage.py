@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import logging
 import time
 
 from coderai.front.activity import Ticket
 from coderai.front.state_store import StateStore
 from coderai.state.database import UsageRow
+
+log = logging.getLogger("coderai.front")
 
 #: how often counts are written; what a crash can lose
 FLUSH_SECONDS = 2.0
@@ -48,7 +51,21 @@ class UsageLedger:
         pending, self._pending = self._pending, {}
         last_used, self._last_used = self._last_used, {}
         rows = [UsageRow(day, key, model, *counts) for (day, key, model), counts in pending.items()]
-        await self.store.run(lambda db: db.add_usage(rows, last_used))
+        try:
+            await self.store.run(lambda db: db.add_usage(rows, last_used))
+        except Exception:
+            self._restore(pending, last_used)  # the next flush tries them again
+            raise
+
+    def _restore(
+        self, pending: dict[tuple[str, str, str], list[int]], last_used: dict[str, float]
+    ) -> None:
+        for where, counts in pending.items():
+            mine = self._pending.setdefault(where, [0, 0, 0])
+            for i, count in enumerate(counts):
+                mine[i] += count
+        for key_id, at in last_used.items():
+            self._last_used[key_id] = max(at, self._last_used.get(key_id, at))
 
     async def rows(self, days: int) -> list[UsageRow]:
         """Usage of the last `days` days, today included, with what is still in memory."""
@@ -69,4 +86,7 @@ class UsageLedger:
     async def _flushing(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # e.g. a full disk: counts wait in memory for the next try
+                log.exception("usage could not be written to the database")

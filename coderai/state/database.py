@@ -9,6 +9,7 @@ keeps one on its state thread (see coderai/front/state_store.py), a CLI command 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -83,6 +84,9 @@ class Database:
     def __init__(self, state_dir: Path) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / FILENAME
+        # its owner alone reads it (password hashes); SQLite gives its -wal and -shm files
+        # the same permissions
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         # autocommit off by hand: every method opens and commits its own transaction
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=10.0)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -143,6 +147,8 @@ class Database:
         """False if there is no such user; the last user is never deleted (a server with
         no admin could only be recovered from the command line)."""
         with self._transaction():
+            if self.password_hash(username) is None:
+                return False
             count = self._db.execute("SELECT count(*) FROM users").fetchone()[0]
             if count <= 1:
                 raise LastUser(username)

@@ -16,8 +16,15 @@ _KEY_BYTES = 32
 
 
 def _derive(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    # surrogatepass: a JSON body may carry a lone surrogate; it is still a password
     return hashlib.scrypt(
-        password.encode(), salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM, dklen=_KEY_BYTES
+        password.encode("utf-8", "surrogatepass"),
+        salt=salt,
+        n=n,
+        r=r,
+        p=p,
+        maxmem=_MAXMEM,
+        dklen=_KEY_BYTES,
     )
 
 

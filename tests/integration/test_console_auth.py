@@ -22,7 +22,7 @@ import pytest
 
 from coderai.config import Catalogue, Config, StateFiles
 from coderai.front.app import build_app
-from coderai.front.auth import ADMIN_OPEN
+from coderai.front.auth import ADMIN_OPEN, SESSION_RECHECK_SECONDS
 from coderai.front.server import assemble
 from tests.support.server import Server, wait_for
 
@@ -134,6 +134,7 @@ def test_a_login_sets_an_http_only_strict_cookie_and_returns_the_csrf_token(
         cookie = answer.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
         assert "Secure" not in cookie  # served over plain HTTP here
+        assert "Max-Age=43200" in cookie  # auth.session_hours, 12 by default
         session = client.get("/admin/api/session").json()
         assert session["user"] == "admin" and session["csrf"] == answer.json()["csrf"]
         assert client.get("/admin/api/engines").status_code == 200
@@ -365,3 +366,45 @@ def test_wrong_passwords_are_slowed_then_locked(tmp_path: Path) -> None:
             assert right.json()["error"]["code"] == "login_locked"
     finally:
         server.stop()
+
+
+def test_a_session_expires_after_its_configured_time(tmp_path: Path) -> None:
+    hours = 0.002  # 7.2 s
+    auth = {"admin_key": KEY, "session_hours": hours}
+    server = Server(tmp_path / "expiry", {"engines": 1}, MODELS[:1], extra_config={"auth": auth})
+    try:
+        server.wait_ready(1)
+        coderai(server.workdir, "users", "add", "admin", "--password-stdin", stdin=PASSWORD)
+        with logged_in(server) as (client, _):
+            assert client.get("/admin/api/session").status_code == 200
+            took = wait_for(
+                lambda: client.get("/admin/api/session").status_code == 401,
+                timeout=hours * 3600 + 10,
+            )
+            assert took > 0
+    finally:
+        server.stop()
+
+
+def test_a_live_stream_ends_when_its_session_is_logged_out(srv: Server) -> None:
+    with logged_in(srv) as (client, csrf):
+        cookie = client.cookies["coderai_session"]
+        ended = threading.Event()
+        received: list[str] = []
+
+        def listen() -> None:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                httpx.Client(base_url=srv.url, cookies={"coderai_session": cookie}) as c,
+                c.stream("GET", "/admin/api/events", timeout=60) as feed,
+            ):
+                for line in feed.iter_lines():
+                    received.append(line)
+            ended.set()
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        wait_for(lambda: any(line.startswith("event: engines") for line in received))
+        assert not ended.is_set()
+        assert client.post("/admin/api/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
+        assert ended.wait(SESSION_RECHECK_SECONDS + 5)

@@ -151,3 +151,12 @@ def test_the_database_keeps_users_sessions_keys_and_usage(tmp_path: Path) -> Non
     reopened = Database(tmp_path)  # the schema is migrated once, then reused
     assert [u["username"] for u in reopened.users()] == ["alice"]
     reopened.close()
+
+
+def test_api_keys_are_required_by_default_unless_only_this_machine_can_call() -> None:
+    from coderai.front.auth import requires_api_key
+
+    assert not requires_api_key(None, "127.0.0.1")
+    assert not requires_api_key(None, "::1") and not requires_api_key(None, "localhost")
+    assert requires_api_key(None, "0.0.0.0") and requires_api_key(None, "192.168.1.5")
+    assert requires_api_key(True, "127.0.0.1") and not requires_api_key(False, "0.0.0.0")

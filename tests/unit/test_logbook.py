@@ -8,10 +8,10 @@ import io
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from coderai.front.console_events import BACKLOG, EventHub
+from coderai.front.console_events import BACKLOG
 from coderai.front.logbook import (
     FRONT,
     MAX_LINE,
@@ -43,7 +43,7 @@ def decoded(batch: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
 
 def test_a_source_keeps_only_its_newest_lines() -> None:
     async def scenario() -> list[str]:
-        book = LogBook(EventHub(), ["alpha"], keep=3)
+        book = LogBook(["alpha"], keep=3)
         for i in range(5):
             book.add("alpha", f"line {i}")
         return book.lines("alpha")
@@ -53,7 +53,7 @@ def test_a_source_keeps_only_its_newest_lines() -> None:
 
 def test_lines_gives_the_last_n_oldest_first() -> None:
     async def scenario() -> tuple[list[str], list[str], list[str]]:
-        book = LogBook(EventHub(), [])
+        book = LogBook([])
         for i in range(4):
             book.add(FRONT, f"line {i}")
         return book.lines(FRONT, 2), book.lines(FRONT, 0), book.lines(FRONT, 10)
@@ -66,7 +66,7 @@ def test_lines_gives_the_last_n_oldest_first() -> None:
 
 def test_the_sources_are_the_front_and_each_engine_even_before_they_log() -> None:
     async def scenario() -> tuple[list[str], list[str]]:
-        book = LogBook(EventHub(), ["alpha", "beta"])
+        book = LogBook(["alpha", "beta"])
         return book.sources(), book.lines("beta")
 
     assert run(scenario) == (["front", "alpha", "beta"], [])
@@ -74,7 +74,7 @@ def test_the_sources_are_the_front_and_each_engine_even_before_they_log() -> Non
 
 def test_lines_added_on_another_thread_reach_a_follower_in_order() -> None:
     async def scenario() -> list[str]:
-        book = LogBook(EventHub(), [])
+        book = LogBook([])
         follow = book.follow(FRONT, recent=0)
         assert await anext(follow) == []
 
@@ -95,38 +95,9 @@ def test_lines_added_on_another_thread_reach_a_follower_in_order() -> None:
     assert run(scenario, debug=True) == [f"line {i}" for i in range(500)]
 
 
-def test_each_new_line_is_published_to_the_console_feed() -> None:
-    async def scenario() -> list[tuple[str, dict[str, Any]]]:
-        hub = EventHub()
-        book = LogBook(hub, ["alpha"])
-        # an async generator, though typed as an iterator
-        feed = cast(AsyncGenerator[list[bytes], None], hub.subscribe())
-        assert await anext(feed) == []  # no snapshots registered
-        book.add("alpha", "hello")
-        batch = await anext(feed)
-        await feed.aclose()
-        return decoded(batch)
-
-    assert run(scenario) == [("log", {"source": "alpha", "line": "hello"})]
-
-
-def test_no_event_is_built_while_no_console_watches() -> None:
-    published: list[object] = []
-
-    class CountingHub(EventHub):
-        def publish(self, event: str, data: Any) -> None:
-            published.append(data)
-
-    async def scenario() -> None:
-        LogBook(CountingHub(), []).add(FRONT, "unwatched")
-
-    run(scenario)
-    assert published == []
-
-
 def test_a_follow_sends_the_recent_lines_then_each_new_one_of_its_source_only() -> None:
     async def scenario() -> list[list[tuple[str, dict[str, Any]]]]:
-        book = LogBook(EventHub(), ["alpha"])
+        book = LogBook(["alpha"])
         book.add("alpha", "old 1")
         book.add("alpha", "old 2")
         follow = book.follow("alpha", recent=1)
@@ -145,7 +116,7 @@ def test_a_follow_sends_the_recent_lines_then_each_new_one_of_its_source_only() 
 
 def test_a_follower_that_does_not_read_loses_the_oldest_lines_and_is_told() -> None:
     async def scenario() -> list[tuple[str, dict[str, Any]]]:
-        book = LogBook(EventHub(), [])
+        book = LogBook([])
         follow = book.follow(FRONT, recent=0)
         assert await anext(follow) == []
         for i in range(BACKLOG + 5):
@@ -162,7 +133,7 @@ def test_a_follower_that_does_not_read_loses_the_oldest_lines_and_is_told() -> N
 
 def test_ending_the_streams_ends_every_follow() -> None:
     async def scenario() -> list[list[bytes]]:
-        book = LogBook(EventHub(), [])
+        book = LogBook([])
         follow = book.follow(FRONT)
 
         async def read_all() -> list[list[bytes]]:
@@ -178,7 +149,7 @@ def test_ending_the_streams_ends_every_follow() -> None:
 
 def test_the_handler_adds_formatted_records_to_the_front_a_line_each() -> None:
     async def scenario() -> list[str]:
-        book = LogBook(EventHub(), [])
+        book = LogBook([])
         handler = LogBookHandler(book)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logger = logging.getLogger("coderai.test_logbook")
@@ -201,7 +172,7 @@ def test_take_lines_cuts_a_long_line_and_keeps_the_unfinished_rest() -> None:
 
 async def _relayed(chunks: list[bytes]) -> tuple[list[str], bytes]:
     """What a relay keeps and echoes of an engine that writes `chunks` and exits."""
-    book = LogBook(EventHub(), ["alpha"])
+    book = LogBook(["alpha"])
     echo = io.BytesIO()
     reading, writing = os.pipe()
     relay = OutputRelay(reading, "alpha", book, echo)
@@ -232,7 +203,7 @@ def test_a_relay_splits_a_line_longer_than_the_limit() -> None:
 
 def test_closing_a_relay_stops_reading_a_pipe_still_held_open() -> None:
     async def scenario() -> tuple[list[str], bool]:
-        book = LogBook(EventHub(), ["alpha"])
+        book = LogBook(["alpha"])
         reading, writing = os.pipe()
         relay = OutputRelay(reading, "alpha", book, io.BytesIO())
         os.write(writing, b"done\nhalf a li")
