@@ -8,6 +8,7 @@ Credentials are never logged: a refused key is named by nothing but the refusal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import time
@@ -19,7 +20,8 @@ from aiohttp import web
 
 from coderai.errors import CoderaiError, Forbidden, InvalidApiKey, Unauthorized
 from coderai.front import anthropic_reply
-from coderai.front.activity import Activity
+from coderai.front.activity import Activity, Ticket
+from coderai.front.jobs import FrontJob
 from coderai.front.limits import KeyLimits
 from coderai.front.state_store import StateStore
 from coderai.front.usage import UsageLedger
@@ -43,6 +45,8 @@ CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: revoked in the console stops at once; one revoked by `coderai keys revoke` (another
 #: process) within this time
 KEY_CACHE_SECONDS = 5.0
+#: how long a request's cancelled jobs may take to report the tokens they used
+SETTLE_SECONDS = 30.0
 #: how often a console's long request (a live stream) checks that its session still is
 SESSION_RECHECK_SECONDS = 5.0
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -95,6 +99,8 @@ class Auth:
         self.require_key = require_key
         self.limits = KeyLimits()
         self._keys: dict[str, tuple[ApiKey | None, float]] = {}
+        #: requests whose jobs are still ending, to be counted when they have
+        self._settling: set[asyncio.Task[None]] = set()
 
     def forget_key(self, key_id: str) -> None:
         """A key changed (revoked): read it again before its next use."""
@@ -192,10 +198,32 @@ class Auth:
             client_left = True
             raise
         finally:
-            if key is not None:
-                self.limits.release(key.id, sum(ticket.tokens()), time.monotonic())
-            self.usage.record(ticket)
             self.activity.close(ticket, status, client_left)
+            if key is not None:
+                self.limits.release(key.id, time.monotonic())
+            unended = [j for j in ticket.jobs if j.outcome is None]
+            if unended:
+                # jobs cancelled because their client left end with the tokens they used
+                # a step later: counted then, or a client could dodge its token limit
+                settling = asyncio.get_running_loop().create_task(self._settle(ticket, unended))
+                self._settling.add(settling)
+                settling.add_done_callback(self._settling.discard)
+            else:
+                self._count(ticket)
+
+    async def _settle(self, ticket: Ticket, jobs: list[FrontJob]) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SETTLE_SECONDS):
+                for job in jobs:
+                    while job.outcome is None:
+                        await job.wait()
+        self._count(ticket)
+
+    def _count(self, ticket: Ticket) -> None:
+        """Charge an ended request's tokens to its key's limit and to usage."""
+        if ticket.key is not None:
+            self.limits.spend(ticket.key.id, sum(ticket.tokens()), time.monotonic())
+        self.usage.record(ticket)
 
     async def _caller(self, request: web.Request) -> tuple[ApiKey | None, str | None]:
         """The request's API key, or who else it is (the admin key, a console session);

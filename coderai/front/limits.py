@@ -71,14 +71,23 @@ class KeyLimits:
                 return at + WINDOW
         return use.tokens[-1][0] + WINDOW
 
-    def release(self, key_id: str, tokens: int, now: float) -> None:
-        """A request of this key ended, having used `tokens`."""
+    def release(self, key_id: str, now: float) -> None:
+        """A request of this key ended."""
         use = self._use[key_id]
         use.running -= 1
-        use.forget_before(now - WINDOW)
+        self._tidy(key_id, use, now)
+
+    def spend(self, key_id: str, tokens: int, now: float) -> None:
+        """Count the tokens a request of this key used (known when its jobs end, which
+        for a request whose client left is a step after the request)."""
+        use = self._use.setdefault(key_id, _Use())
         if tokens:
             use.tokens.append((now, tokens))
             use.token_sum += tokens
+        self._tidy(key_id, use, now)
+
+    def _tidy(self, key_id: str, use: _Use, now: float) -> None:
+        use.forget_before(now - WINDOW)
         if not use.running and not use.requests and not use.tokens:
             del self._use[key_id]  # idle keys hold no memory
 

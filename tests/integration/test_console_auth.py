@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,23 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
+
+
+Sdk = Callable[[str], openai.OpenAI]
+
+
+@pytest.fixture
+def sdk(srv: Server) -> Iterator[Sdk]:
+    """Official clients of the module's server with a given key, closed after the test."""
+    made: list[openai.OpenAI] = []
+
+    def make(api_key: str) -> openai.OpenAI:
+        made.append(openai.OpenAI(base_url=srv.url + "/v1", api_key=api_key, max_retries=0))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
 def admin(srv: Server) -> httpx.Client:
@@ -173,8 +190,8 @@ def test_a_wrong_password_and_an_unknown_user_are_refused_alike(srv: Server) -> 
         pass
 
 
-def test_v1_refuses_a_request_without_a_key_when_keys_are_required(srv: Server) -> None:
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="not-a-key", max_retries=0)
+def test_v1_refuses_a_request_without_a_key_when_keys_are_required(sdk: Sdk, srv: Server) -> None:
+    client = sdk("not-a-key")
     with pytest.raises(openai.AuthenticationError) as refused:
         client.models.list()
     assert refused.value.status_code == 401
@@ -182,9 +199,11 @@ def test_v1_refuses_a_request_without_a_key_when_keys_are_required(srv: Server) 
     assert body["type"] == "error" and body["error"]["type"] == "authentication_error"
 
 
-def test_a_key_works_from_the_openai_client_and_its_usage_is_recorded(srv: Server) -> None:
+def test_a_key_works_from_the_openai_client_and_its_usage_is_recorded(
+    sdk: Sdk, srv: Server
+) -> None:
     key = new_key(srv)
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"], max_retries=0)
+    client = sdk(key["key"])
     reply = client.chat.completions.create(
         model="small", messages=[{"role": "user", "content": "hi"}]
     )
@@ -211,9 +230,9 @@ def test_a_key_works_from_the_openai_client_and_its_usage_is_recorded(srv: Serve
     assert "key" not in listed[key["id"]]  # the secret is shown once, at creation
 
 
-def test_a_key_limited_to_one_model_gets_403_on_another(srv: Server) -> None:
+def test_a_key_limited_to_one_model_gets_403_on_another(sdk: Sdk, srv: Server) -> None:
     key = new_key(srv, models=["small"])
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"], max_retries=0)
+    client = sdk(key["key"])
     assert [m.id for m in client.models.list()] == ["small"]
     with pytest.raises(openai.PermissionDeniedError) as refused:
         client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
@@ -234,9 +253,9 @@ def test_requests_over_a_keys_rate_get_429_with_retry_after(srv: Server) -> None
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
 
 
-def test_a_keys_concurrent_streams_are_limited_while_one_runs(srv: Server) -> None:
+def test_a_keys_concurrent_streams_are_limited_while_one_runs(sdk: Sdk, srv: Server) -> None:
     key = new_key(srv, max_concurrent=1)
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"], max_retries=0)
+    client = sdk(key["key"])
     first = client.chat.completions.create(
         model="slow", messages=[{"role": "user", "content": "x"}], stream=True, max_tokens=50
     )
@@ -256,18 +275,18 @@ def _completes(client: openai.OpenAI) -> bool:
     return True
 
 
-def test_tokens_per_minute_refuse_once_the_minutes_tokens_are_spent(srv: Server) -> None:
+def test_tokens_per_minute_refuse_once_the_minutes_tokens_are_spent(sdk: Sdk, srv: Server) -> None:
     key = new_key(srv, tpm=10)  # one answer of 8 tokens plus its prompt spends it
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"], max_retries=0)
+    client = sdk(key["key"])
     client.chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.RateLimitError) as refused:
         client.chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
     assert "tokens per minute" in refused.value.message
 
 
-def test_a_revoked_key_stops_working_at_once(srv: Server) -> None:
+def test_a_revoked_key_stops_working_at_once(sdk: Sdk, srv: Server) -> None:
     key = new_key(srv)
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"], max_retries=0)
+    client = sdk(key["key"])
     client.models.list()
     with admin(srv) as c:
         assert c.delete(f"/admin/api/keys/{key['id']}").status_code == 204
@@ -275,9 +294,9 @@ def test_a_revoked_key_stops_working_at_once(srv: Server) -> None:
         client.models.list()
 
 
-def test_a_key_from_the_command_line_works_and_no_key_is_ever_logged(srv: Server) -> None:
+def test_a_key_from_the_command_line_works_and_no_key_is_ever_logged(sdk: Sdk, srv: Server) -> None:
     token = coderai(srv.workdir, "keys", "create", "cli-key", "--models", "small").strip()
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=token, max_retries=0)
+    client = sdk(token)
     client.chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
     wrong = token[:-4] + "AAAA" if not token.endswith("AAAA") else token[:-4] + "BBBB"
     refused = httpx.get(srv.url + "/v1/models", headers={"Authorization": f"Bearer {wrong}"})
@@ -287,9 +306,9 @@ def test_a_key_from_the_command_line_works_and_no_key_is_ever_logged(srv: Server
     assert secret not in log and wrong.split("-", 2)[2] not in log
 
 
-def test_activity_shows_a_running_request_then_its_outcome(srv: Server) -> None:
+def test_activity_shows_a_running_request_then_its_outcome(sdk: Sdk, srv: Server) -> None:
     key = new_key(srv)
-    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"], max_retries=0)
+    client = sdk(key["key"])
     stream = client.chat.completions.create(
         model="slow", messages=[{"role": "user", "content": "x"}], stream=True, max_tokens=4
     )
@@ -311,7 +330,7 @@ def test_activity_shows_a_running_request_then_its_outcome(srv: Server) -> None:
     assert ended["completion_tokens"] == 4 and ended["duration_ms"] >= ended["ttft_ms"]
 
 
-def test_the_live_feed_sends_snapshots_then_each_request(srv: Server) -> None:
+def test_the_live_feed_sends_snapshots_then_each_request(sdk: Sdk, srv: Server) -> None:
     events: list[tuple[str | None, Any]] = []
     seen = threading.Event()
 
@@ -331,9 +350,9 @@ def test_the_live_feed_sends_snapshots_then_each_request(srv: Server) -> None:
     listener.start()
     wait_for(lambda: {"engines", "activity"} <= {n for n, _ in events})
     key = new_key(srv)
-    openai.OpenAI(
-        base_url=srv.url + "/v1", api_key=key["key"], max_retries=0
-    ).chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
+    sdk(key["key"]).chat.completions.create(
+        model="small", messages=[{"role": "user", "content": "x"}]
+    )
     assert seen.wait(10)
     outcomes = [d["outcome"] for n, d in events if n == "request"]
     assert outcomes[0] == "running" and outcomes[-1] == "completed"
@@ -408,3 +427,27 @@ def test_a_live_stream_ends_when_its_session_is_logged_out(srv: Server) -> None:
         assert not ended.is_set()
         assert client.post("/admin/api/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
         assert ended.wait(SESSION_RECHECK_SECONDS + 5)
+
+
+def test_a_stream_its_client_leaves_is_charged_the_tokens_it_used(sdk: Sdk, srv: Server) -> None:
+    key = new_key(srv, tpm=6)
+    client = sdk(key["key"])
+    stream = client.chat.completions.create(
+        model="slow", messages=[{"role": "user", "content": "x"}], stream=True
+    )
+    chunks = iter(stream)
+    for _ in range(8):  # more tokens than the key's minute allows, then the client leaves
+        next(chunks)
+    stream.close()
+
+    def refused() -> bool:
+        try:
+            client.models.list()  # costs no tokens; the limit is checked at admission
+        except openai.RateLimitError as exc:
+            return "tokens per minute" in exc.message
+        return False
+
+    wait_for(refused)
+    with admin(srv) as c:
+        wait_for(lambda: any(r["key_id"] == key["id"] and r["completion_tokens"] >= 7
+                             for r in c.get("/admin/api/usage").json()["usage"]))  # fmt: skip

@@ -60,9 +60,9 @@ def _key(**limits: int) -> api_keys.ApiKey:
 def test_requests_per_minute_refuse_until_the_oldest_leaves_the_window() -> None:
     limits, key = KeyLimits(), _key(rpm=2)
     limits.admit(key, 0.0)
-    limits.release(key.id, 0, 0.0)
+    limits.release(key.id, 0.0)
     limits.admit(key, 10.0)
-    limits.release(key.id, 0, 10.0)
+    limits.release(key.id, 10.0)
     with pytest.raises(TooManyRequests) as refused:
         limits.admit(key, 20.0)
     assert refused.value.retry_after == 40  # the first one leaves the window at 60
@@ -73,9 +73,11 @@ def test_requests_per_minute_refuse_until_the_oldest_leaves_the_window() -> None
 def test_tokens_per_minute_count_what_ended_requests_used() -> None:
     limits, key = KeyLimits(), _key(tpm=100)
     limits.admit(key, 0.0)
-    limits.release(key.id, 60, 1.0)
+    limits.release(key.id, 1.0)
+    limits.spend(key.id, 60, 1.0)
     limits.admit(key, 2.0)
-    limits.release(key.id, 50, 3.0)
+    limits.release(key.id, 3.0)
+    limits.spend(key.id, 50, 3.0)
     with pytest.raises(TooManyRequests) as refused:
         limits.admit(key, 4.0)
     assert refused.value.retry_after == 57  # the 60 tokens leave at 61
@@ -87,18 +89,20 @@ def test_concurrent_requests_are_limited_while_they_run() -> None:
     limits.admit(key, 0.0)
     with pytest.raises(TooManyRequests):
         limits.admit(key, 0.1)
-    limits.release(key.id, 0, 0.2)
+    limits.release(key.id, 0.2)
     limits.admit(key, 0.3)
     assert limits.running(key.id) == 1
 
 
-def test_an_idle_key_holds_no_counters() -> None:
+def test_counts_leave_with_the_window_and_an_idle_key_holds_none() -> None:
     limits, key = KeyLimits(), _key()
     limits.admit(key, 0.0)
-    limits.release(key.id, 0, 0.0)
-    limits.admit(key, WINDOW + 1)
-    limits.release(key.id, 0, WINDOW + 1)
-    assert limits.running(key.id) == 0
+    limits.release(key.id, 0.0)
+    limits.spend(key.id, 10, 0.0)
+    limits.spend(key.id, 5, WINDOW + 1)  # the first request and its tokens leave
+    assert limits._use[key.id].token_sum == 5 and not limits._use[key.id].requests
+    limits.spend(key.id, 0, 2 * WINDOW + 2)
+    assert limits._use == {}
 
 
 POLICY = LoginPolicy(delay=0.5, max_failures=3, window=100.0, lock=30.0)
