@@ -14,14 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from coderai.config import AuthConfig
 from coderai.errors import InvalidRequest, LoginLocked, NotFound, WrongPassword
 from coderai.front.auth import SESSION_COOKIE, Auth, admin_of, session_cookie, token_hash
-from coderai.front.http import read_body
+from coderai.front.http import ADMIN_PREFIX, read_body
 from coderai.front.login_guard import LoginGuard, LoginPolicy
 from coderai.front.usage import UsageLedger
 from coderai.state import api_keys
 from coderai.state.database import LastUser
 from coderai.state.passwords import hash_password, verify_password
 
-PREFIX = "/admin/api/"
+PREFIX = ADMIN_PREFIX
 USERNAME = r"^[A-Za-z0-9_.@-]{1,64}$"
 #: compared against when the user does not exist, so that an unknown name takes as long
 #: to refuse as a wrong password (no user enumeration by timing)

@@ -9,21 +9,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from pydantic import ValidationError
 
 from coderai.bus.messages import ControlAction
 from coderai.config import Catalogue, ModelEntry, catalogue_from, write_json_atomically
 from coderai.errors import ConfigError, Conflict, InvalidRequest, NoEngine, NotFound
-from coderai.front.http import read_json
+from coderai.front.http import ADMIN_PREFIX, read_json, validate
 from coderai.front.probe import probe, refusals
-from coderai.validation import first_problem
 
 if TYPE_CHECKING:
     from coderai.front.app import Front
 
 log = logging.getLogger("coderai.front")
 
-PREFIX = "/admin/api/"
+PREFIX = ADMIN_PREFIX
 
 
 class AdminRoutes:
@@ -105,7 +103,7 @@ class AdminRoutes:
 
     async def add_model(self, request: web.Request) -> web.Response:
         """Add one entry; its warnings (file, pin) come back with the catalogue."""
-        entry = _entry_from(await read_json(request))
+        entry = validate(ModelEntry, await read_json(request))
 
         def add(entries: list[ModelEntry]) -> list[ModelEntry]:
             if any(e.id == entry.id for e in entries):
@@ -125,7 +123,7 @@ class AdminRoutes:
 
         def edit(entries: list[ModelEntry]) -> list[ModelEntry]:
             current = _find(entries, model_id)
-            edited = _entry_from({**current.model_dump(exclude_defaults=True), **changes})
+            edited = validate(ModelEntry, {**current.model_dump(exclude_defaults=True), **changes})
             return [edited if e is current else e for e in entries]
 
         return await self._change(edit)
@@ -199,15 +197,6 @@ class AdminRoutes:
             self.directory.load(catalogue, probed)
             log.info("catalogue saved to %s (%d models)", path, len(catalogue.entries))
             return self._models_body()
-
-
-def _entry_from(data: object) -> ModelEntry:
-    try:
-        return ModelEntry.model_validate(data)
-    except ValidationError as exc:
-        where, message = first_problem(exc)
-        param = ".".join(where) or None
-        raise InvalidRequest(f"{param or 'body'}: {message}", param=param) from None
 
 
 def _find(entries: list[ModelEntry], model_id: str) -> ModelEntry:

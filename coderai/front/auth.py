@@ -21,6 +21,7 @@ from aiohttp import web
 from coderai.errors import CoderaiError, Forbidden, InvalidApiKey, Unauthorized
 from coderai.front import anthropic_reply
 from coderai.front.activity import Activity, Ticket
+from coderai.front.http import ADMIN_PREFIX
 from coderai.front.jobs import FrontJob
 from coderai.front.limits import KeyLimits
 from coderai.front.state_store import StateStore
@@ -31,7 +32,6 @@ from coderai.state.database import Session
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-ADMIN_PREFIX = "/admin/api/"
 #: admin routes that answer without credentials: logging in, and the API's description
 ADMIN_OPEN = frozenset({("POST", ADMIN_PREFIX + "login"), ("GET", ADMIN_PREFIX + "openapi.json")})
 #: the routes that serve models, gated by API keys

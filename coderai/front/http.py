@@ -22,6 +22,8 @@ from coderai.validation import first_problem
 
 log = logging.getLogger("coderai.front")
 
+#: where the admin API lives (the console's routes)
+ADMIN_PREFIX = "/admin/api/"
 ENGINE_HEADER = "X-CoderAI-Engine"
 #: the value of ENGINE_HEADER on responses the front answers without an engine
 FRONT = "front"
@@ -61,9 +63,13 @@ M = TypeVar("M", bound=BaseModel)
 
 
 async def read_body(request: web.Request, model: type[M]) -> M:
-    """The request body validated into `model`, or InvalidRequest naming the first
-    problem (for the admin API's bodies; the API routes have their own rules, schemas.py)."""
-    data = await read_json(request)
+    """The request body validated into `model` (see `validate`)."""
+    return validate(model, await read_json(request))
+
+
+def validate(model: type[M], data: Any) -> M:
+    """`data` validated into `model`, or InvalidRequest naming the first problem (for the
+    admin API's bodies; the API routes have their own rules, schemas.py)."""
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object")
     try:

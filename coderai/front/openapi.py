@@ -16,6 +16,7 @@ import coderai
 from coderai.config import ModelEntry
 from coderai.front.accounts_api import Login, NewKey, NewPassword, NewUser
 from coderai.front.anthropic_request import CountTokensRequest, MessagesRequest
+from coderai.front.http import ADMIN_PREFIX
 from coderai.front.responses_request import ResponsesRequest
 from coderai.front.schemas import (
     ChatRequest,
@@ -43,7 +44,7 @@ class Op:
 
 
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
-A = "/admin/api/"
+A = ADMIN_PREFIX
 OPERATIONS = (
     Op("POST", A + "login", "Log in: sets the session cookie, returns the CSRF token", Login),
     Op("POST", A + "logout", "End this session", status=204),

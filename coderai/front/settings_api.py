@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from coderai.config import Config, write_json_atomically
 from coderai.errors import ConfigError, InvalidRequest
 from coderai.front import settings
-from coderai.front.http import read_json
+from coderai.front.http import ADMIN_PREFIX, read_json
 from coderai.validation import first_problem
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coderai.front")
 
-PREFIX = "/admin/api/"
+PREFIX = ADMIN_PREFIX
 
 
 class SettingsRoutes:

@@ -10,11 +10,12 @@ from aiohttp import web
 
 from coderai.front import console_events
 from coderai.front.activity import Activity
+from coderai.front.http import ADMIN_PREFIX
 
 if TYPE_CHECKING:
     from coderai.front.app import Front
 
-PREFIX = "/admin/api/"
+PREFIX = ADMIN_PREFIX
 
 
 class StatusRoutes:
@@ -33,19 +34,19 @@ class StatusRoutes:
     async def status(self, request: web.Request) -> web.Response:
         """Engines, host memory, VRAM per engine and cooldowns. RAM is read from the
         kernel (psutil: one /proc read, microseconds); the rest from heartbeats."""
-        views = self.front.engines()
+        views = [v.public() for v in self.front.engines()]
         memory = psutil.virtual_memory()
         body = {
-            **self.front.engines_body(),
+            "engines": views,
+            "queued": len(self.front.dispatcher.queue),
             "ram": {
                 "total": memory.total,
                 "available": memory.available,
-                "engines_rss": sum(v.rss for v in views),
+                "engines_rss": sum(v["rss"] for v in views),
             },
-            "vram": {v.name: v.public().get("vram") for v in views},
-            "cooldowns": {
-                v.name: v.public()["cooldown"] for v in views if v.public().get("cooldown")
-            },
+            # null and empty until engines report them (VRAM per card, thermal cooldowns)
+            "vram": {v["name"]: v.get("vram") for v in views},
+            "cooldowns": {v["name"]: v["cooldown"] for v in views if v.get("cooldown")},
         }
         return web.json_response(body)
 

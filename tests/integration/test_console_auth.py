@@ -451,3 +451,14 @@ def test_a_stream_its_client_leaves_is_charged_the_tokens_it_used(sdk: Sdk, srv:
     with admin(srv) as c:
         wait_for(lambda: any(r["key_id"] == key["id"] and r["completion_tokens"] >= 7
                              for r in c.get("/admin/api/usage").json()["usage"]))  # fmt: skip
+
+
+def test_status_answers_from_the_fronts_own_state(srv: Server) -> None:
+    with admin(srv) as c:
+        status = c.get("/admin/api/status").json()
+    (engine,) = status["engines"]
+    assert engine["state"] == "ready" and engine["rss"] > 0
+    assert status["ram"]["total"] > status["ram"]["available"] > 0
+    assert status["ram"]["engines_rss"] == engine["rss"]
+    assert status["vram"] == {engine["name"]: None}  # a CPU engine reports no VRAM
+    assert status["cooldowns"] == {} and status["queued"] == 0

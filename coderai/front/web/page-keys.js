@@ -69,12 +69,15 @@ export function mount(root) {
     }
   }
 
+  // At most one reload per SETTLE_MS however many requests end: a throttle, not a
+  // debounce, so the tables still move under steady traffic.
   let settle = null;
   function requestChanged(request) {
     if (request && request.outcome === 'running') return;
-    clearTimeout(settle);
+    if (settle !== null) return;
     // usage first: reading it writes the counts the front still holds, keys' last use too
     settle = setTimeout(async () => {
+      settle = null;
       await loadUsage();
       await loadKeys();
     }, SETTLE_MS);
