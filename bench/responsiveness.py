@@ -17,6 +17,7 @@ import http.client
 import json
 import multiprocessing
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,13 +38,34 @@ INTERVAL = 0.02
 
 
 ADMIN = {"Authorization": f"Bearer {KEY}"}
-#: what is sampled: the health probe, the console's page, and the admin reads it makes
-PATHS: dict[str, dict[str, str]] = {
-    "/healthz": {},
-    "/": {},
-    "/admin/api/engines": ADMIN,
-    "/admin/api/activity": ADMIN,
+PASSWORD = "bench-password"
+#: what is sampled, by label: the health probe, the console's page, and the admin reads
+#: it makes, with the admin key and (as the console does) with a session cookie, whose
+#: check reads the database on the front's state thread
+PATHS: dict[str, tuple[str, dict[str, str] | None]] = {
+    "/healthz": ("/healthz", {}),
+    "/": ("/", {}),
+    "/admin/api/engines": ("/admin/api/engines", ADMIN),
+    "/admin/api/activity": ("/admin/api/activity", ADMIN),
+    "/admin/api/activity (session)": ("/admin/api/activity", None),
 }
+
+
+def login(server: BenchServer) -> dict[str, str]:
+    """A console session: its cookie, as headers."""
+    subprocess.run(
+        [sys.executable, "-m", "coderai", "users", "add", "bench", "--password-stdin",
+         "--config", str(server.dir / "config.json")],
+        input=PASSWORD, text=True, check=True, capture_output=True,
+    )  # fmt: skip
+    parsed = urlparse(server.url)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=30)
+    body = json.dumps({"username": "bench", "password": PASSWORD})
+    conn.request("POST", "/admin/api/login", body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    response.read()
+    cookie = response.getheader("Set-Cookie", "").split(";", 1)[0]
+    return {"Cookie": cookie}
 
 
 def read_feed(url: str, counts: dict[str, int]) -> None:
@@ -61,23 +83,25 @@ def read_feed(url: str, counts: dict[str, int]) -> None:
         return
 
 
-def sample(url: str, seconds: float, out: Any) -> None:
+def sample(url: str, seconds: float, session: dict[str, str], out: Any) -> None:
     """In its own process: GET each path every 20 ms, with the live feed open in a thread;
     latencies in ms per path, and the feed's events by name."""
     parsed = urlparse(url)
     conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=30)
-    paths = PATHS
-    latencies: dict[str, list[float]] = {p: [] for p in paths}
+    paths = {label: (path, session if h is None else h) for label, (path, h) in PATHS.items()}
+    latencies: dict[str, list[float]] = {label: [] for label in paths}
     feed: dict[str, int] = {}
     threading.Thread(target=read_feed, args=(url, feed), daemon=True).start()
     deadline = time.monotonic() + seconds
     next_tick = time.monotonic()
     while time.monotonic() < deadline:
-        for path, headers in paths.items():
+        for label, (path, headers) in paths.items():
             start = time.perf_counter()
             conn.request("GET", path, headers=headers)
-            conn.getresponse().read()
-            latencies[path].append((time.perf_counter() - start) * 1e3)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200, (label, response.status)
+            latencies[label].append((time.perf_counter() - start) * 1e3)
         next_tick += INTERVAL
         time.sleep(max(0.0, next_tick - time.monotonic()))
     out.put((latencies, dict(feed)))
@@ -125,7 +149,10 @@ def run_mode(single: bool, models: list[dict[str, Any]], seconds: float, streams
     )
     try:
         results: multiprocessing.Queue[Any] = multiprocessing.Queue()
-        sampler = multiprocessing.Process(target=sample, args=(server.url, seconds, results))
+        session = login(server)
+        sampler = multiprocessing.Process(
+            target=sample, args=(server.url, seconds, session, results)
+        )
         sampler.start()
         work = asyncio.run(load_and_generate(server.url, seconds, streams))
         latencies, feed = results.get(timeout=seconds + 60)
@@ -173,7 +200,7 @@ def main() -> int:
         for path in PATHS:
             r = row[path]
             print(
-                f"{row['mode']:>15} {path:<20} p50 {r['p50_ms']:7.2f} ms  "
+                f"{row['mode']:>15} {path:<30} p50 {r['p50_ms']:7.2f} ms  "
                 f"p99 {r['p99_ms']:8.2f} ms  max {r['max_ms']:8.2f} ms  n={r['samples']}"
             )
         print(f"{row['mode']:>15} load {row['load_seconds']:.1f} s, "
