@@ -36,6 +36,18 @@ class Subscriber:
         self.events.append(frame)
         self.wake.set()
 
+    async def batches(
+        self, first: list[bytes], ended: Callable[[], bool]
+    ) -> AsyncGenerator[list[bytes], None]:
+        """`first`, then what is put, a batch per wake-up, until `ended()`."""
+        yield first
+        while not ended():
+            await self.wake.wait()
+            self.wake.clear()
+            batch = self.take()
+            if batch:
+                yield batch
+
     def take(self) -> list[bytes]:
         frames = list(self.events)
         self.events.clear()
@@ -85,13 +97,10 @@ class EventHub:
         subscriber = Subscriber()
         self._subscribers.add(subscriber)
         try:
-            yield [frame(name, make()) for name, make in self._snapshots.items()]
-            while not self.closed:
-                await subscriber.wake.wait()
-                subscriber.wake.clear()
-                batch = subscriber.take()
-                if batch:
-                    yield batch
+            # made after joining, so that no change falls between the snapshot and the feed
+            snapshots = [frame(name, make()) for name, make in self._snapshots.items()]
+            async for batch in subscriber.batches(snapshots, lambda: self.closed):
+                yield batch
         finally:
             self._subscribers.discard(subscriber)
 

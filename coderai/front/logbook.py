@@ -78,14 +78,10 @@ class LogBook:
         loses the oldest and is told so (`Subscriber`), so it never holds the front's memory."""
         follower = Subscriber()
         self._followers[source].add(follower)
+        recent_lines = [_log_event(source, line) for line in self.lines(source, recent)]
         try:
-            yield [_log_event(source, line) for line in self.lines(source, recent)]
-            while not self._ended:
-                await follower.wake.wait()
-                follower.wake.clear()
-                batch = follower.take()
-                if batch:
-                    yield batch
+            async for batch in follower.batches(recent_lines, lambda: self._ended):
+                yield batch
         finally:
             self._followers[source].discard(follower)
 
