@@ -102,18 +102,23 @@ class Activity:
         self._next_id = 0
         hub.snapshot("activity", self.snapshot)
 
-    def open(self, route: str, key: ApiKey | None, caller: str | None) -> Ticket:
-        self._next_id += 1
-        ticket = Ticket(self._next_id, route, key, caller)
-        self.running[ticket.id] = ticket
+    def open(self, route: str, key: ApiKey | None, caller: str | None, shown: bool) -> Ticket:
+        """A request's ticket; a `shown` one is listed (model listings are not: agents
+        poll them, and they would push the requests that did work off the list)."""
+        ticket = Ticket(0, route, key, caller)
         CURRENT.set(ticket)
-        if self.hub.watched:
-            self.hub.publish("request", ticket.public())
+        if shown:
+            self._next_id += 1
+            ticket.id = self._next_id
+            self.running[ticket.id] = ticket
+            if self.hub.watched:
+                self.hub.publish("request", ticket.public())
         return ticket
 
     def close(self, ticket: Ticket, status: int, client_left: bool) -> None:
         ticket.end(status, client_left)
-        self.running.pop(ticket.id, None)
+        if self.running.pop(ticket.id, None) is None:
+            return
         self.recent.appendleft(ticket)
         if self.hub.watched:
             self.hub.publish("request", ticket.public())

@@ -181,7 +181,7 @@ class Auth:
             self.limits.admit(key, time.monotonic())
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else request.path
-        ticket = self.activity.open(route, key, caller)
+        ticket = self.activity.open(route, key, caller, shown=request.method == "POST")
         status, client_left = 500, False
         try:
             response = await handler(request)

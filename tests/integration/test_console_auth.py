@@ -120,7 +120,11 @@ def test_no_admin_route_answers_without_a_session_or_the_key(srv: Server, tmp_pa
                 continue
             url = re.sub(r"\{[^}]*\}", "x", path)
             for headers in ({}, {"Authorization": "Bearer wrong-key"}):
-                answer = client.request(method, url, headers=headers, json={})
+                # a body only where one belongs; a new connection for each (a refused
+                # request's unread body closes its connection)
+                body = {} if method in ("POST", "PUT", "PATCH", "DELETE") else None
+                headers = {**headers, "Connection": "close"}
+                answer = client.request(method, url, headers=headers, json=body)
                 assert answer.status_code == 401, (method, path, answer.text)
                 if method != "HEAD":
                     assert answer.json()["error"]["type"] == "authentication_error"
@@ -462,3 +466,14 @@ def test_status_answers_from_the_fronts_own_state(srv: Server) -> None:
     assert status["ram"]["engines_rss"] == engine["rss"]
     assert status["vram"] == {engine["name"]: None}  # a CPU engine reports no VRAM
     assert status["cooldowns"] == {} and status["queued"] == 0
+
+
+def test_model_listings_are_not_listed_in_activity(sdk: Sdk, srv: Server) -> None:
+    key = new_key(srv)
+    client = sdk(key["key"])
+    client.models.list()
+    client.chat.completions.create(model="small", messages=[{"role": "user", "content": "x"}])
+    with admin(srv) as c:
+        recent = c.get("/admin/api/activity").json()["recent"]
+    mine = [r["route"] for r in recent if r["key"] == "test" and r["id"] > 0]
+    assert "/v1/chat/completions" in mine and "/v1/models" not in mine
