@@ -22,7 +22,7 @@ import pytest
 
 from coderai.config import Catalogue, Config, StateFiles
 from coderai.front.app import build_app
-from coderai.front.auth import ADMIN_OPEN, SESSION_RECHECK_SECONDS
+from coderai.front.auth import ADMIN_OPEN, CHANGING, SESSION_RECHECK_SECONDS
 from coderai.front.server import assemble
 from tests.support.server import Server, wait_for
 
@@ -122,7 +122,7 @@ def test_no_admin_route_answers_without_a_session_or_the_key(srv: Server, tmp_pa
             for headers in ({}, {"Authorization": "Bearer wrong-key"}):
                 # a body only where one belongs; a new connection for each (a refused
                 # request's unread body closes its connection)
-                body = {} if method in ("POST", "PUT", "PATCH", "DELETE") else None
+                body: dict[str, Any] | None = {} if method in CHANGING else None
                 headers = {**headers, "Connection": "close"}
                 answer = client.request(method, url, headers=headers, json=body)
                 assert answer.status_code == 401, (method, path, answer.text)
