@@ -9,6 +9,7 @@ here is the front's own state: reading it never waits on an engine.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from contextvars import ContextVar
@@ -41,6 +42,8 @@ class Ticket:
     status: int | None = None
     outcome: str = "running"
     ended: float | None = None
+    #: what the console was last sent of it while it ran (see Activity.refresh)
+    sent: tuple[object, ...] = ()
 
     @property
     def key_name(self) -> str | None:
@@ -123,12 +126,37 @@ class Activity:
         if self.hub.watched:
             self.hub.publish("request", ticket.public())
 
+    def refresh(self) -> None:
+        """Send the console the running requests whose model, engine, first token or
+        tokens changed since it last heard of them: a request opens before its model is
+        known and its engine is known only once it has output."""
+        if not self.hub.watched:
+            return
+        for ticket in self.running.values():
+            view = ticket.public()
+            state = tuple(view[k] for k in ("model", "engine", "ttft_ms", "completion_tokens"))
+            if state != ticket.sent:
+                ticket.sent = state
+                self.hub.publish("request", view)
+
+    async def refreshing(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.refresh()
+
     def snapshot(self) -> dict[str, Any]:
         running = sorted(self.running.values(), key=lambda t: -t.id)
         return {
             "running": [t.public() for t in running],
             "recent": [t.public() for t in self.recent],
         }
+
+
+def streaming() -> None:
+    """The current request's answer is a stream that has begun (its 200 is sent)."""
+    ticket = CURRENT.get()
+    if ticket is not None:
+        ticket.stream = True
 
 
 def attach(job: FrontJob) -> None:

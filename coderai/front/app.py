@@ -150,13 +150,17 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         await store.open()
         usage.start()
         await dispatcher.start()  # and its engine host
-        watcher = asyncio.get_running_loop().create_task(
-            console_events.watch(
-                front.hub, "engines", front.engines_body, config.server.heartbeat_interval
-            )
-        )
+        interval = config.server.heartbeat_interval
+        loop = asyncio.get_running_loop()
+        watchers = [
+            loop.create_task(
+                console_events.watch(front.hub, "engines", front.engines_body, interval)
+            ),
+            loop.create_task(activity.refreshing(interval)),
+        ]
         yield
-        watcher.cancel()
+        for watcher in watchers:
+            watcher.cancel()
         await dispatcher.stop()
         await usage.stop()
         await store.close()

@@ -186,7 +186,7 @@ class Auth:
         try:
             response = await handler(request)
             status = response.status
-            ticket.stream = response.content_type == "text/event-stream"
+            ticket.stream = ticket.stream or response.content_type == "text/event-stream"
             return response
         except CoderaiError as exc:
             status = exc.status
@@ -195,7 +195,9 @@ class Auth:
             status = exc.status
             raise
         except asyncio.CancelledError:
-            client_left = True
+            # a stream that began has sent its 200; a request that had not, nothing
+            # (499: nginx's "client closed request")
+            client_left, status = True, 200 if ticket.stream else 499
             raise
         finally:
             self.activity.close(ticket, status, client_left)

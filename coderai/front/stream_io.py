@@ -11,6 +11,7 @@ from collections.abc import Callable
 from aiohttp import HttpVersion11, web
 
 from coderai.errors import CoderaiError, StreamStalled
+from coderai.front import activity
 from coderai.front.http import ENGINE_HEADER, FRONT
 from coderai.front.jobs import FrontJob
 
@@ -43,6 +44,7 @@ async def open_stream(
         }
     )
     await response.prepare(request)  # aiohttp holds the headers until the first write
+    activity.streaming()
     for job in jobs:
         job.writer = asyncio.current_task()
     return response

@@ -477,3 +477,40 @@ def test_model_listings_are_not_listed_in_activity(sdk: Sdk, srv: Server) -> Non
         recent = c.get("/admin/api/activity").json()["recent"]
     mine = [r["route"] for r in recent if r["key"] == "test" and r["id"] > 0]
     assert "/v1/chat/completions" in mine and "/v1/models" not in mine
+
+
+def test_the_feed_names_a_running_requests_engine_and_a_left_stream_as_cancelled(
+    sdk: Sdk, srv: Server
+) -> None:
+    events: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        with admin(srv) as c, c.stream("GET", "/admin/api/events", timeout=30) as feed:
+            name = None
+            for line in feed.iter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: ") and name == "request":
+                    events.append(json.loads(line[6:]))
+                if stop.is_set():
+                    return
+
+    threading.Thread(target=listen, daemon=True).start()
+    key = new_key(srv, name="feed-key")
+    stream = sdk(key["key"]).chat.completions.create(
+        model="slow", messages=[{"role": "user", "content": "x"}], stream=True
+    )
+    chunks = iter(stream)
+    next(chunks)
+
+    def mine(outcome: str) -> list[dict[str, Any]]:
+        return [e for e in events if e["key"] == "feed-key" and e["outcome"] == outcome]
+
+    # within a heartbeat interval of its first output, the console knows where it runs
+    wait_for(lambda: any(e["engine"] and e["model"] == "slow" for e in mine("running")))
+    stream.close()
+    wait_for(lambda: bool(mine("cancelled")))
+    (ended,) = mine("cancelled")
+    assert ended["stream"] and ended["status"] == 200 and ended["engine"]
+    stop.set()
