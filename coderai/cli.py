@@ -102,6 +102,9 @@ def _run(args: argparse.Namespace) -> int:
         config.server.single_process = True
     files = StateFiles.of(config, config_path)
     path = files.catalogue
+    if not path.is_file() and "catalogue" in config.models.model_fields_set:
+        # named on purpose: a typo must not swap every model for the embedded default
+        raise ConfigError(f"models.catalogue: there is no file {path}")
     if path.is_file():
         catalogue = load_catalogue(path)
     else:

@@ -17,7 +17,9 @@ from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
 from coderai.config import Catalogue, Config, StateFiles, engine_settings
+from coderai.errors import ConfigError
 from coderai.front.app import Front, build_app
+from coderai.front.auth import requires_api_key
 from coderai.front.console_events import EventHub
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import plan_engines
@@ -63,9 +65,16 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         )
         await runner.setup()
         # a deep accept backlog: bursts of thousands of clients connect at once
-        site = web.TCPSite(runner, config.server.host, config.server.port, backlog=4096)
-        await site.start()
-        log.info("CoderAI listening on http://%s:%d", config.server.host, config.server.port)
+        host, port = config.server.host, config.server.port
+        site = web.TCPSite(runner, host, port, backlog=4096)
+        try:
+            await site.start()
+        except OSError as exc:  # a name that does not resolve, a port in use
+            await runner.cleanup()  # the engines it started stop with it
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        log.info("CoderAI listening on http://%s:%d", host, port)
+        if requires_api_key(config.auth.require_api_key, host):
+            log.info("/v1 requires an API key (auth.require_api_key; create one: coderai keys)")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

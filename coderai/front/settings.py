@@ -42,6 +42,10 @@ ENGINE_SETTINGS = frozenset(
 )
 #: settings the running front and engines take at once; the rest wait for a restart
 LIVE = ENGINE_SETTINGS | {"server.default_engine", "server.max_queue", "server.queue_timeout"}
+#: settings kept per engine name
+OVERRIDES = frozenset(
+    {"server.max_parallel_requests_overrides", "models.max_model_instances_overrides"}
+)
 LIVE_NAMES = [n for n in NAMES if n in LIVE]
 RESTART_NAMES = [n for n in NAMES if n not in LIVE]
 
@@ -83,6 +87,14 @@ def patch(config: Config, changes: Mapping[str, object], engines: Collection[str
         except ValidationError as exc:
             where, message = first_problem(exc)
             raise InvalidRequest(f"{'.'.join(where) or name}: {message}", param=name) from None
+    for name in OVERRIDES.intersection(changes):
+        section, field = name.split(".")
+        unknown = sorted(set(getattr(getattr(new, section), field)) - set(engines))
+        if unknown:
+            raise InvalidRequest(
+                f"{name}: no engine is named {unknown[0]!r} (engines: {', '.join(engines)})",
+                param=name,
+            )
     default = new.server.default_engine
     if "server.default_engine" in changes and default is not None and default not in engines:
         raise InvalidRequest(

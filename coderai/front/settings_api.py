@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from coderai.config import Config, write_json_atomically
+from coderai.config import Config, catalogue_path, write_json_atomically
 from coderai.errors import ConfigError, InvalidRequest
 from coderai.front import settings
 from coderai.front.http import ADMIN_PREFIX, read_json
@@ -68,6 +69,7 @@ class SettingsRoutes:
             engines = [p.name for p in self.front.directory.plans]
             patched = settings.patch(self.saved, changes, engines)
             names = [*patched.live, *patched.restart]
+            await asyncio.to_thread(self._check_startable, patched.config, patched.restart)
             if names:
                 path = self.front.files.config
                 await asyncio.to_thread(_rewrite, path, patched.config, names)
@@ -83,6 +85,23 @@ class SettingsRoutes:
                 "at_restart": patched.restart,
                 "values": settings.values(self.saved),
             }
+
+    def _check_startable(self, config: Config, restart: list[str]) -> None:
+        """What would keep the next start from serving: a bind address that does not
+        resolve, a catalogue file that is not there (the front would serve the embedded
+        default in its place). Blocking lookups: run off the loop."""
+        if "server.host" in restart:
+            try:
+                socket.getaddrinfo(config.server.host, None)
+            except (OSError, UnicodeError) as exc:
+                message = f"server.host: {config.server.host!r} does not resolve ({exc})"
+                raise InvalidRequest(message, param="server.host") from None
+        if "models.catalogue" in restart:
+            path = catalogue_path(config, self.front.files.config)
+            if not path.is_file():
+                raise InvalidRequest(
+                    f"models.catalogue: there is no file {path}", param="models.catalogue"
+                )
 
     def _apply(self, live: list[str]) -> None:
         """Each live change through its owner. The queue's bound and timeout need no more

@@ -202,6 +202,11 @@ def test_a_new_default_engine_serves_the_next_request(server: Server) -> None:
          "server.max_parallel_requests_overrides"),
         ({"server.default_engine": "gamma"}, "server.default_engine"),
         ({"auth.admin_key": "another-key"}, "auth.admin_key"),
+        # what would keep the next start from serving
+        ({"server.max_parallel_requests_overrides": {"gamma": 2}},
+         "server.max_parallel_requests_overrides"),
+        ({"server.host": "not a host!!"}, "server.host"),
+        ({"models.catalogue": "nowhere.json"}, "models.catalogue"),
     ],
 )  # fmt: skip
 def test_an_unknown_setting_or_a_bad_value_is_a_400_naming_it(
