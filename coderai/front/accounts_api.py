@@ -16,6 +16,7 @@ from coderai.errors import InvalidRequest, LoginLocked, NotFound, WrongPassword
 from coderai.front.auth import SESSION_COOKIE, Auth, admin_of, session_cookie, token_hash
 from coderai.front.http import ADMIN_PREFIX, read_body
 from coderai.front.login_guard import LoginGuard, LoginPolicy
+from coderai.front.models import ModelDirectory
 from coderai.front.usage import UsageLedger
 from coderai.state import api_keys
 from coderai.state.database import LastUser
@@ -58,8 +59,11 @@ class NewKey(Strict):
 
 
 class AccountRoutes:
-    def __init__(self, auth: Auth, usage: UsageLedger, config: AuthConfig) -> None:
+    def __init__(
+        self, auth: Auth, usage: UsageLedger, config: AuthConfig, directory: ModelDirectory
+    ) -> None:
         self.auth = auth
+        self.directory = directory
         self.store = auth.store
         self.usage = usage
         self.session_seconds = config.session_hours * 3600
@@ -173,6 +177,11 @@ class AccountRoutes:
 
     async def create_key(self, request: web.Request) -> web.Response:
         body = await read_body(request, NewKey)
+        if body.expires_at is not None and body.expires_at <= time.time():
+            raise InvalidRequest("expires_at is in the past", param="expires_at")
+        for name in body.models or []:
+            if self.directory.catalogue.resolve(name) is None:
+                raise InvalidRequest(f"models: there is no model {name!r}", param="models")
         models = tuple(body.models) if body.models is not None else None
         record, token = api_keys.create(
             body.name, models, body.expires_at, body.rpm, body.tpm, body.max_concurrent

@@ -130,7 +130,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     app[METRICS] = front.metrics
     dispatcher = front.dispatcher
     front.metrics.watch(dispatcher, front.engines)
-    AccountRoutes(auth, usage, config.auth).add_to(app)
+    AccountRoutes(auth, usage, config.auth, front.directory).add_to(app)
     StatusRoutes(front, activity).add_to(app)
     openai = OpenAIRoutes(dispatcher, front.directory, front.metrics)
     openai.add_to(app)

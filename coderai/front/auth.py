@@ -246,8 +246,12 @@ class Auth:
                 return None, f"console:{session.username}"
         if self.require_key:
             raise InvalidApiKey(
-                "this server requires an API key: send it as 'Authorization: Bearer <key>'"
+                "this server requires an API key (cai-…, from `coderai keys create` or the "
+                "console); what was sent is not one"
+                if token
+                else "this server requires an API key: send it as 'Authorization: Bearer <key>'"
             )
+        # keys are not required: a client's placeholder ("sk-none") is no key at all
         return None, None
 
     async def _key(self, key_id: str, secret: str) -> ApiKey:

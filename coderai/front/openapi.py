@@ -41,12 +41,15 @@ class Op:
     status: int = 200
     produces: str = JSON
     query: tuple[tuple[str, str], ...] = ()
+    #: who may call it: the admin ("admin"), an API key ("api"), or anyone ("open")
+    access: str = "admin"
 
 
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
 A = ADMIN_PREFIX
 OPERATIONS = (
-    Op("POST", A + "login", "Log in: sets the session cookie, returns the CSRF token", Login),
+    Op("POST", A + "login", "Log in: sets the session cookie, returns the CSRF token", Login,
+       access="open"),
     Op("POST", A + "logout", "End this session", status=204),
     Op("GET", A + "session", "The session's user and CSRF token"),
     Op("GET", A + "engines", "Every planned engine as the front sees it"),
@@ -81,20 +84,21 @@ OPERATIONS = (
        query=(("source", "string"), ("lines", "integer"))),
     Op("GET", A + "logs/stream", "Log lines as they are written", produces=EVENTS,
        query=(("source", "string"),)),
-    Op("GET", A + "openapi.json", "This description"),
-    Op("POST", "/v1/chat/completions", "OpenAI chat completions", ChatRequest),
-    Op("POST", "/v1/completions", "OpenAI completions", CompletionRequest),
-    Op("POST", "/v1/embeddings", "OpenAI embeddings", EmbeddingRequest),
-    Op("GET", "/v1/models", "The models this key may use"),
-    Op("GET", "/v1/models/{model}", "One model"),
-    Op("POST", "/v1/messages", "Anthropic messages", MessagesRequest),
-    Op("POST", "/v1/messages/count_tokens", "Anthropic token count", CountTokensRequest),
-    Op("POST", "/v1/responses", "OpenAI responses", ResponsesRequest),
-    Op("POST", "/tokenize", "A prompt's token ids", TokenizeRequest),
-    Op("POST", "/detokenize", "The text of token ids", DetokenizeRequest),
-    Op("GET", "/healthz", "Engines and queue; 503 while no engine serves"),
-    Op("GET", "/health", "200 while a request can be served"),
-    Op("GET", "/metrics", "Prometheus metrics", produces="text/plain"),
+    Op("GET", A + "openapi.json", "This description", access="open"),
+    Op("POST", "/v1/chat/completions", "OpenAI chat completions", ChatRequest, access="api"),
+    Op("POST", "/v1/completions", "OpenAI completions", CompletionRequest, access="api"),
+    Op("POST", "/v1/embeddings", "OpenAI embeddings", EmbeddingRequest, access="api"),
+    Op("GET", "/v1/models", "The models this key may use", access="api"),
+    Op("GET", "/v1/models/{model}", "One model", access="api"),
+    Op("POST", "/v1/messages", "Anthropic messages", MessagesRequest, access="api"),
+    Op("POST", "/v1/messages/count_tokens", "Anthropic token count", CountTokensRequest,
+       access="api"),
+    Op("POST", "/v1/responses", "OpenAI responses", ResponsesRequest, access="api"),
+    Op("POST", "/tokenize", "A prompt's token ids", TokenizeRequest, access="api"),
+    Op("POST", "/detokenize", "The text of token ids", DetokenizeRequest, access="api"),
+    Op("GET", "/healthz", "Engines and queue; 503 while no engine serves", access="open"),
+    Op("GET", "/health", "200 while a request can be served", access="open"),
+    Op("GET", "/metrics", "Prometheus metrics", produces="text/plain", access="open"),
 )  # fmt: skip
 
 _ERROR = {
@@ -114,6 +118,15 @@ _ERROR = {
 }
 
 
+#: the admin key or a console session; an API key (optional where keys are not
+#: required, hence the empty alternative); nothing
+_SECURITY: dict[str, list[dict[str, list[str]]]] = {
+    "admin": [{"bearer": []}, {"session": []}],
+    "api": [{"bearer": []}, {"apiKey": []}, {}],
+    "open": [],
+}
+
+
 def _operation(op: Op, schemas: dict[str, Any]) -> dict[str, Any]:
     content = {op.produces: {"schema": _ANY_OBJECT}} if op.status != 204 else None
     success: dict[str, Any] = {"description": op.summary}
@@ -122,6 +135,7 @@ def _operation(op: Op, schemas: dict[str, Any]) -> dict[str, Any]:
     error = {"content": {JSON: {"schema": {"$ref": _REF.format(model="Error")}}}}
     out: dict[str, Any] = {
         "summary": op.summary,
+        "security": _SECURITY[op.access],
         "responses": {
             str(op.status): success,
             "4XX": {"description": "the request's mistake", **error},
@@ -164,9 +178,9 @@ def document() -> dict[str, Any]:
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "session": {"type": "apiKey", "in": "cookie", "name": "coderai_session"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
             },
         },
-        "security": [{"bearer": []}, {"session": []}],
         "paths": paths,
     }
 

@@ -144,6 +144,15 @@ def test_the_served_description_is_valid_openapi_and_covers_every_route(
         if method != "HEAD" and path != "/" and not path.startswith("/ui/")
     }
     assert described == served
+    # what it says about credentials is what the server does
+    for method, path in described:
+        security = document["paths"][path][method.lower()]["security"]
+        if (method, path) in ADMIN_OPEN or path in ("/healthz", "/health", "/metrics"):
+            assert security == [], path
+        elif path.startswith("/admin/api/"):
+            assert security == [{"bearer": []}, {"session": []}], path
+        else:
+            assert {} in security, path  # a key is optional where keys are not required
 
 
 def test_a_login_sets_an_http_only_strict_cookie_and_returns_the_csrf_token(
@@ -514,3 +523,17 @@ def test_the_feed_names_a_running_requests_engine_and_a_left_stream_as_cancelled
     (ended,) = mine("cancelled")
     assert ended["stream"] and ended["status"] == 200 and ended["engine"]
     stop.set()
+
+
+def test_a_key_that_could_never_work_is_refused_at_creation(srv: Server) -> None:
+    with admin(srv) as c:
+        past = c.post("/admin/api/keys", json={"name": "old", "expires_at": 1.0})
+        typo = c.post("/admin/api/keys", json={"name": "typo", "models": ["smal"]})
+    assert past.status_code == 400 and past.json()["error"]["param"] == "expires_at"
+    assert typo.status_code == 400 and "smal" in typo.json()["error"]["message"]
+
+
+def test_a_token_that_is_not_a_key_is_told_so_where_keys_are_required(srv: Server) -> None:
+    answer = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer sk-none"})
+    assert answer.status_code == 401
+    assert "not one" in answer.json()["error"]["message"]

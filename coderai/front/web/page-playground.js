@@ -22,8 +22,9 @@ export function mount(root) {
   root.append(
     h('h1', {}, 'Playground'),
     h('div', { class: 'grid' }, field('Model', model), field('Max tokens', maxTokens), field('API key', key, 'kept in memory only')),
-    chat,
+    // the composer above the conversation, so Stop stays put while a reply grows
     form,
+    chat,
   );
   let controller = null;
   for (const m of kept.messages) bubble(m.role, m.content);
@@ -57,7 +58,8 @@ export function mount(root) {
       messages: kept.messages,
       stream: true,
       stream_options: { include_usage: true },
-      max_tokens: Number(maxTokens.value) || undefined,
+      // empty: the server's default; anything else is sent, so a bad value gets its 400
+      max_tokens: maxTokens.value === '' ? undefined : Number(maxTokens.value),
     };
     const started = performance.now();
     let first = null;
