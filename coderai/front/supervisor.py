@@ -192,11 +192,9 @@ class Supervisor:
             if self._stopping:
                 status.state = "stopped"
                 return
+            requested = status.restart_requested
             status.failures = count_failure(
-                status.failures,
-                time.monotonic() - started,
-                status.restart_requested,
-                joined.is_set(),
+                status.failures, time.monotonic() - started, requested, joined.is_set()
             )
             status.restart_requested = False
             status.restarts += 1
@@ -211,9 +209,11 @@ class Supervisor:
                     spec.name, status.failures, STARTUP_FAILURE_SECONDS, code, delay,
                 )  # fmt: skip
             else:
-                log.warning(
-                    "engine %s (pid %d) exited with %s; restarting in %.1f s",
-                    spec.name, proc.pid, code, delay,
+                # an exit the operator asked for is news, not a warning
+                log.log(
+                    logging.INFO if requested else logging.WARNING,
+                    "engine %s (pid %d) exited with %s%s; restarting in %.1f s",
+                    spec.name, proc.pid, code, " as asked" if requested else "", delay,
                 )  # fmt: skip
             await asyncio.sleep(delay)
 
