@@ -110,6 +110,41 @@ class AuthConfig(_Strict):
     login_lock_seconds: float = Field(300.0, gt=0)
 
 
+Celsius = Annotated[float, Field(gt=0, le=150)]
+
+
+class Thresholds(_Strict):
+    """A pause starts at `high` and ends at `resume` (°C), so it does not flap."""
+
+    high: Celsius
+    resume: Celsius
+
+    @model_validator(mode="after")
+    def _resume_below_high(self) -> Thresholds:
+        if self.resume >= self.high:
+            raise ValueError("resume must be below high")
+        return self
+
+
+class ThermalConfig(_Strict):
+    """When engines pause to cool. The CPU pauses every engine; a GPU, the engine that
+    owns it, judged by its vendor's override if there is one."""
+
+    cpu_high: Celsius = 90.0
+    cpu_resume: Celsius = 80.0
+    gpu_high: Celsius = 85.0
+    gpu_resume: Celsius = 75.0
+    #: per GPU vendor ("nvidia", "amd", "intel"), e.g. {"amd": {"high": 95, "resume": 92}}
+    gpu_overrides: dict[str, Thresholds] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _resume_below_high(self) -> ThermalConfig:
+        for part in ("cpu", "gpu"):
+            if getattr(self, f"{part}_resume") >= getattr(self, f"{part}_high"):
+                raise ValueError(f"{part}_resume must be below {part}_high")
+        return self
+
+
 class Config(_Strict):
     """The whole file: a key nobody reads (a typo, or a section of a feature that does not
     exist yet) is refused with its name, never silently ignored."""
@@ -117,6 +152,7 @@ class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    thermal: ThermalConfig = Field(default_factory=ThermalConfig)
 
     @model_validator(mode="after")
     def _unique_engine_names(self) -> Config:
@@ -136,6 +172,7 @@ def engine_settings(config: Config, name: str) -> dict[str, Any]:
             name, models.max_model_instances
         ),
         "memory_budget_mb": models.memory_budget_mb,
+        "thermal": config.thermal.model_dump(),
     }
 
 

@@ -145,6 +145,40 @@ class Heartbeat(Message):
     #: per model id, counters such as running and waiting sequences and KV cells used
     #: (checked by the front with model_counters)
     models: dict[str, Any] = field(default_factory=dict)
+    #: why the engine pauses to cool, if it does: {sensor, card, vendor, temp, high,
+    #: resume, since} (checked by the front with cooldown_of)
+    cooldown: dict[str, Any] | None = None
+    #: per GPU it owns: {vendor, temp, vram_total_mb, vram_used_mb} (numbers may be None)
+    gpus: dict[str, Any] = field(default_factory=dict)
+
+
+def cooldown_of(cooldown: object) -> dict[str, Any] | None:
+    """A HEARTBEAT's cooldown, checked: None, or the sensor that is hot and since when."""
+    if cooldown is None:
+        return None
+    if (
+        not isinstance(cooldown, dict)
+        or cooldown.get("sensor") not in ("cpu", "gpu")
+        or not isinstance(cooldown.get("since"), int | float)
+    ):
+        raise BusProtocolError(f"HEARTBEAT.cooldown {cooldown!r} is malformed")
+    return cooldown
+
+
+def gpu_readings(gpus: object) -> dict[str, dict[str, Any]]:
+    """A HEARTBEAT's per-card readings, checked: ids to maps of a vendor and numbers."""
+    def number(value: object) -> bool:
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+    if not isinstance(gpus, dict) or not all(
+        isinstance(card, str)
+        and isinstance(reading, dict)
+        and isinstance(reading.get("vendor"), str)
+        and all(number(reading.get(k)) for k in ("temp", "vram_total_mb", "vram_used_mb"))
+        for card, reading in gpus.items()
+    ):
+        raise BusProtocolError(f"HEARTBEAT.gpus {gpus!r} is malformed")
+    return gpus
 
 
 def model_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -259,6 +293,9 @@ class EngineConfig:
     memory_budget_mb: float | None = None
     #: jobs the engine runs at once: the credit the front dispatches within
     slots: int | None = None
+    #: when to pause to cool: {cpu_high, cpu_resume, gpu_high, gpu_resume,
+    #: gpu_overrides: {vendor: {high, resume}}} in °C
+    thermal: dict[str, Any] | None = None
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineConfig:
@@ -274,7 +311,26 @@ class EngineConfig:
             isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
         ):
             raise BusProtocolError(f"memory_budget_mb {budget!r} is not a number >= 0")
-        return cls(instances, budget, slots)
+        thermal = data.get("thermal")
+        if thermal is not None:
+            _check_thermal(thermal)
+        return cls(instances, budget, slots, thermal)
+
+
+def _check_thermal(thermal: object) -> None:
+    def degrees(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+    if not isinstance(thermal, dict) or not all(
+        degrees(thermal.get(k)) for k in ("cpu_high", "cpu_resume", "gpu_high", "gpu_resume")
+    ):
+        raise BusProtocolError(f"thermal {thermal!r} lacks a threshold")
+    overrides = thermal.get("gpu_overrides", {})
+    if not isinstance(overrides, dict) or not all(
+        isinstance(v, dict) and degrees(v.get("high")) and degrees(v.get("resume"))
+        for v in overrides.values()
+    ):
+        raise BusProtocolError(f"thermal.gpu_overrides {overrides!r} is malformed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,6 +74,9 @@ class Scheduler:
         self.stats: dict[str, dict[str, int]] = {}
         self._stats_at = 0.0
         self._stopped = False
+        #: paused to cool: no step and no new sequence until it is over; running sequences
+        #: wait (their clients see a gap, never an error), cancels still apply
+        self._cooling = False
 
     # -- called from the event loop thread -------------------------------------------------
     def submit(self, job: Job) -> None:
@@ -93,6 +96,10 @@ class Scheduler:
 
     def stop(self) -> None:
         self._inbox.put(("stop", None))
+
+    def cool(self, paused: bool) -> None:
+        """Pause every step and admission (True) until told to go on (False)."""
+        self._inbox.put(("cool", paused))
 
     def running(self, job_id: int) -> bool:
         """Whether a job is still in this engine (read from the loop's thread: a dict
@@ -138,6 +145,8 @@ class Scheduler:
             self._admit_waiting(self._freed.pop())
 
     def _wait_time(self) -> float | None:
+        if self._cooling:
+            return None  # nothing is stepped until the pause ends (a message wakes it)
         if self._held or self._stalled:
             steps = [
                 self._next_step[i]
@@ -186,6 +195,10 @@ class Scheduler:
                 self.pool.unload(arg)
             elif kind == "config":
                 self._configure(arg)
+            elif kind == "cool":
+                self._cooling = arg
+                if not arg:  # what waited for the pause to end may start now
+                    self._freed.update(self._waiting)
             elif kind == "stop":
                 self._stopped = True
                 return
@@ -230,7 +243,10 @@ class Scheduler:
             self._finish_fail(seq, exc.kind, exc.message)
 
     def _admit_waiting(self, key: str) -> None:
-        """Start waiting sequences of one model while its instances have room."""
+        """Start waiting sequences of one model while its instances have room (and the
+        engine is not cooling)."""
+        if self._cooling:
+            return
         waiting = self._waiting.get(key)
         while waiting:
             seq, spec = waiting[0]
@@ -294,6 +310,8 @@ class Scheduler:
             self._finish(seq, FinishReason.CANCELLED)
 
     def _step_due(self) -> None:
+        if self._cooling:
+            return
         now = time.monotonic()
         for instance, batch in list(self._batches.items()):
             if self._next_step[instance] > now or instance in self._stalled:

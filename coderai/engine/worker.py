@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,8 @@ from coderai.bus.sockets import connect_dealer
 from coderai.engine.backends import available_backends
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
+from coderai.engine.sensors import Readings, sensors_for
+from coderai.engine.thermal import Cooldown, ThermalPolicy, next_cooldown
 from coderai.errors import BusProtocolError
 from coderai.logthrottle import ThrottledLog
 
@@ -93,6 +96,10 @@ class EngineWorker:
         self._exit_code = 0
         self._stop: asyncio.Event
         self._heartbeat_interval = 1.0
+        self._sensors = sensors_for(settings.gpus)
+        self._readings = Readings()
+        self._thermal = ThermalPolicy()
+        self._cooldown: Cooldown | None = None
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -258,9 +265,13 @@ class EngineWorker:
         """The front's settings for this engine (WELCOME, CONTROL config), in order with
         the jobs around them: the scheduler applies them from the same queue."""
         try:
-            self.scheduler.configure(EngineConfig.parse(settings))
+            config = EngineConfig.parse(settings)
         except BusProtocolError as exc:
             self._drop_log.warning("the front's settings are malformed (%s); ignored", exc)
+            return
+        self.scheduler.configure(config)
+        if config.thermal is not None:
+            self._thermal = ThermalPolicy.from_settings(config.thermal)
 
     def _heartbeat(self) -> Heartbeat:
         snapshot = self.scheduler.pool.snapshot
@@ -273,7 +284,28 @@ class EngineWorker:
             loading=loading,
             rss=self._proc.memory_info().rss,
             models=self.scheduler.stats,
+            cooldown=self._cooldown.public() if self._cooldown is not None else None,
+            gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
         )
+
+    async def _check_thermal(self) -> None:
+        """Read the sensors (off the loop: NVML and sysfs calls block) and pause or go
+        on as the readings say."""
+        self._readings = await asyncio.to_thread(self._sensors.read)
+        before = self._cooldown
+        after = next_cooldown(before, self._readings, self._thermal, time.time())
+        self._cooldown = after
+        if (before is None) == (after is None):
+            return
+        self.scheduler.cool(after is not None)
+        if after is not None:
+            part = "the CPU" if after.sensor == "cpu" else f"GPU {after.card}"
+            log.warning(
+                "engine %s pauses to cool: %s is at %.0f °C (pauses at %.0f, goes on at %.0f)",
+                self.s.name, part, after.temp, after.high, after.resume,
+            )  # fmt: skip
+        elif before is not None:
+            log.info("engine %s goes on: cooled below %.0f °C", self.s.name, before.resume)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -284,6 +316,7 @@ class EngineWorker:
                 self._exit_code = EXIT_FRONT_GONE
                 self._stop.set()
                 return
+            await self._check_thermal()
             await self._send(encode(self._heartbeat()))
             await asyncio.sleep(self._heartbeat_interval)
 

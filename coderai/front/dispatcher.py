@@ -37,6 +37,8 @@ from coderai.bus.messages import (
     Resume,
     Tokens,
     Welcome,
+    cooldown_of,
+    gpu_readings,
     model_counters,
 )
 from coderai.bus.sockets import bind_router
@@ -413,6 +415,8 @@ class Dispatcher:
             if msg.state not in _ENGINE_STATES:
                 raise BusProtocolError(f"HEARTBEAT.state {msg.state!r} is not an engine state")
             record.models = model_counters(msg.models)
+            record.cooldown = cooldown_of(msg.cooldown)
+            record.gpu_readings = gpu_readings(msg.gpus)
             record.state = msg.state
             record.loaded = msg.loaded
             record.loading = msg.loading

@@ -12,8 +12,9 @@ from coderai.front.engine_plan import EnginePlan
 from coderai.front.registry import EngineRecord
 from coderai.front.supervisor import EngineStatus
 
-#: engine states in which an engine takes requests (a loading engine serves its other models)
-SERVING = frozenset({"ready", "loading"})
+#: engine states in which an engine takes requests (a loading engine serves its other
+#: models; a cooling one holds them until it has cooled: delayed, never failed)
+SERVING = frozenset({"ready", "loading", "cooling"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,24 @@ class EngineView:
     rss: int = 0
     #: per model counters the engine reports (running, waiting, KV cells, prefix cache)
     models: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: why it pauses to cool (sensor, card, temperatures, since), if it does
+    cooldown: dict[str, Any] | None = None
+    #: per card it owns: vendor, temperature, VRAM total and used (MiB)
+    gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def vram(self) -> dict[str, Any] | None:
+        """VRAM per card and summed, in MiB; None for an engine that reports no card."""
+        cards = {
+            card: {"total_mb": r.get("vram_total_mb"), "used_mb": r.get("vram_used_mb")}
+            for card, r in self.gpu_readings.items()
+        }
+        if not cards:
+            return None
+        return {
+            "cards": cards,
+            "total_mb": sum(c["total_mb"] or 0 for c in cards.values()),
+            "used_mb": sum(c["used_mb"] or 0 for c in cards.values()),
+        }
 
     @property
     def serving(self) -> bool:
@@ -60,6 +79,9 @@ class EngineView:
             "models": self.models,
             "restarts": self.restarts,
             "flapping": self.flapping,
+            "cooldown": self.cooldown,
+            "vram": self.vram(),
+            "gpu_readings": self.gpu_readings,
         }
         if self.pid is not None:
             out["pid"], out["epoch"] = self.pid, self.epoch
@@ -70,7 +92,9 @@ def engine_state(record: EngineRecord | None, status: EngineStatus | None) -> st
     if record is not None:
         if record.draining:
             return "draining"
-        return "missing" if record.missing else record.state
+        if record.missing:
+            return "missing"
+        return "cooling" if record.cooldown is not None else record.state
     if status is None or status.state == "stopped":
         return "dead"
     if status.state == "backoff":
@@ -112,6 +136,8 @@ def engine_views(
                 loading=dict(record.loading),
                 rss=record.rss,
                 models=record.models,
+                cooldown=record.cooldown,
+                gpu_readings=record.gpu_readings,
                 **{**common, "capabilities": tuple(sorted(record.capabilities))},
             )
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coderai.front.placement import Candidate
 
@@ -29,6 +29,10 @@ class EngineRecord:
     rss: int = 0
     #: per model: running and waiting sequences, KV cells, prefix cache (engine counters)
     models: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: why it pauses to cool, as its last heartbeat said (None: it does not)
+    cooldown: dict[str, Any] | None = None
+    #: per card it owns, from its last heartbeat: vendor, temperature, VRAM
+    gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
     missing: bool = False
     #: takes no new jobs (admin drain); its next incarnation is a new record

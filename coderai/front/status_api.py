@@ -44,7 +44,7 @@ class StatusRoutes:
                 "available": memory.available,
                 "engines_rss": sum(v["rss"] for v in views),
             },
-            # null and empty until engines report them (VRAM per card, thermal cooldowns)
+            # VRAM is null for an engine that reports no card
             "vram": {v["name"]: v.get("vram") for v in views},
             "cooldowns": {v["name"]: v["cooldown"] for v in views if v.get("cooldown")},
         }

@@ -6,6 +6,7 @@ download. Without it these tests are skipped, and nothing else is."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,6 +42,17 @@ MODELS: list[dict[str, Any]] = [
     {"id": "weights", "format": "gguf", "path": "/nonexistent/weights.gguf"},
 ]  # fmt: skip
 
+#: the readings file that stands in for the machine's sensors (in the server's folder)
+SENSORS = "sensors.json"
+
+
+def set_cpu_temperature(workdir: Path, celsius: float) -> None:
+    """What the engines' CPU sensor reads from now on (written whole, then renamed)."""
+    tmp = workdir / (SENSORS + ".tmp")
+    tmp.write_text(json.dumps({"cpu": {"temp": celsius}}))
+    tmp.replace(workdir / SENSORS)
+
+
 # engines start, restart and load while a test waits: Playwright's default of 5 s is short
 expect.set_options(timeout=20_000)
 
@@ -62,7 +74,9 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Two engines; API keys required on /v1 (the console's session is let in too)."""
     workdir = tmp_path_factory.mktemp("console")
     auth = {"admin_key": ADMIN_KEY, "require_api_key": True}
-    server = Server(workdir, ENGINES, MODELS, extra_config={"auth": auth})
+    set_cpu_temperature(workdir, 50)
+    server = Server(workdir, ENGINES, MODELS, extra_config={"auth": auth},
+                    env={"CODERAI_SENSORS_FILE": str(workdir / SENSORS)})  # fmt: skip
     try:
         server.wait_ready(2)
         subprocess.run(

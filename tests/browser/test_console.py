@@ -3,16 +3,22 @@ through one behaviour and waits for what the live feed brings (never for a fixed
 
 from __future__ import annotations
 
-import json
 import re
-import time
 
 import httpx
 import openai
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ADMIN, ADMIN_KEY, PASSWORD, REPLY_TOKENS, USER, screenshot
+from tests.browser.conftest import (
+    ADMIN,
+    ADMIN_KEY,
+    PASSWORD,
+    REPLY_TOKENS,
+    USER,
+    screenshot,
+    set_cpu_temperature,
+)
 from tests.support.server import Server, expected_chat
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,25 +65,25 @@ def test_activity_shows_both_engines_and_each_request_under_its_engine(
     screenshot(console, "activity")
 
 
-def test_a_cooling_engine_is_named_in_a_banner_with_the_part_that_is_hot(console: Page) -> None:
-    # the feed as the contract describes it, once engines report cooldowns
-    engines = [
-        {"name": "alpha", "backend": "nvidia", "gpus": ["0"], "state": "ready", "slots": 8,
-         "free_slots": 8, "in_flight": 0, "loaded_models": [], "loading": {}, "rss": 0,
-         "cooldown": {"sensor": "gpu", "card": 0, "since": time.time() - 30}},
-        {"name": "beta", "backend": "cpu", "gpus": [], "state": "ready", "slots": 8,
-         "free_slots": 8, "in_flight": 0, "loaded_models": [], "loading": {}, "rss": 0},
-    ]  # fmt: skip
-    body = f"event: engines\ndata: {json.dumps({'engines': engines, 'queued': 0})}\n\n"
-    console.route(
-        "**/admin/api/events",
-        lambda route: route.fulfill(body=body, headers={"Content-Type": "text/event-stream"}),
-    )
-    console.reload()
-    banner = console.get_by_test_id("cooling").get_by_role("alert")
-    expect(banner).to_have_count(1)
-    expect(banner).to_contain_text("Engine alpha is cooling down: its GPU 0 is too hot")
+def test_a_hot_cpu_is_named_in_a_cooling_banner_per_engine_until_it_cools(
+    console: Page, srv: Server
+) -> None:
+    # the readings file stands in for the sensors: the CPU over its 90 °C default
+    set_cpu_temperature(srv.workdir, 95)
+    banners = console.get_by_test_id("cooling").get_by_role("alert")
+    expect(banners).to_have_count(2)
+    for name in ("alpha", "beta"):
+        banner = banners.and_(console.locator(f"[data-engine={name}]"))
+        expect(banner).to_contain_text(f"Engine {name} is cooling down: the CPU is too hot")
+        expect(banner).to_contain_text("at 95 °C; it goes on below 80 °C")
+        card = console.locator(f".engine[data-engine={name}]")
+        expect(card.get_by_test_id("state")).to_have_text("cooling")
     screenshot(console, "activity-cooling")
+    set_cpu_temperature(srv.workdir, 60)
+    expect(banners).to_have_count(0)
+    for name in ("alpha", "beta"):
+        card = console.locator(f".engine[data-engine={name}]")
+        expect(card.get_by_test_id("state")).to_have_text("ready")
 
 
 def test_a_restarted_engine_leaves_and_comes_back(console: Page) -> None:

@@ -17,12 +17,26 @@ from coderai.bus.messages import (
     Message,
     ModelSpec,
     MsgType,
+    cooldown_of,
+    gpu_readings,
 )
 from coderai.errors import BusProtocolError, ProtocolVersionMismatch
 
 SAMPLES: list[Message] = [
     Hello("engine-0", 3, 1234, "cpu", ["fake", "gguf"], 8, "secret", ["GPU-1"]),
     Heartbeat("loading", ["a"], {"b": 0.5}, 100),
+    Heartbeat(
+        "ready",
+        cooldown={"sensor": "gpu", "card": "GPU-a", "temp": 91.0, "since": 5.0},
+        gpus={
+            "GPU-a": {
+                "vendor": "nvidia",
+                "temp": 91.0,
+                "vram_total_mb": 24576.0,
+                "vram_used_mb": None,
+            }
+        },
+    ),
     Chunks([1, "hello", 2, " wörld"]),
     Done(7, "stop", 3, 9),
     Fail(7, "model_error", "boom"),
@@ -106,3 +120,21 @@ def test_a_model_spec_is_checked_at_the_edge() -> None:
     for bad in (1, {**good, "options": None}, {k: v for k, v in good.items() if k != "path"}):
         with pytest.raises(BusProtocolError):
             ModelSpec.parse(bad)
+
+
+@pytest.mark.parametrize(
+    "cooldown",
+    [{"sensor": "disk", "since": 1.0}, {"sensor": "cpu"}, "hot", {"sensor": "gpu", "since": "x"}],
+)
+def test_a_heartbeats_cooldown_is_checked_at_the_edge(cooldown: object) -> None:
+    with pytest.raises(BusProtocolError):
+        cooldown_of(cooldown)
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [[], {"GPU-a": "hot"}, {"GPU-a": {"temp": 50}}, {"GPU-a": {"vendor": "amd", "temp": "50"}}],
+)
+def test_a_heartbeats_gpu_readings_are_checked_at_the_edge(gpus: object) -> None:
+    with pytest.raises(BusProtocolError):
+        gpu_readings(gpus)

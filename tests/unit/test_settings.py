@@ -25,10 +25,10 @@ def refusal(changes: dict[str, object], base: Config | None = None) -> InvalidRe
     return caught.value
 
 
-def test_every_field_of_the_three_sections_is_a_setting_but_the_admin_key() -> None:
+def test_every_field_of_every_section_is_a_setting_but_the_admin_key() -> None:
     expected = {
         f"{section}.{field}"
-        for section in ("server", "models", "auth")
+        for section in ("server", "models", "auth", "thermal")
         for field in type(getattr(Config(), section)).model_fields
     } - {"auth.admin_key"}
     assert set(settings.NAMES) == expected
@@ -53,6 +53,11 @@ def test_live_and_restart_settings_split_every_name() -> None:
         "models.max_model_instances",
         "models.max_model_instances_overrides",
         "models.memory_budget_mb",
+        "thermal.cpu_high",
+        "thermal.cpu_resume",
+        "thermal.gpu_high",
+        "thermal.gpu_resume",
+        "thermal.gpu_overrides",
     }
     assert set(settings.RESTART_NAMES) == set(settings.NAMES) - set(settings.LIVE_NAMES)
 

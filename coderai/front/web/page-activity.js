@@ -52,13 +52,16 @@ export function mount(root) {
 }
 
 function coolingBanner(view) {
-  const { sensor, card, since } = view.cooldown;
-  const what = sensor === 'gpu' ? `GPU${card !== undefined && card !== null ? ` ${card}` : ''}` : 'CPU';
+  const { sensor, card, temp, resume, since } = view.cooldown;
+  // the CPU is one for every engine; a GPU belongs to the engine that pauses for it
+  const what = sensor === 'gpu' ? `its GPU${card !== undefined && card !== null ? ` ${card}` : ''}` : 'the CPU';
+  const degrees = typeof temp === 'number' ? ` at ${Math.round(temp)} °C` : '';
+  const until = typeof resume === 'number' ? `; it goes on below ${Math.round(resume)} °C` : '';
   return h(
     'div',
     { class: 'banner cooling', role: 'alert', 'data-engine': view.name },
     h('strong', {}, `Engine ${view.name} is cooling down`),
-    `: its ${what} is too hot`,
+    `: ${what} is too hot${degrees}${until}`,
     since ? ` (since ${clock(since)})` : '',
     '.',
   );

@@ -15,6 +15,11 @@ const LABELS = {
   'server.max_queue': ['Queue length', 'requests held while every engine is busy; beyond it, 429'],
   'server.queue_timeout': ['Queue timeout (s)', 'longest wait in the queue before a 503'],
   'models.memory_budget_mb': ['Model memory budget (MiB)', '0: what is free'],
+  'thermal.cpu_high': ['CPU pause at (°C)', 'a hot CPU pauses every engine'],
+  'thermal.cpu_resume': ['CPU go on below (°C)', ''],
+  'thermal.gpu_high': ['GPU pause at (°C)', 'a hot GPU pauses the engine that owns it'],
+  'thermal.gpu_resume': ['GPU go on below (°C)', ''],
+  'thermal.gpu_overrides': ['Per GPU vendor', 'empty: the GPU defaults above'],
 };
 /** Shown first, in this order, when the API offers them. */
 const FIRST = [
@@ -49,13 +54,13 @@ export function mount(root) {
     const section = (title, list, note) => {
       const rows = list.filter((n) => n in values && !placed.has(n)).map((name) => {
         placed.add(name);
-        const control = makeControl(name, values[name], engines);
+        const control = makeControl(name, values[name], engines, body.gpu_vendors ?? []);
         controls.set(name, control);
         return settingRow(name, control, live.has(name));
       });
       return rows.length ? h('fieldset', {}, h('legend', {}, title), note && h('p', { class: 'muted' }, note), rows) : null;
     };
-    const thermal = names.filter((n) => /(^|\.)(thermal|cool)/.test(n));
+    const thermal = names.filter((n) => n.startsWith('thermal.'));
     fill(
       form,
       FIRST.map(([title, list]) => section(title, list)),
@@ -115,9 +120,21 @@ function settingRow(name, control, live) {
 }
 
 /** {el, read(), changed()} for one setting, chosen by its name and its value's type. */
-function makeControl(name, value, engines) {
+function makeControl(name, value, engines, vendors) {
   const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
   const wrap = (el, read) => ({ el, read, changed: () => !same(read(), value) });
+  if (name === 'thermal.gpu_overrides') {
+    // one row per GPU vendor on this machine (and any already set), never a fixed list
+    const rows = [...new Set([...vendors, ...Object.keys(value ?? {})])].map((vendor) => {
+      const limits = (value ?? {})[vendor] ?? {};
+      const input = (part) => h('input', { type: 'number', step: 'any', value: limits[part] ?? '', placeholder: 'default', 'aria-label': `${vendor} ${part}` });
+      return [vendor, input('high'), input('resume')];
+    });
+    const el = rows.length
+      ? h('div', { class: 'overrides' }, rows.map(([vendor, high, resume]) => h('label', { class: 'override', 'data-vendor': vendor }, h('span', {}, vendor), 'pause at', high, 'go on below', resume)))
+      : h('span', { class: 'muted' }, 'no GPU on this machine');
+    return wrap(el, () => Object.fromEntries(rows.filter(([, high, resume]) => high.value !== '' && resume.value !== '').map(([vendor, high, resume]) => [vendor, { high: Number(high.value), resume: Number(resume.value) }])));
+  }
   if (name === 'server.default_engine') {
     const names = ['', ...engines, ...(value && !engines.includes(value) ? [value] : [])];
     const el = h('select', { name, 'aria-label': name }, names.map((n) => h('option', { value: n, selected: n === (value ?? '') }, n || 'none (balance)')));
