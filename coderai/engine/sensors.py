@@ -5,7 +5,8 @@ the card's vendor, temperature and VRAM. One interface, two sources:
   `{"cpu": {"temp": 55}, "gpus": {"GPU-a": {"vendor": "nvidia", "temp": 91,
   "vram_total_mb": 24576, "vram_used_mb": 1200}}}`, GPUs keyed by the ids the engine
   owns (`CODERAI_ENGINE_GPUS`);
-- the machine: psutil for the CPU, NVML (pynvml) for NVIDIA cards by UUID or index.
+- the machine: psutil for the CPU, NVML (pynvml) for NVIDIA cards by UUID or index,
+  sysfs for AMD cards (`vulkan:N`, see amd_sysfs.py).
 
 Both fail soft: what cannot be read is None, said once in the log, and a guard without a
 reading does nothing.
@@ -93,10 +94,12 @@ class ReadingsFile:
 
 
 class MachineSensors:
-    """The real readers: psutil's CPU temperatures, NVML for NVIDIA cards."""
+    """The real readers: psutil's CPU temperatures, NVML for NVIDIA cards, sysfs for AMD
+    ones."""
 
     def __init__(self, owned: Sequence[str]) -> None:
-        self.owned = list(owned)
+        self.owned = [card for card in owned if not card.startswith("vulkan")]
+        self.vulkan = [card for card in owned if card.startswith("vulkan:")]
         self._nvml: Any = None
         self._said: set[str] = set()
         if self.owned:
@@ -128,10 +131,12 @@ class MachineSensors:
         return float(max(values))
 
     def _gpus(self) -> dict[str, GpuReading]:
+        from coderai.engine.amd_sysfs import read_owned
+
+        out = read_owned(self.vulkan) if self.vulkan else {}
         nvml = self._nvml
         if nvml is None:
-            return {}
-        out = {}
+            return out
         for card in self.owned:
             try:
                 handle = (

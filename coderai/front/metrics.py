@@ -61,6 +61,7 @@ class _StateCollector(Collector):
         yield restarts
         yield up
         yield from _model_families(views)
+        yield from _thermal_families(views)
         dropped = CounterMetricFamily(
             "coderai_bus_dropped_frames", "Malformed or unexpected bus frames dropped"
         )
@@ -86,6 +87,35 @@ def _model_families(views: list[EngineView]) -> Iterator[Metric]:
                 if family is not None:
                     family.add_metric([view.name, model], value)
     yield from families.values()
+
+
+#: per card readings engines report, as gauges: (reading, metric, help, scale)
+_GPU_GAUGES = (
+    ("temp", "coderai_gpu_temperature_celsius", "GPU temperature", 1),
+    ("vram_total_mb", "coderai_gpu_vram_total_bytes", "GPU memory in all", 1 << 20),
+    ("vram_used_mb", "coderai_gpu_vram_used_bytes", "GPU memory in use", 1 << 20),
+)
+
+
+def _thermal_families(views: list[EngineView]) -> Iterator[Metric]:
+    cooling = GaugeMetricFamily(
+        "coderai_engine_cooling", "1 while an engine pauses to cool", labels=["engine", "sensor"]
+    )
+    gauges = [
+        (reading, scale, GaugeMetricFamily(name, text, labels=["engine", "card", "vendor"]))
+        for reading, name, text, scale in _GPU_GAUGES
+    ]
+    for view in views:
+        if view.cooldown is not None:
+            cooling.add_metric([view.name, str(view.cooldown.get("sensor"))], 1)
+        for card, readings in view.gpu_readings.items():
+            for reading, scale, family in gauges:
+                value = readings.get(reading)
+                if value is not None:  # a reading the card does not give is left out
+                    family.add_metric([view.name, card, readings["vendor"]], value * scale)
+    yield cooling
+    for _, _, family in gauges:
+        yield family
 
 
 class Metrics:

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.server import Server, wait_for
 from tests.support.sse import DONE, event, is_error
@@ -180,3 +181,23 @@ def test_thermal_thresholds_are_live_settings_per_gpu_vendor(rig: tuple[Server, 
     httpx.patch(srv.url + "/admin/api/settings", json=restore, headers=headers)
     sensors.set(cpu=50, alpha=50, beta=50)
     wait_for(lambda: states(srv)["beta"]["state"] == "ready")
+
+
+def test_metrics_show_each_cards_readings_and_who_cools(rig: tuple[Server, Sensors]) -> None:
+    srv, sensors = rig
+    sensors.set(cpu=50, alpha=88, beta=60)
+    wait_for(lambda: states(srv)["alpha"]["state"] == "cooling")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(httpx.get(srv.url + "/metrics").text)
+        for s in family.samples
+    }
+    alpha = (("card", "GPU-a"), ("engine", "alpha"), ("vendor", "nvidia"))
+    beta = (("card", "vulkan:0"), ("engine", "beta"), ("vendor", "amd"))
+    assert samples[("coderai_engine_cooling", (("engine", "alpha"), ("sensor", "gpu")))] == 1
+    assert not any(k[0] == "coderai_engine_cooling" and ("engine", "beta") in k[1] for k in samples)
+    assert samples[("coderai_gpu_temperature_celsius", alpha)] == 88
+    assert samples[("coderai_gpu_vram_total_bytes", alpha)] == 24576 * (1 << 20)
+    assert samples[("coderai_gpu_vram_used_bytes", beta)] == 512 * (1 << 20)
+    sensors.set(cpu=50, alpha=50, beta=50)
+    wait_for(lambda: states(srv)["alpha"]["state"] == "ready")

@@ -66,3 +66,16 @@ def test_load_reports_progress_while_it_runs() -> None:
 def test_bad_options_are_job_errors(bad: object) -> None:
     with pytest.raises(JobError, match="tokens_per_second"):
         FakeBackend().load(_spec({"tokens_per_second": bad}), LoadProgress())
+
+
+def test_a_fake_models_memory_is_really_taken() -> None:
+    import psutil
+
+    from coderai.engine.backends.fake import FakeInstance
+
+    process = psutil.Process()
+    before = process.memory_info().rss
+    instance = FakeInstance({"memory_mb": 64})
+    grown = process.memory_info().rss - before
+    assert grown >= 60 * (1 << 20), grown  # every page touched, not merely reserved
+    assert len(instance.weights) == 64 * (1 << 20)

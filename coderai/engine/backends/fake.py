@@ -5,7 +5,8 @@ must deliver. Options simulate speed, load time and faults:
 tokens_per_second (0 = as fast as possible), load_seconds, output_tokens (natural length),
 context (tokens prompt and completion share, like a real model's context window),
 capacity (sequences one instance runs at once, like a llama.cpp context), memory_mb (the
-size the pool accounts for it), fail_after_tokens, crash_after_tokens (the process exits),
+memory it really takes once loaded, every page touched, so memory guards are tested
+against real RSS), fail_after_tokens, crash_after_tokens (the process exits),
 hang_after_tokens (the process stops responding), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
 the whole stack with it) and tool_format (the call format it is parsed as).
@@ -125,6 +126,11 @@ class FakeInstance(ModelInstance):
             None if script is None else [script[i : i + size] for i in range(0, len(script), size)]
         )
         self.tool_format = tool_format(None, options)
+        # weights that are really there: allocated and every page written, so the
+        # process's RSS grows by them (a zero-filled allocation would stay virtual)
+        weight_bytes = int(_option(options, "memory_mb", 0) * (1 << 20))
+        self.weights = bytearray(weight_bytes)
+        self.weights[::4096] = b"\x01" * len(range(0, weight_bytes, 4096))
 
     def start(self, seq: Sequence) -> None:
         if seq.job.logprobs:
