@@ -343,32 +343,40 @@ def test_activity_shows_a_running_request_then_its_outcome(sdk: Sdk, srv: Server
     assert ended["completion_tokens"] == 4 and ended["duration_ms"] >= ended["ttft_ms"]
 
 
-def test_the_live_feed_sends_snapshots_then_each_request(sdk: Sdk, srv: Server) -> None:
-    events: list[tuple[str | None, Any]] = []
-    seen = threading.Event()
+def listen_to_feed(srv: Server, events: list[tuple[str, Any]], done: threading.Event) -> None:
+    """Read the admin feed on a thread into `events` ((name, data) in order) until `done`
+    is set (checked as each event arrives)."""
 
     def listen() -> None:
         with admin(srv) as c, c.stream("GET", "/admin/api/events", timeout=30) as feed:
-            name = None
+            name = ""
             for line in feed.iter_lines():
                 if line.startswith("event: "):
                     name = line[7:]
                 elif line.startswith("data: "):
                     events.append((name, json.loads(line[6:])))
-                    if name == "request" and events[-1][1]["outcome"] == "completed":
-                        seen.set()
-                        return
+                if done.is_set():
+                    return
 
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
+    threading.Thread(target=listen, daemon=True).start()
+
+
+def test_the_live_feed_sends_snapshots_then_each_request(sdk: Sdk, srv: Server) -> None:
+    events: list[tuple[str, Any]] = []
+    done = threading.Event()
+    listen_to_feed(srv, events, done)
     wait_for(lambda: {"engines", "activity"} <= {n for n, _ in events})
-    key = new_key(srv)
+    key = new_key(srv, name="snapshots")
     sdk(key["key"]).chat.completions.create(
         model="small", messages=[{"role": "user", "content": "x"}]
     )
-    assert seen.wait(10)
-    outcomes = [d["outcome"] for n, d in events if n == "request"]
-    assert outcomes[0] == "running" and outcomes[-1] == "completed"
+
+    def outcomes() -> list[str]:
+        return [d["outcome"] for n, d in events if n == "request" and d["key"] == "snapshots"]
+
+    wait_for(lambda: "completed" in outcomes())
+    done.set()
+    assert outcomes()[0] == "running" and outcomes()[-1] == "completed"
     engines = next(d for n, d in events if n == "engines")
     assert [e["name"] for e in engines["engines"]] == [srv.health()["engines"][0]["name"]]
 
@@ -491,21 +499,9 @@ def test_model_listings_are_not_listed_in_activity(sdk: Sdk, srv: Server) -> Non
 def test_the_feed_names_a_running_requests_engine_and_a_left_stream_as_cancelled(
     sdk: Sdk, srv: Server
 ) -> None:
-    events: list[dict[str, Any]] = []
-    stop = threading.Event()
-
-    def listen() -> None:
-        with admin(srv) as c, c.stream("GET", "/admin/api/events", timeout=30) as feed:
-            name = None
-            for line in feed.iter_lines():
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: ") and name == "request":
-                    events.append(json.loads(line[6:]))
-                if stop.is_set():
-                    return
-
-    threading.Thread(target=listen, daemon=True).start()
+    feed: list[tuple[str, Any]] = []
+    done = threading.Event()
+    listen_to_feed(srv, feed, done)
     key = new_key(srv, name="feed-key")
     stream = sdk(key["key"]).chat.completions.create(
         model="slow", messages=[{"role": "user", "content": "x"}], stream=True
@@ -514,7 +510,8 @@ def test_the_feed_names_a_running_requests_engine_and_a_left_stream_as_cancelled
     next(chunks)
 
     def mine(outcome: str) -> list[dict[str, Any]]:
-        return [e for e in events if e["key"] == "feed-key" and e["outcome"] == outcome]
+        requests = [d for n, d in feed if n == "request"]
+        return [e for e in requests if e["key"] == "feed-key" and e["outcome"] == outcome]
 
     # within a heartbeat interval of its first output, the console knows where it runs
     wait_for(lambda: any(e["engine"] and e["model"] == "slow" for e in mine("running")))
@@ -522,7 +519,7 @@ def test_the_feed_names_a_running_requests_engine_and_a_left_stream_as_cancelled
     wait_for(lambda: bool(mine("cancelled")))
     (ended,) = mine("cancelled")
     assert ended["stream"] and ended["status"] == 200 and ended["engine"]
-    stop.set()
+    done.set()
 
 
 def test_a_key_that_could_never_work_is_refused_at_creation(srv: Server) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from coderai.front.supervisor import STOP_GRACE_SECONDS
-from tests.support.server import Server, wait_for
+from tests.support.server import Server, serving, wait_for
 
 KEY = "logs-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -32,13 +32,8 @@ RESTART_TIMEOUT = DRAIN_GRACE + STOP_GRACE_SECONDS + JOIN_TIMEOUT
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("logs"), CONFIG, MODELS,
-                 extra_config={"auth": {"admin_key": KEY}})  # fmt: skip
-    try:
-        srv.wait_ready(1)
+    with serving(tmp_path_factory.mktemp("logs"), CONFIG, MODELS, 1, KEY) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def lines(srv: Server, source: str) -> list[str]:

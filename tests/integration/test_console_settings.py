@@ -15,7 +15,7 @@ import pytest
 
 from coderai.config import load_config
 from coderai.engine.backends.fake import fake_tokens
-from tests.support.server import Server, wait_for
+from tests.support.server import Server, serving, wait_for
 from tests.support.sse import content, events
 
 KEY = "settings-admin-key"
@@ -30,17 +30,9 @@ MODELS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(
-        tmp_path_factory.mktemp("settings"),
-        {"engine_specs": ENGINES, "heartbeat_interval": 0.2},
-        MODELS,
-        extra_config={"auth": {"admin_key": KEY}},
-    )
-    try:
-        srv.wait_ready(2)
+    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.2}
+    with serving(tmp_path_factory.mktemp("settings"), config, MODELS, 2, KEY) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def current(srv: Server) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from coderai.bus.codec import MAGIC, encode
 from coderai.bus.messages import Hello, MsgType
 from tests.support.bus import intruder
-from tests.support.server import Server, wait_for
+from tests.support.server import Server, serving, wait_for
 
 KEY = "hostile-admin-key"
 SLOTS = 2
@@ -30,13 +30,8 @@ MODELS: list[dict[str, Any]] = [
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # a short queue timeout: a leaked slot shows up as a 503 within seconds, not a hang
     config = {"engines": 1, "max_parallel_requests": SLOTS, "queue_timeout": 3}
-    srv = Server(tmp_path_factory.mktemp("hostile"), config, MODELS,
-                 extra_config={"auth": {"admin_key": KEY}})  # fmt: skip
-    try:
-        srv.wait_ready(1)
+    with serving(tmp_path_factory.mktemp("hostile"), config, MODELS, 1, KEY) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def chat(content: str = "hi", **extra: Any) -> dict[str, Any]:

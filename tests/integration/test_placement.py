@@ -14,7 +14,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.support.server import Server
+from tests.support.server import Server, serving
 from tests.support.sse import DONE, event
 
 KEY = "test-admin-key"
@@ -34,17 +34,9 @@ MODELS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(
-        tmp_path_factory.mktemp("placement"),
-        {"engine_specs": ENGINES, "heartbeat_interval": 0.2},
-        MODELS,
-        extra_config={"auth": {"admin_key": KEY}},
-    )
-    try:
-        srv.wait_ready(2)
+    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.2}
+    with serving(tmp_path_factory.mktemp("placement"), config, MODELS, 2, KEY) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def served_by(srv: Server, model: str) -> str:

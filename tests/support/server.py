@@ -160,6 +160,22 @@ def running(
         srv.stop()
 
 
+@contextlib.contextmanager
+def serving(
+    folder: Path, server: dict[str, Any], models: list[dict[str, Any]] | None,
+    engines: int, admin_key: str, **kw: Any,
+) -> Iterator[Server]:  # fmt: skip
+    """A test module's server with the admin key set: ready (its `engines` joined) when
+    entered, stopped on leaving."""
+    extra = {**kw.pop("extra_config", {}), "auth": {"admin_key": admin_key}}
+    srv = Server(folder, server, models, extra_config=extra, **kw)
+    try:
+        srv.wait_ready(engines)
+        yield srv
+    finally:
+        srv.stop()
+
+
 def openai_client(srv: Server) -> Any:
     """The official client against a server, failing at once (no retries)."""
     import openai
