@@ -167,6 +167,7 @@ def cooldown_of(cooldown: object) -> dict[str, Any] | None:
 
 def gpu_readings(gpus: object) -> dict[str, dict[str, Any]]:
     """A HEARTBEAT's per-card readings, checked: ids to maps of a vendor and numbers."""
+
     def number(value: object) -> bool:
         return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
