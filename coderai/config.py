@@ -85,6 +85,12 @@ class ServerConfig(_Strict):
     state_dir: str | None = None
 
 
+class OffloadConfig(_Strict):
+    #: one ceiling on host RAM for the whole fleet (the front, every engine and their
+    #: children), in GiB; 0: none
+    max_ram_gb: float = Field(0.0, ge=0)
+
+
 class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
@@ -153,6 +159,7 @@ class Config(_Strict):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     thermal: ThermalConfig = Field(default_factory=ThermalConfig)
+    offload: OffloadConfig = Field(default_factory=OffloadConfig)
 
     @model_validator(mode="after")
     def _unique_engine_names(self) -> Config:
@@ -173,6 +180,9 @@ def engine_settings(config: Config, name: str) -> dict[str, Any]:
         ),
         "memory_budget_mb": models.memory_budget_mb,
         "thermal": config.thermal.model_dump(),
+        "max_ram_mb": config.offload.max_ram_gb * 1024,
+        # a load that waits for room elsewhere gives up when a queued request would
+        "room_wait_seconds": config.server.queue_timeout,
     }
 
 

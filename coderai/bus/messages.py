@@ -150,6 +150,10 @@ class Heartbeat(Message):
     cooldown: dict[str, Any] | None = None
     #: per GPU it owns: {vendor, temp, vram_total_mb, vram_used_mb} (numbers may be None)
     gpus: dict[str, Any] = field(default_factory=dict)
+    #: its resident models: [{model, mb, busy, idle_for (seconds)}] (checked with
+    #: residents_of), and the memory a load of its waits for under the RAM cap
+    residents: list[Any] = field(default_factory=list)
+    wants_mb: float = 0.0
 
 
 def cooldown_of(cooldown: object) -> dict[str, Any] | None:
@@ -180,6 +184,24 @@ def gpu_readings(gpus: object) -> dict[str, dict[str, Any]]:
     ):
         raise BusProtocolError(f"HEARTBEAT.gpus {gpus!r} is malformed")
     return gpus
+
+
+def residents_of(residents: object) -> list[dict[str, Any]]:
+    """A HEARTBEAT's resident models, checked."""
+
+    def number(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+    if not isinstance(residents, list) or not all(
+        isinstance(r, dict)
+        and isinstance(r.get("model"), str)
+        and isinstance(r.get("busy"), bool)
+        and number(r.get("mb"))
+        and number(r.get("idle_for"))
+        for r in residents
+    ):
+        raise BusProtocolError(f"HEARTBEAT.residents {residents!r} is malformed")
+    return residents
 
 
 def model_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -297,6 +319,9 @@ class EngineConfig:
     #: when to pause to cool: {cpu_high, cpu_resume, gpu_high, gpu_resume,
     #: gpu_overrides: {vendor: {high, resume}}} in °C
     thermal: dict[str, Any] | None = None
+    #: the fleet's host RAM cap (0: none), and how long a load may wait for room
+    max_ram_mb: float | None = None
+    room_wait_seconds: float | None = None
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> EngineConfig:
@@ -315,7 +340,13 @@ class EngineConfig:
         thermal = data.get("thermal")
         if thermal is not None:
             _check_thermal(thermal)
-        return cls(instances, budget, slots, thermal)
+        ram, wait = data.get("max_ram_mb"), data.get("room_wait_seconds")
+        for name, value in (("max_ram_mb", ram), ("room_wait_seconds", wait)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise BusProtocolError(f"{name} {value!r} is not a number >= 0")
+        return cls(instances, budget, slots, thermal, ram, wait)
 
 
 def _check_thermal(thermal: object) -> None:

@@ -91,6 +91,13 @@ class ModelPool:
         self.max_instances = max_instances
         #: 0 = the machine's available memory decides what fits
         self.budget_bytes = budget_bytes
+        #: the fleet's host RAM cap (0: none), what the fleet uses now by process (measured
+        #: each heartbeat), and how long a load may wait for room made elsewhere
+        self.ram_cap_bytes = 0
+        self.fleet: dict[str, int] = {}
+        self.room_wait = 300.0
+        #: loads that wait for the fleet to have room: key -> (bytes, since)
+        self.wanting: dict[str, tuple[int, float]] = {}
         self.resident: dict[str, list[Resident]] = {}
         self.loading: dict[str, _Loading] = {}
         #: replaced (never changed) after every change above; read from other threads
@@ -157,6 +164,15 @@ class ModelPool:
         backend = self.backend_for(spec)
         size = estimate_bytes(spec)
         self._make_room(size)
+        if self.ram_cap_bytes and self._room_under_cap() < size:
+            if size > self.ram_cap_bytes:
+                raise JobError(self._no_room(spec.id, size, "more than the cap itself"),
+                               kind="load_failed")  # fmt: skip
+            # other engines' idle models go first (the front picks them and unloads them);
+            # the load starts once the fleet's measure shows the room
+            self.wanting.setdefault(key, (size, time.monotonic()))
+            return
+        self.wanting.pop(key, None)
         progress = LoadProgress()
         model_id = spec.id
         log.info("loading model %s (%.0f MiB)", model_id, size / MIB)
@@ -166,9 +182,15 @@ class ModelPool:
         self._publish()
 
     def _make_room(self, needed: int) -> None:
+        self._evict(needed, self._free_bytes())
+
+    def _make_room_of(self, excess: int) -> None:
+        self._evict(excess, 0)
+
+    def _evict(self, needed: int, free: int) -> None:
         everyone = [r for rs in self.resident.values() for r in rs]
         views = [ResidentView(str(id(r)), r.size, r.active > 0, r.last_used) for r in everyone]
-        doomed = set(plan_evictions(views, needed, self._free_bytes()))
+        doomed = set(plan_evictions(views, needed, free))
         for resident in everyone:
             if str(id(resident)) in doomed:
                 log.info("unloading idle model %s to make room", resident.model_id)
@@ -183,8 +205,59 @@ class ModelPool:
         if self.budget_bytes:
             used = sum(r.size for rs in self.resident.values() for r in rs)
             used += sum(ld.size for ld in self.loading.values())
-            return self.budget_bytes - used
-        return int(psutil.virtual_memory().available)
+            free = self.budget_bytes - used
+        else:
+            free = int(psutil.virtual_memory().available)
+        return min(free, self._room_under_cap()) if self.ram_cap_bytes else free
+
+    def _room_under_cap(self) -> int:
+        """The cap less what the fleet uses and what this engine is loading (not yet in
+        anyone's RSS)."""
+        loading = sum(ld.size for ld in self.loading.values())
+        return self.ram_cap_bytes - sum(self.fleet.values()) - loading
+
+    def _no_room(self, model_id: str, size: int, why: str) -> str:
+        holders = ", ".join(
+            f"{name} {rss / MIB:.0f} MiB" for name, rss in sorted(self.fleet.items())
+        )
+        return (
+            f"model {model_id} needs {size / MIB:.0f} MiB of host RAM, {why}: the fleet's cap "
+            f"(offload.max_ram_gb) is {self.ram_cap_bytes / MIB:.0f} MiB and holds "
+            f"{sum(self.fleet.values()) / MIB:.0f} MiB ({holders or 'nothing measured yet'})"
+        )
+
+    def measured(self, fleet: dict[str, int]) -> list[str]:
+        """The fleet's new measure: over the cap, this engine's idle models go, least
+        recently used first (every engine does the same with its own). Returns the keys
+        of waiting loads to try again."""
+        self.fleet = fleet
+        over = sum(fleet.values()) - self.ram_cap_bytes
+        if self.ram_cap_bytes and over > 0:
+            self._make_room_of(over)
+        return list(self.wanting)
+
+    def expired_waits(self, now: float) -> dict[str, str]:
+        """Waiting loads past `room_wait`, each with why it gave up (and forgotten)."""
+        out = {}
+        for key, (size, since) in list(self.wanting.items()):
+            if now - since > self.room_wait:
+                del self.wanting[key]
+                out[key] = self._no_room(key, size, f"and no room came in {self.room_wait:.0f} s")
+        return out
+
+    def residents_report(self) -> list[dict[str, object]]:
+        """What the heartbeat says of each resident instance: the front picks the fleet's
+        least recently used idle model from these when a load elsewhere waits for room."""
+        now = time.monotonic()
+        return [
+            {"model": r.model_id, "mb": r.size / MIB, "busy": r.active > 0,
+             "idle_for": 0.0 if r.active else now - r.last_used}
+            for rs in self.resident.values()
+            for r in rs
+        ]  # fmt: skip
+
+    def wants_mb(self) -> float:
+        return sum(size for size, _ in self.wanting.values()) / MIB
 
     def finish_load(self, key: str) -> None:
         """Scheduler thread, once a load ends: keep the instance or raise what failed."""

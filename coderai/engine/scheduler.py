@@ -72,6 +72,10 @@ class Scheduler:
         self._stalled: set[ModelInstance] = set()
         #: per model counters for the heartbeat: replaced, never changed, by this thread
         self.stats: dict[str, dict[str, int]] = {}
+        #: the same for the RAM cap: resident models (size, busy, idle for) and the memory
+        #: loads wait for
+        self.residents: list[dict[str, object]] = []
+        self.wants_mb = 0.0
         self._stats_at = 0.0
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
@@ -96,6 +100,10 @@ class Scheduler:
 
     def stop(self) -> None:
         self._inbox.put(("stop", None))
+
+    def measured(self, fleet: dict[str, int]) -> None:
+        """The fleet's RSS by process, for the host RAM cap."""
+        self._inbox.put(("fleet", fleet))
 
     def cool(self, paused: bool) -> None:
         """Pause every step and admission (True) until told to go on (False)."""
@@ -139,6 +147,8 @@ class Scheduler:
                 model = stats.setdefault(waiting[0][1].id, {})
                 model["queued"] = model.get("queued", 0) + len(waiting)
         self.stats = stats
+        self.residents = self.pool.residents_report()
+        self.wants_mb = self.pool.wants_mb()
 
     def _admit_freed(self) -> None:
         while self._freed:
@@ -195,6 +205,12 @@ class Scheduler:
                 self.pool.unload(arg)
             elif kind == "config":
                 self._configure(arg)
+            elif kind == "fleet":
+                # the fleet's memory, measured: over the cap, idle models go; waiting loads
+                # try again, or give up past their wait
+                self._freed.update(self.pool.measured(arg))
+                for key, why in self.pool.expired_waits(time.monotonic()).items():
+                    self._fail_waiting(key, FailKind.LOAD_FAILED, why)
             elif kind == "cool":
                 self._cooling = arg
                 if not arg:  # what waited for the pause to end may start now
@@ -222,6 +238,10 @@ class Scheduler:
             self.pool.max_instances = config.max_model_instances
         if config.memory_budget_mb is not None:
             self.pool.budget_bytes = int(config.memory_budget_mb * (1 << 20))
+        if config.max_ram_mb is not None:
+            self.pool.ram_cap_bytes = int(config.max_ram_mb * (1 << 20))
+        if config.room_wait_seconds is not None:
+            self.pool.room_wait = config.room_wait_seconds
 
     def _admit_job(self, job: Job) -> None:
         if job.job_id in self._jobs:
@@ -250,7 +270,11 @@ class Scheduler:
         waiting = self._waiting.get(key)
         while waiting:
             seq, spec = waiting[0]
-            instance = self.pool.acquire(spec)
+            try:
+                instance = self.pool.acquire(spec)
+            except JobError as exc:  # the load cannot start (e.g. it can never fit)
+                self._fail_waiting(key, exc.kind, exc.message)
+                return
             if instance is None:
                 return
             waiting.popleft()
@@ -472,6 +496,11 @@ class Scheduler:
     def _finish_fail(self, seq: Sequence, kind: str, message: str) -> None:
         self._detach(seq)
         self._terminal.append(Fail(seq.job.job_id, kind, message))
+
+    def _fail_waiting(self, key: str, kind: str, message: str) -> None:
+        """Fail every sequence waiting for an instance of `key`."""
+        for seq, _ in list(self._waiting.pop(key, ())):
+            self._finish_fail(seq, kind, message)
 
     def _fail_new(self, job_id: int, kind: str, message: str) -> None:
         self._terminal.append(Fail(job_id, kind, message))

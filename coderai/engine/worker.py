@@ -47,6 +47,7 @@ from coderai.bus.messages import (
 )
 from coderai.bus.sockets import connect_dealer
 from coderai.engine.backends import available_backends
+from coderai.engine.fleet import fleet_usage
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
 from coderai.engine.sensors import Readings, sensors_for
@@ -286,6 +287,8 @@ class EngineWorker:
             models=self.scheduler.stats,
             cooldown=self._cooldown.public() if self._cooldown is not None else None,
             gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
+            residents=self.scheduler.residents,
+            wants_mb=self.scheduler.wants_mb,
         )
 
     async def _check_thermal(self) -> None:
@@ -317,6 +320,9 @@ class EngineWorker:
                 self._stop.set()
                 return
             await self._check_thermal()
+            if self.scheduler.pool.ram_cap_bytes:
+                fleet = await asyncio.to_thread(fleet_usage, self.s.front_pid)
+                self.scheduler.measured(fleet)
             await self._send(encode(self._heartbeat()))
             await asyncio.sleep(self._heartbeat_interval)
 

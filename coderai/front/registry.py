@@ -33,6 +33,12 @@ class EngineRecord:
     cooldown: dict[str, Any] | None = None
     #: per card it owns, from its last heartbeat: vendor, temperature, VRAM
     gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: its resident models ({model, mb, busy, idle_for}) and the memory a load of its
+    #: waits for under the fleet's RAM cap, from its last heartbeat
+    residents: list[dict[str, Any]] = field(default_factory=list)
+    wants_mb: float = 0.0
+    #: heartbeats received from this incarnation
+    beats: int = 0
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
     missing: bool = False
     #: takes no new jobs (admin drain); its next incarnation is a new record

@@ -11,7 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from coderai.config import AuthConfig, Config, ModelsConfig, ServerConfig, ThermalConfig
+from coderai.config import (
+    AuthConfig,
+    Config,
+    ModelsConfig,
+    OffloadConfig,
+    ServerConfig,
+    ThermalConfig,
+)
 from coderai.errors import InvalidRequest
 from coderai.front.engine_plan import EnginePlan
 from coderai.validation import first_problem
@@ -22,6 +29,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "models": ModelsConfig,
     "auth": AuthConfig,
     "thermal": ThermalConfig,
+    "offload": OffloadConfig,
 }
 #: never shown nor changed here: the key that guards this very API
 SECRETS = frozenset({"auth.admin_key"})
@@ -40,6 +48,7 @@ ENGINE_SETTINGS = frozenset(
         "models.max_model_instances_overrides",
         "models.memory_budget_mb",
         *(f"thermal.{name}" for name in ThermalConfig.model_fields),
+        "offload.max_ram_gb",
     }
 )
 #: settings the running front and engines take at once; the rest wait for a restart

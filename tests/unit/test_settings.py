@@ -28,7 +28,7 @@ def refusal(changes: dict[str, object], base: Config | None = None) -> InvalidRe
 def test_every_field_of_every_section_is_a_setting_but_the_admin_key() -> None:
     expected = {
         f"{section}.{field}"
-        for section in ("server", "models", "auth", "thermal")
+        for section in ("server", "models", "auth", "thermal", "offload")
         for field in type(getattr(Config(), section)).model_fields
     } - {"auth.admin_key"}
     assert set(settings.NAMES) == expected
@@ -58,6 +58,7 @@ def test_live_and_restart_settings_split_every_name() -> None:
         "thermal.gpu_high",
         "thermal.gpu_resume",
         "thermal.gpu_overrides",
+        "offload.max_ram_gb",
     }
     assert set(settings.RESTART_NAMES) == set(settings.NAMES) - set(settings.LIVE_NAMES)
 
