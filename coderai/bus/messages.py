@@ -156,6 +156,14 @@ class Heartbeat(Message):
     wants_mb: float = 0.0
 
 
+def is_number(value: object, least: float = float("-inf"), *, above: bool = False) -> bool:
+    """A number from msgpack (an int or a float, never a bool) of at least `least` (with
+    `above`, more than it): the one check every numeric field takes at the edge."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return value > least if above else value >= least
+
+
 def cooldown_of(cooldown: object) -> dict[str, Any] | None:
     """A HEARTBEAT's cooldown, checked: None, or the sensor that is hot and since when."""
     if cooldown is None:
@@ -163,23 +171,23 @@ def cooldown_of(cooldown: object) -> dict[str, Any] | None:
     if (
         not isinstance(cooldown, dict)
         or cooldown.get("sensor") not in ("cpu", "gpu")
-        or not isinstance(cooldown.get("since"), int | float)
+        or not is_number(cooldown.get("since"))
     ):
         raise BusProtocolError(f"HEARTBEAT.cooldown {cooldown!r} is malformed")
     return cooldown
 
 
 def gpu_readings(gpus: object) -> dict[str, dict[str, Any]]:
-    """A HEARTBEAT's per-card readings, checked: ids to maps of a vendor and numbers."""
-
-    def number(value: object) -> bool:
-        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
-
+    """A HEARTBEAT's per-card readings, checked: ids to maps of a vendor and numbers
+    (None where the card gives no reading)."""
     if not isinstance(gpus, dict) or not all(
         isinstance(card, str)
         and isinstance(reading, dict)
         and isinstance(reading.get("vendor"), str)
-        and all(number(reading.get(k)) for k in ("temp", "vram_total_mb", "vram_used_mb"))
+        and all(
+            reading.get(k) is None or is_number(reading.get(k))
+            for k in ("temp", "vram_total_mb", "vram_used_mb")
+        )
         for card, reading in gpus.items()
     ):
         raise BusProtocolError(f"HEARTBEAT.gpus {gpus!r} is malformed")
@@ -188,16 +196,12 @@ def gpu_readings(gpus: object) -> dict[str, dict[str, Any]]:
 
 def residents_of(residents: object) -> list[dict[str, Any]]:
     """A HEARTBEAT's resident models, checked."""
-
-    def number(value: object) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-
     if not isinstance(residents, list) or not all(
         isinstance(r, dict)
         and isinstance(r.get("model"), str)
         and isinstance(r.get("busy"), bool)
-        and number(r.get("mb"))
-        and number(r.get("idle_for"))
+        and is_number(r.get("mb"), 0)
+        and is_number(r.get("idle_for"), 0)
         for r in residents
     ):
         raise BusProtocolError(f"HEARTBEAT.residents {residents!r} is malformed")
@@ -329,29 +333,22 @@ class EngineConfig:
         budget = data.get("memory_budget_mb")
         slots = data.get("slots")
         for name, count in (("max_model_instances", instances), ("slots", slots)):
-            if count is not None and (
-                isinstance(count, bool) or not isinstance(count, int) or count < 1
-            ):
+            if count is not None and not (isinstance(count, int) and is_number(count, 1)):
                 raise BusProtocolError(f"{name} {count!r} is not an int >= 1")
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
-        ):
-            raise BusProtocolError(f"memory_budget_mb {budget!r} is not a number >= 0")
+        ram, wait = data.get("max_ram_mb"), data.get("room_wait_seconds")
+        for name, value in (("memory_budget_mb", budget), ("max_ram_mb", ram),
+                            ("room_wait_seconds", wait)):  # fmt: skip
+            if value is not None and not is_number(value, 0):
+                raise BusProtocolError(f"{name} {value!r} is not a number >= 0")
         thermal = data.get("thermal")
         if thermal is not None:
             _check_thermal(thermal)
-        ram, wait = data.get("max_ram_mb"), data.get("room_wait_seconds")
-        for name, value in (("max_ram_mb", ram), ("room_wait_seconds", wait)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-            ):
-                raise BusProtocolError(f"{name} {value!r} is not a number >= 0")
         return cls(instances, budget, slots, thermal, ram, wait)
 
 
 def _check_thermal(thermal: object) -> None:
     def degrees(value: object) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        return is_number(value, 0, above=True)
 
     if not isinstance(thermal, dict) or not all(
         degrees(thermal.get(k)) for k in ("cpu_high", "cpu_resume", "gpu_high", "gpu_resume")

@@ -21,6 +21,7 @@ from aiohttp import web
 from coderai.errors import CoderaiError, Forbidden, InvalidApiKey, Unauthorized
 from coderai.front import anthropic_reply
 from coderai.front.activity import Activity, Ticket
+from coderai.front.console_events import STREAMING
 from coderai.front.http import ADMIN_PREFIX
 from coderai.front.jobs import FrontJob
 from coderai.front.limits import KeyLimits
@@ -144,8 +145,9 @@ class Auth:
         self, request: web.Request, handler: Handler, session: Session
     ) -> web.StreamResponse:
         """Run a console request while its session lasts: a live stream (events, logs)
-        must not outlive a logout, a new password or the session's expiry. Its handler
-        is cancelled when the session is found gone, which closes the connection."""
+        must not outlive a logout, a new password or the session's expiry. A stream
+        whose session is found gone is cancelled, which closes its connection; any other
+        request is left to finish and answer (it was authorized when it began)."""
         serving = asyncio.current_task()
         assert serving is not None
 
@@ -154,7 +156,8 @@ class Auth:
                 left = session.expires_at - time.time()
                 await asyncio.sleep(max(0.0, min(SESSION_RECHECK_SECONDS, left)))
                 if await self.session_of(request) is None:
-                    serving.cancel()
+                    if request.get(STREAMING):
+                        serving.cancel()
                     return
 
         watcher = asyncio.get_running_loop().create_task(watch())

@@ -17,6 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
+#: set on a request once its answer is a live stream: auth.py ends such a stream when its
+#: console session ends
+STREAMING = "coderai_streaming"
 #: events one console may fall behind by before the oldest are dropped
 BACKLOG = 1000
 
@@ -136,6 +139,7 @@ async def serve_events(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)
+    request[STREAMING] = True
     with contextlib.suppress(ConnectionResetError):
         async with contextlib.aclosing(batches):
             async for batch in batches:

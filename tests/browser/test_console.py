@@ -8,7 +8,7 @@ import re
 import httpx
 import openai
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.browser.conftest import (
     ADMIN,
@@ -195,12 +195,19 @@ def test_a_new_api_key_is_shown_once_works_and_its_usage_appears(
     screenshot(console, "keys")
 
 
-def test_the_playground_streams_a_reply_with_the_session(console: Page) -> None:
+def ask_in_playground(console: Page, message: str, key: str | None = None) -> Locator:
+    """Send a message to the model "chat" from the Playground; the reply's bubble."""
     console.goto("/#/playground")
     console.get_by_label("Model").select_option("chat")
-    console.locator("textarea[name=message]").fill("hello")
+    if key is not None:
+        console.get_by_label("API key").fill(key)
+    console.locator("textarea[name=message]").fill(message)
     console.get_by_role("button", name="Send").click()
-    reply = console.locator(".bubble[data-role=assistant]").last
+    return console.locator(".bubble[data-role=assistant]").last
+
+
+def test_the_playground_streams_a_reply_with_the_session(console: Page) -> None:
+    reply = ask_in_playground(console, "hello")
     # the reply is seen arriving (40 tokens a second), then whole
     expect(reply).to_have_class(re.compile(r"\bstreaming\b"))
     expect(reply.locator(".text")).to_have_text(expected_chat("hello", REPLY_TOKENS))
@@ -210,11 +217,7 @@ def test_the_playground_streams_a_reply_with_the_session(console: Page) -> None:
 
 
 def test_the_playground_says_why_a_wrong_key_is_refused(console: Page) -> None:
-    console.goto("/#/playground")
-    console.get_by_label("API key").fill("not-a-key")
-    console.locator("textarea[name=message]").fill("hello")
-    console.get_by_role("button", name="Send").click()
-    alert = console.locator(".bubble[data-role=assistant]").last.get_by_role("alert")
+    alert = ask_in_playground(console, "hello", key="not-a-key").get_by_role("alert")
     expect(alert).to_contain_text("401")
     expect(alert).to_contain_text("Check the API key")
 
@@ -228,11 +231,7 @@ def test_a_live_setting_applies_to_the_next_request(console: Page, srv: Server) 
         console.get_by_role("button", name="Save").click()
         expect(console.get_by_role("status")).to_contain_text("Applied now: server.default_engine")
         screenshot(console, "settings")
-        console.goto("/#/playground")
-        console.get_by_label("Model").select_option("chat")
-        console.locator("textarea[name=message]").fill("which engine?")
-        console.get_by_role("button", name="Send").click()
-        stats = console.locator(".bubble[data-role=assistant]").last.get_by_test_id("reply-stats")
+        stats = ask_in_playground(console, "which engine?").get_by_test_id("reply-stats")
         expect(stats).to_contain_text("engine beta")
     finally:
         httpx.patch(srv.url + "/admin/api/settings", headers=ADMIN,
