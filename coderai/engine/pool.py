@@ -98,6 +98,9 @@ class ModelPool:
         self.room_wait = 300.0
         #: loads that wait for the fleet to have room: key -> (bytes, since)
         self.wanting: dict[str, tuple[int, float]] = {}
+        #: measures the fleet now (see fleet.py): a load under the cap decides on a fresh
+        #: measure, not on the last heartbeat's, which may predate other engines' loads
+        self.fleet_meter: Callable[[], dict[str, int]] | None = None
         self.resident: dict[str, list[Resident]] = {}
         self.loading: dict[str, _Loading] = {}
         #: replaced (never changed) after every change above; read from other threads
@@ -163,6 +166,8 @@ class ModelPool:
     def _start_load(self, key: str, spec: ModelSpec) -> None:
         backend = self.backend_for(spec)
         size = estimate_bytes(spec)
+        if self.ram_cap_bytes and self.fleet_meter is not None:
+            self.fleet = self.fleet_meter()
         self._make_room(size)
         if self.ram_cap_bytes and self._room_under_cap() < size:
             if size > self.ram_cap_bytes:

@@ -120,6 +120,7 @@ class EngineWorker:
         )
         outbox = self._outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
+        self.scheduler.pool.fleet_meter = lambda: fleet_usage(self.s.front_pid)
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
         try:
             if not await self._handshake():

@@ -118,7 +118,9 @@ class AccountRoutes:
         hashed = token_hash(token)
         await self.store.run(lambda db: db.add_session(hashed, body.username, csrf, expires))
         response = web.json_response({"user": body.username, "csrf": csrf, "expires_at": expires})
-        session_cookie(response, token, int(self.session_seconds), secure=request.secure)
+        # rounded up: the browser keeps the cookie as long as the session lasts, not less
+        max_age = math.ceil(self.session_seconds)
+        session_cookie(response, token, max_age, secure=request.secure)
         return response
 
     async def logout(self, request: web.Request) -> web.Response:
