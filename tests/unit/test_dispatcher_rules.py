@@ -150,9 +150,10 @@ def test_a_queued_job_expires_after_queue_timeout(tmp_path: Path) -> None:
             await peer.join()
             dispatcher.submit(job(1))
             waiting = job(2)
-            dispatcher.submit(waiting)
+            # timed from before the job is queued: its own clock starts at submit
             loop = asyncio.get_running_loop()
             start = loop.time()
+            dispatcher.submit(waiting)
             # the reaper looks every half heartbeat interval
             await until(lambda: waiting.outcome is not None, timeout + interval + 5)
             waited = loop.time() - start
