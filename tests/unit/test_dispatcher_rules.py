@@ -149,10 +149,10 @@ def test_a_queued_job_expires_after_queue_timeout(tmp_path: Path) -> None:
             peer = Peer(endpoint, "e", slots=1)
             await peer.join()
             dispatcher.submit(job(1))
-            waiting = job(2)
-            # timed from before the job is queued: its own clock starts at submit
+            # timed from before the job exists: its own clock starts when it is made
             loop = asyncio.get_running_loop()
             start = loop.time()
+            waiting = job(2)
             dispatcher.submit(waiting)
             # the reaper looks every half heartbeat interval
             await until(lambda: waiting.outcome is not None, timeout + interval + 5)
