@@ -151,9 +151,11 @@ class Heartbeat(Message):
     #: per GPU it owns: {vendor, temp, vram_total_mb, vram_used_mb} (numbers may be None)
     gpus: dict[str, Any] = field(default_factory=dict)
     #: its resident models: [{model, mb, busy, idle_for (seconds)}] (checked with
-    #: residents_of), and the memory a load of its waits for under the RAM cap
+    #: residents_of); the memory its loads wait for under the fleet's RAM cap, and the
+    #: room it measured under that cap (None: no cap; negative: the fleet is over it)
     residents: list[Any] = field(default_factory=list)
     wants_mb: float = 0.0
+    room_mb: float | None = None
 
 
 def is_number(value: object, least: float = float("-inf"), *, above: bool = False) -> bool:

@@ -189,9 +189,6 @@ class ModelPool:
     def _make_room(self, needed: int) -> None:
         self._evict(needed, self._free_bytes())
 
-    def _make_room_of(self, excess: int) -> None:
-        self._evict(excess, 0)
-
     def _evict(self, needed: int, free: int) -> None:
         everyone = [r for rs in self.resident.values() for r in rs]
         views = [ResidentView(str(id(r)), r.size, r.active > 0, r.last_used) for r in everyone]
@@ -218,8 +215,10 @@ class ModelPool:
     def _room_under_cap(self) -> int:
         """The cap less what the fleet uses and what this engine is loading (not yet in
         anyone's RSS)."""
-        loading = sum(ld.size for ld in self.loading.values())
-        return self.ram_cap_bytes - sum(self.fleet.values()) - loading
+        return self.ram_cap_bytes - sum(self.fleet.values()) - self.loading_bytes()
+
+    def loading_bytes(self) -> int:
+        return sum(ld.size for ld in self.loading.values())
 
     def _no_room(self, model_id: str, size: int, why: str) -> str:
         holders = ", ".join(
@@ -232,13 +231,11 @@ class ModelPool:
         )
 
     def measured(self, fleet: dict[str, int]) -> list[str]:
-        """The fleet's new measure: over the cap, this engine's idle models go, least
-        recently used first (every engine does the same with its own). Returns the keys
-        of waiting loads to try again."""
+        """The fleet's new measure. Returns the keys of waiting loads to try again. Over
+        the cap, nothing is unloaded here: the front picks the fleet's least recently used
+        idle models once for all engines (front/room.py); each engine freeing the whole
+        excess itself would free it once per engine."""
         self.fleet = fleet
-        over = sum(fleet.values()) - self.ram_cap_bytes
-        if self.ram_cap_bytes and over > 0:
-            self._make_room_of(over)
         return list(self.wanting)
 
     def expired_waits(self, now: float) -> dict[str, str]:

@@ -72,10 +72,11 @@ class Scheduler:
         self._stalled: set[ModelInstance] = set()
         #: per model counters for the heartbeat: replaced, never changed, by this thread
         self.stats: dict[str, dict[str, int]] = {}
-        #: the same for the RAM cap: resident models (size, busy, idle for) and the memory
-        #: loads wait for
+        #: the same for the RAM cap: resident models (size, busy, idle for), the memory
+        #: loads wait for and the memory of loads in flight (not yet in anyone's RSS)
         self.residents: list[dict[str, object]] = []
         self.wants_mb = 0.0
+        self.loading_bytes = 0
         self._stats_at = 0.0
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
@@ -149,6 +150,7 @@ class Scheduler:
         self.stats = stats
         self.residents = self.pool.residents_report()
         self.wants_mb = self.pool.wants_mb()
+        self.loading_bytes = self.pool.loading_bytes()
 
     def _admit_freed(self) -> None:
         while self._freed:
@@ -206,8 +208,8 @@ class Scheduler:
             elif kind == "config":
                 self._configure(arg)
             elif kind == "fleet":
-                # the fleet's memory, measured: over the cap, idle models go; waiting loads
-                # try again, or give up past their wait
+                # the fleet's memory, measured: waiting loads try again, or give up past
+                # their wait (the front unloads idle models where the fleet lacks room)
                 self._freed.update(self.pool.measured(arg))
                 for key, why in self.pool.expired_waits(time.monotonic()).items():
                     self._fail_waiting(key, FailKind.LOAD_FAILED, why)

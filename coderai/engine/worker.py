@@ -62,6 +62,7 @@ SWITCH_INTERVAL = 0.0005
 EXIT_REFUSED = 3
 EXIT_FRONT_GONE = 4
 EXIT_SCHEDULER_CRASHED = 5
+MIB = 1 << 20
 
 
 @dataclass
@@ -101,6 +102,8 @@ class EngineWorker:
         self._readings = Readings()
         self._thermal = ThermalPolicy()
         self._cooldown: Cooldown | None = None
+        #: the room under the fleet's RAM cap at the last measure (None: no cap)
+        self._room_mb: float | None = None
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -290,6 +293,7 @@ class EngineWorker:
             gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
             residents=self.scheduler.residents,
             wants_mb=self.scheduler.wants_mb,
+            room_mb=self._room_mb,
         )
 
     async def _check_thermal(self) -> None:
@@ -321,9 +325,14 @@ class EngineWorker:
                 self._stop.set()
                 return
             await self._check_thermal()
-            if self.scheduler.pool.ram_cap_bytes:
+            cap = self.scheduler.pool.ram_cap_bytes
+            self._room_mb = None
+            if cap:
                 fleet = await asyncio.to_thread(fleet_usage, self.s.front_pid)
                 self.scheduler.measured(fleet)
+                # from this measure, not the scheduler's last publication of it: the front
+                # acts on it, and must not act twice on one measure taken before an unload
+                self._room_mb = (cap - sum(fleet.values()) - self.scheduler.loading_bytes) / MIB
             await self._send(encode(self._heartbeat()))
             await asyncio.sleep(self._heartbeat_interval)
 

@@ -39,12 +39,12 @@ from coderai.bus.messages import (
     Welcome,
     cooldown_of,
     gpu_readings,
+    is_number,
     model_counters,
     residents_of,
 )
 from coderai.bus.sockets import bind_router
 from coderai.config import ServerConfig
-from coderai.engine.eviction import ResidentView, plan_evictions
 from coderai.errors import (
     BusProtocolError,
     CoderaiError,
@@ -62,12 +62,12 @@ from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
 from coderai.front.placement import compatible, route
 from coderai.front.registry import EngineRecord, Registry
+from coderai.front.room import RoomKeeper
 from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front")
 
 _ENGINE_STATES = frozenset(EngineState)
-MIB = 1 << 20
 #: heartbeats an engine may miss before it is "missing" and PINGed
 MISSING_AFTER_BEATS = 2
 
@@ -96,9 +96,8 @@ class Dispatcher:
         self.registry = Registry()
         self.queue = JobQueue()
         self._pin_noted: set[tuple[str, str]] = set()
-        #: per engine (identity) whose load waits for room: its heartbeat count when
-        #: unloads were last asked for it
-        self._room_asked: dict[bytes, int] = {}
+        #: decides the unloads that make room under the fleet's RAM cap
+        self._room = RoomKeeper()
         self.dropped_frames = 0
         self._drop_log = ThrottledLog(log)
         #: cleared at shutdown: new requests are refused, those admitted may still finish
@@ -424,7 +423,13 @@ class Dispatcher:
             record.cooldown = cooldown_of(msg.cooldown)
             record.gpu_readings = gpu_readings(msg.gpus)
             record.residents = residents_of(msg.residents)
-            record.wants_mb = max(0.0, float(msg.wants_mb))
+            record.residents_at = record.last_seen
+            if not is_number(msg.wants_mb, 0):
+                raise BusProtocolError(f"HEARTBEAT.wants_mb {msg.wants_mb!r} is not a size")
+            record.wants_mb = float(msg.wants_mb)
+            if msg.room_mb is not None and not is_number(msg.room_mb):
+                raise BusProtocolError(f"HEARTBEAT.room_mb {msg.room_mb!r} is not a number")
+            record.room_mb = None if msg.room_mb is None else float(msg.room_mb)
             record.beats += 1
             record.state = msg.state
             record.loaded = msg.loaded
@@ -569,31 +574,14 @@ class Dispatcher:
             self._make_room()
 
     def _make_room(self) -> None:
-        """An engine whose load waits for room under the fleet's RAM cap: the fleet's least
-        recently used idle models go, on whichever engines hold them (the waiting engine
-        has already let its own go). Asked again each sweep until the room shows."""
+        """Loads held back for room under the fleet's RAM cap, or a fleet over it: the
+        fleet's least recently used idle models go, on whichever engines hold them."""
         engines = self.registry.all()
-        for wanting in [e for e in engines if e.wants_mb > 0]:
-            # after asking, its need stands until it has measured the fleet again: two
-            # heartbeats (the first may have been measured before the unloads landed)
-            asked = self._room_asked.get(wanting.identity)
-            if asked is not None and wanting.beats < asked + 2:
-                continue
-            self._room_asked[wanting.identity] = wanting.beats
-            idle = [
-                ResidentView(f"{e.name}\0{r['model']}", int(r["mb"] * MIB), r["busy"],
-                             -float(r["idle_for"]))
-                for e in engines
-                if e is not wanting
-                for r in e.residents
-            ]  # fmt: skip
-            for name in plan_evictions(idle, int(wanting.wants_mb * MIB), 0):
-                engine, model = name.split("\0", 1)
-                record = self.registry.by_name(engine)
-                if record is not None:
-                    log.info("unloading idle %s on %s: %s waits for room under the RAM cap",
-                             model, engine, wanting.name)  # fmt: skip
-                    self.control(record, ControlAction.UNLOAD, {"model": model})
+        for name, model in self._room.sweep(engines):
+            record = self.registry.by_name(name)
+            if record is not None:
+                log.info("unloading idle %s on %s to make room under the RAM cap", model, name)
+                self.control(record, ControlAction.UNLOAD, {"model": model})
 
     def _expire_queue(self, now: float) -> None:
         limit = self.settings.queue_timeout

@@ -33,10 +33,13 @@ class EngineRecord:
     cooldown: dict[str, Any] | None = None
     #: per card it owns, from its last heartbeat: vendor, temperature, VRAM
     gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: its resident models ({model, mb, busy, idle_for}) and the memory a load of its
-    #: waits for under the fleet's RAM cap, from its last heartbeat
+    #: its resident models ({model, mb, busy, idle_for}), when that heartbeat arrived,
+    #: the memory its loads wait for under the fleet's RAM cap and the room under the
+    #: cap it measured (None: no cap), from its last heartbeat (see room.py)
     residents: list[dict[str, Any]] = field(default_factory=list)
+    residents_at: float = 0.0
     wants_mb: float = 0.0
+    room_mb: float | None = None
     #: heartbeats received from this incarnation
     beats: int = 0
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent

@@ -72,7 +72,9 @@ def test_slow_readers_hold_the_front_to_its_backlog_cap(start_server: StartServe
     baseline = front_rss(srv)
     socks = [open_stream(srv) for _ in range(streams)]
     try:
-        wait_for(lambda: holds(srv) >= streams)
+        # first each stream fills its socket's send buffer, which loopback TCP grows up to
+        # tcp_wmem's maximum (4 MiB here): ~9 s for the four on this idle 2-core machine
+        wait_for(lambda: holds(srv) >= streams, timeout=60)
         peak = baseline
         end = time.monotonic() + 8
         while time.monotonic() < end:  # each reads ~1 KB/s: far slower than the engine

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coderai.bus.messages import Done, Job, Tokens
+from coderai.bus.messages import Done, Heartbeat, Job, Tokens
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatcher import Dispatcher
@@ -119,3 +119,39 @@ def test_a_tokens_answer_is_kept_for_its_job_and_one_with_ids_not_integers_is_dr
     dispatcher, job = asyncio.run(scenario())
     assert dispatcher.dropped_frames == 1
     assert job.tokens == Tokens(1, ids=[104, 105], context=8)
+
+
+def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> tuple[Dispatcher, list[tuple[float, float | None, float]]]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        record = dispatcher.registry.all()[0]
+        seen = []
+        for beat in (
+            Heartbeat("ready", wants_mb=-1.0),
+            Heartbeat("ready", wants_mb="lots"),  # type: ignore[arg-type]
+            Heartbeat("ready", room_mb="x"),  # type: ignore[arg-type]
+            Heartbeat("ready", room_mb=True),
+            Heartbeat("ready", wants_mb=300.0, room_mb=-20.5),
+            Heartbeat("ready"),
+        ):
+            beats = record.beats
+            dropped = dispatcher.dropped_frames
+            await peer.send(beat)
+            async with asyncio.timeout(5):
+                while record.beats == beats and dispatcher.dropped_frames == dropped:
+                    await asyncio.sleep(0.005)
+            seen.append((record.wants_mb, record.room_mb, record.residents_at))
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, seen
+
+    dispatcher, seen = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 4
+    (wants, room, at), (wants_after, room_after, at_after) = seen[4], seen[5]
+    assert (wants, room) == (300.0, -20.5) and at > 0
+    assert (wants_after, room_after) == (0.0, None) and at_after >= at
