@@ -4,13 +4,15 @@ Loads run on their own thread so a load never stalls the decode loop of resident
 nor the engine's socket. A model may have up to `max_instances` instances; each takes as
 many sequences as its capacity allows (a llama.cpp context: one; a transformers batch:
 many). Before a load, idle models are unloaded least-recently-used first when the new one
-would not fit; a model that is generating is never unloaded.
+would not fit (the memory budget, the machine's free RAM, the fleet's RAM cap, and the
+free VRAM of the engine's cards); a model that is generating is never unloaded.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +44,16 @@ def estimate_bytes(spec: ModelSpec) -> int:
     return sum(p.stat().st_size for p in path.glob("*.safetensors")) or sum(
         p.stat().st_size for p in path.glob("*.bin")
     )
+
+
+def _release_memory() -> None:
+    """What unloaded models held goes back: their objects now, and torch's cached CUDA
+    blocks, which would otherwise still count as used on the card for other processes
+    and for the next VRAM reading (torch is only consulted where a model imported it)."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,8 @@ class ModelPool:
         #: measures the fleet now (see fleet.py): a load under the cap decides on a fresh
         #: measure, not on the last heartbeat's, which may predate other engines' loads
         self.fleet_meter: Callable[[], dict[str, int]] | None = None
+        #: reads the free VRAM of the engine's cards now (None: no card reports it)
+        self.vram_meter: Callable[[], int | None] | None = None
         self.resident: dict[str, list[Resident]] = {}
         self.loading: dict[str, _Loading] = {}
         #: replaced (never changed) after every change above; read from other threads
@@ -152,7 +166,7 @@ class ModelPool:
         log.info("unloaded %d instances of %s (%d busy stay)", gone, model_id, busy)
         if gone:
             self._publish()
-            gc.collect()
+            _release_memory()
         return gone
 
     def release(self, instance: ModelInstance) -> None:
@@ -169,6 +183,7 @@ class ModelPool:
         if self.ram_cap_bytes and self.fleet_meter is not None:
             self.fleet = self.fleet_meter()
         self._make_room(size)
+        self._make_vram_room(spec.id, size)
         if self.ram_cap_bytes and self._room_under_cap() < size:
             if size > self.ram_cap_bytes:
                 raise JobError(self._no_room(spec.id, size, "more than the cap itself"),
@@ -189,6 +204,15 @@ class ModelPool:
     def _make_room(self, needed: int) -> None:
         self._evict(needed, self._free_bytes())
 
+    def _make_vram_room(self, model_id: str, needed: int) -> None:
+        """On an engine with GPUs, a model goes to its cards: idle models there go first
+        when the cards' free VRAM, read now, is short of it."""
+        free = self.vram_meter() if self.vram_meter is not None else None
+        if free is not None and free < needed:
+            log.info("model %s needs %.0f MiB of VRAM and %.0f MiB are free",
+                     model_id, needed / MIB, free / MIB)  # fmt: skip
+            self._evict(needed, free)
+
     def _evict(self, needed: int, free: int) -> None:
         everyone = [r for rs in self.resident.values() for r in rs]
         views = [ResidentView(str(id(r)), r.size, r.active > 0, r.last_used) for r in everyone]
@@ -201,7 +225,7 @@ class ModelPool:
                     del self.resident[resident.key]
         if doomed:
             self._publish()
-            gc.collect()
+            _release_memory()
 
     def _free_bytes(self) -> int:
         if self.budget_bytes:

@@ -54,6 +54,17 @@ class Sensors(Protocol):
     def read(self) -> Readings: ...
 
 
+def free_vram_bytes(readings: Readings) -> int | None:
+    """The VRAM free on the engine's cards, summed (a model is split over all of them);
+    None when no card reports both figures (no GPU, or a sensor that gives none)."""
+    free = [
+        card.vram_total_mb - card.vram_used_mb
+        for card in readings.gpus.values()
+        if card.vram_total_mb is not None and card.vram_used_mb is not None
+    ]
+    return int(max(0.0, sum(free)) * (1 << 20)) if free else None
+
+
 def _number(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)

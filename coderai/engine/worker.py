@@ -50,7 +50,7 @@ from coderai.engine.backends import available_backends
 from coderai.engine.fleet import fleet_usage
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
-from coderai.engine.sensors import Readings, sensors_for
+from coderai.engine.sensors import Readings, free_vram_bytes, sensors_for
 from coderai.engine.thermal import Cooldown, ThermalPolicy, next_cooldown
 from coderai.errors import BusProtocolError
 from coderai.logthrottle import ThrottledLog
@@ -124,6 +124,7 @@ class EngineWorker:
         outbox = self._outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
         self.scheduler.pool.fleet_meter = lambda: fleet_usage(self.s.front_pid)
+        self.scheduler.pool.vram_meter = lambda: free_vram_bytes(self._sensors.read())
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
         try:
             if not await self._handshake():

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from coderai.config import ThermalConfig
-from coderai.engine.sensors import GpuReading, Readings, ReadingsFile
+from coderai.engine.sensors import GpuReading, Readings, ReadingsFile, free_vram_bytes
 from coderai.engine.thermal import Limits, ThermalPolicy, next_cooldown
 
 POLICY = ThermalPolicy(
@@ -73,3 +73,14 @@ def test_the_readings_file_is_read_again_each_time_for_the_cards_owned(tmp_path:
     assert sensors.read() == Readings(60, {})
     path.write_text("{not json")
     assert sensors.read() == Readings()
+
+
+def test_free_vram_is_summed_over_the_cards_that_report_it() -> None:
+    cards = {
+        "a": GpuReading("nvidia", 50, vram_total_mb=1000, vram_used_mb=250),
+        "b": GpuReading("amd", 50, vram_total_mb=500, vram_used_mb=500),
+        "c": GpuReading("nvidia", 50),  # no VRAM figures: not counted
+    }
+    assert free_vram_bytes(Readings(40, cards)) == 750 * 2**20
+    assert free_vram_bytes(Readings(40, {"c": cards["c"]})) is None
+    assert free_vram_bytes(Readings(40)) is None
