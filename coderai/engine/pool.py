@@ -29,6 +29,7 @@ from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.engine")
 MIB = 1 << 20
+_SELF = psutil.Process()
 
 
 def estimate_bytes(spec: ModelSpec) -> int:
@@ -44,6 +45,15 @@ def estimate_bytes(spec: ModelSpec) -> int:
     return sum(p.stat().st_size for p in path.glob("*.safetensors")) or sum(
         p.stat().st_size for p in path.glob("*.bin")
     )
+
+
+def still_to_load(footprint: tuple[int, int], rss_now: int) -> int:
+    """What loads in flight will still add to their process's RSS: their sizes less what
+    it has grown by since the first began. Counting their whole size on top of a fleet
+    measure that already holds part of them would show the fleet over its cap mid-load,
+    and the front would unload a model for room that was there."""
+    size, rss_at_start = footprint
+    return max(0, size - max(0, rss_now - rss_at_start)) if size else 0
 
 
 def _release_memory() -> None:
@@ -86,6 +96,9 @@ class _Loading:
     progress: LoadProgress
     size: int
     started: float = field(default_factory=time.monotonic)
+    #: this process's RSS as the load began: what it has grown by since is (roughly) how
+    #: much of the model is in memory already
+    rss_at_start: int = 0
 
 
 class ModelPool:
@@ -196,9 +209,10 @@ class ModelPool:
         progress = LoadProgress()
         model_id = spec.id
         log.info("loading model %s (%.0f MiB)", model_id, size / MIB)
+        rss = _SELF.memory_info().rss  # before the loader thread can take any of it
         future = self._executor.submit(backend.load, spec, progress)
         future.add_done_callback(lambda _f: self._on_loaded(key))
-        self.loading[key] = _Loading(model_id, future, progress, size)
+        self.loading[key] = _Loading(model_id, future, progress, size, rss_at_start=rss)
         self._publish()
 
     def _make_room(self, needed: int) -> None:
@@ -242,7 +256,14 @@ class ModelPool:
         return self.ram_cap_bytes - sum(self.fleet.values()) - self.loading_bytes()
 
     def loading_bytes(self) -> int:
-        return sum(ld.size for ld in self.loading.values())
+        return still_to_load(self.loading_footprint(), _SELF.memory_info().rss)
+
+    def loading_footprint(self) -> tuple[int, int]:
+        """The sizes of this engine's loads in flight, and its RSS when the first began."""
+        if not self.loading:
+            return (0, 0)
+        loads = self.loading.values()
+        return (sum(ld.size for ld in loads), min(ld.rss_at_start for ld in loads))
 
     def _no_room(self, model_id: str, size: int, why: str) -> str:
         holders = ", ".join(

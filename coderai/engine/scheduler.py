@@ -73,10 +73,10 @@ class Scheduler:
         #: per model counters for the heartbeat: replaced, never changed, by this thread
         self.stats: dict[str, dict[str, int]] = {}
         #: the same for the RAM cap: resident models (size, busy, idle for), the memory
-        #: loads wait for and the memory of loads in flight (not yet in anyone's RSS)
+        #: loads wait for, and the loads in flight (see pool.loading_footprint)
         self.residents: list[dict[str, object]] = []
         self.wants_mb = 0.0
-        self.loading_bytes = 0
+        self.loading_footprint = (0, 0)
         self._stats_at = 0.0
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
@@ -150,7 +150,7 @@ class Scheduler:
         self.stats = stats
         self.residents = self.pool.residents_report()
         self.wants_mb = self.pool.wants_mb()
-        self.loading_bytes = self.pool.loading_bytes()
+        self.loading_footprint = self.pool.loading_footprint()
 
     def _admit_freed(self) -> None:
         while self._freed:

@@ -49,6 +49,7 @@ from coderai.bus.sockets import connect_dealer
 from coderai.engine.backends import available_backends
 from coderai.engine.fleet import fleet_usage
 from coderai.engine.outbox import Outbox
+from coderai.engine.pool import still_to_load
 from coderai.engine.scheduler import Scheduler
 from coderai.engine.sensors import Readings, free_vram_bytes, sensors_for
 from coderai.engine.thermal import Cooldown, ThermalPolicy, next_cooldown
@@ -332,8 +333,11 @@ class EngineWorker:
                 fleet = await asyncio.to_thread(fleet_usage, self.s.front_pid)
                 self.scheduler.measured(fleet)
                 # from this measure, not the scheduler's last publication of it: the front
-                # acts on it, and must not act twice on one measure taken before an unload
-                self._room_mb = (cap - sum(fleet.values()) - self.scheduler.loading_bytes) / MIB
+                # acts on it, and must not act twice on one measure taken before an unload;
+                # this engine's loads in flight count for what they have yet to take
+                own = self._proc.memory_info().rss
+                coming = still_to_load(self.scheduler.loading_footprint, own)
+                self._room_mb = (cap - sum(fleet.values()) - coming) / MIB
             await self._send(encode(self._heartbeat()))
             await asyncio.sleep(self._heartbeat_interval)
 

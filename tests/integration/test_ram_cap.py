@@ -28,7 +28,10 @@ MODELS: list[dict[str, Any]] = [
 ] + [
     {"id": "slow-a", "format": "fake", "engine": "a", "options": {"memory_mb": MODEL_MB, **SLOW}},
     {"id": "huge", "format": "fake", "engine": "c", "options": {"memory_mb": 100_000}},
-]
+    # its memory is taken at once, then the load goes on for many heartbeats
+    {"id": "long-load-b", "format": "fake", "engine": "b",
+     "options": {"memory_mb": MODEL_MB, "load_seconds": 2}},
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -107,6 +110,18 @@ def test_a_model_that_is_generating_is_never_unloaded_for_room(srv: Server) -> N
     streamed = len(tokens)
     wait_for(lambda: len(tokens) > streamed + 5)  # the stream never stopped
     ended.set()
+
+
+def test_a_load_in_flight_is_not_counted_twice_against_the_cap(srv: Server) -> None:
+    # while long-load-b loads, b's RSS already holds it; were its whole size counted again
+    # as still to come, the fleet would seem 150 MiB over the cap for ten heartbeats, and
+    # the front would unload on-a for room that is there
+    cap_for_two_models(srv)
+    assert chat(srv, "on-a").status_code == 200
+    assert chat(srv, "long-load-b").status_code == 200
+    settle(lambda: loaded(srv)["b"] == ["long-load-b"])
+    assert loaded(srv) == {"a": ["on-a"], "b": ["long-load-b"], "c": []}
+    assert "to make room under the RAM cap" not in srv.log()
 
 
 def test_a_load_that_can_never_fit_is_a_503_naming_the_cap(srv: Server) -> None:

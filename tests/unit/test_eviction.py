@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from coderai.engine.eviction import ResidentView, plan_evictions
+from coderai.engine.pool import still_to_load
 
 
 def view(name: str, size: int, last_used: float, busy: bool = False) -> ResidentView:
@@ -23,3 +24,12 @@ def test_a_generating_model_is_never_unloaded() -> None:
 
 def test_no_idle_model_means_nothing_to_unload() -> None:
     assert plan_evictions([view("busy", 10, 0, busy=True)], needed=50, free=0) == []
+
+
+def test_a_load_in_flight_counts_for_what_it_has_yet_to_take() -> None:
+    mib = 1 << 20
+    assert still_to_load((0, 0), 500 * mib) == 0  # nothing loading
+    assert still_to_load((300 * mib, 100 * mib), 100 * mib) == 300 * mib  # not begun
+    assert still_to_load((300 * mib, 100 * mib), 250 * mib) == 150 * mib  # half in RSS
+    assert still_to_load((300 * mib, 100 * mib), 450 * mib) == 0  # all in, and more
+    assert still_to_load((300 * mib, 100 * mib), 80 * mib) == 300 * mib  # it shrank
