@@ -79,3 +79,9 @@ def test_a_fake_models_memory_is_really_taken() -> None:
     grown = process.memory_info().rss - before
     assert grown >= 60 * (1 << 20), grown  # every page touched, not merely reserved
     assert len(instance.weights) == 64 * (1 << 20)
+
+
+def test_token_chars_repeats_each_word_to_that_length() -> None:
+    plain = fake_tokens("p", 0, 50)
+    long = fake_tokens("p", 0, 50, token_chars=64)
+    assert all(len(t) == 64 and t.startswith(w) for t, w in zip(long, plain, strict=True))

@@ -7,7 +7,9 @@ context (tokens prompt and completion share, like a real model's context window)
 capacity (sequences one instance runs at once, like a llama.cpp context), memory_mb (the
 memory it really takes once loaded, every page touched, so memory guards are tested
 against real RSS), fail_after_tokens, crash_after_tokens (the process exits),
-hang_after_tokens (the process stops responding), script (a text it writes instead of
+hang_after_tokens (the process stops responding), token_chars (each word repeated to
+exactly this many characters: a stream carries bytes many times faster, for tests of
+buffers and back-pressure), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
 the whole stack with it) and tool_format (the call format it is parsed as).
 
@@ -89,14 +91,19 @@ def _next_state(x: int) -> int:
     return x
 
 
-def fake_tokens(prompt: str, seed: int, count: int) -> list[str]:
+def fake_tokens(prompt: str, seed: int, count: int, token_chars: int = 0) -> list[str]:
     """The token texts the fake model produces for a prompt (before stops and limits)."""
     state = _start_state(prompt, seed)
     out = []
     for _ in range(count):
         state = _next_state(state)
-        out.append(WORDS[state % len(WORDS)])
+        out.append(_word(state, token_chars))
     return out
+
+
+def _word(state: int, chars: int) -> str:
+    word = WORDS[state % len(WORDS)]
+    return word if not chars else (word * (chars // len(word) + 1))[:chars]
 
 
 def _option(options: dict[str, Any], name: str, default: float) -> float:
@@ -112,6 +119,7 @@ class FakeInstance(ModelInstance):
         self.step_interval = 1.0 / tps if tps else 0.0
         self.output_tokens = int(_option(options, "output_tokens", DEFAULT_OUTPUT_TOKENS))
         self.context = int(_option(options, "context", 1 << 30))
+        self.token_chars = int(_option(options, "token_chars", 0))
         self.capacity = int(_option(options, "capacity", 1 << 30)) or 1
         self.fail_after = options.get("fail_after_tokens")
         self.crash_after = options.get("crash_after_tokens")
@@ -163,7 +171,7 @@ class FakeInstance(ModelInstance):
                 out.append(END)
                 continue
             seq.state = _next_state(seq.state)
-            out.append(WORDS[seq.state % len(WORDS)])
+            out.append(_word(seq.state, self.token_chars))
         return out
 
 
