@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -151,17 +152,22 @@ class Heartbeat(Message):
     #: per GPU it owns: {vendor, temp, vram_total_mb, vram_used_mb} (numbers may be None)
     gpus: dict[str, Any] = field(default_factory=dict)
     #: its resident models: [{model, mb, busy, idle_for (seconds)}] (checked with
-    #: residents_of); the memory its loads wait for under the fleet's RAM cap, and the
-    #: room it measured under that cap (None: no cap; negative: the fleet is over it)
+    #: residents_of); under the fleet's RAM cap: the memory its loads wait for, the room
+    #: under the cap at its last measure of the fleet (None: no cap; negative: the fleet
+    #: is over it), what its loads in flight have yet to take, and how many measures it
+    #: has taken (a PING's answer repeats the last one)
     residents: list[Any] = field(default_factory=list)
     wants_mb: float = 0.0
     room_mb: float | None = None
+    coming_mb: float = 0.0
+    measures: int = 0
 
 
 def is_number(value: object, least: float = float("-inf"), *, above: bool = False) -> bool:
-    """A number from msgpack (an int or a float, never a bool) of at least `least` (with
-    `above`, more than it): the one check every numeric field takes at the edge."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A finite number from msgpack (an int or a float, never a bool, never inf or nan) of
+    at least `least` (with `above`, more than it): the one check every numeric field takes
+    at the edge."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return False
     return value > least if above else value >= least
 

@@ -172,6 +172,7 @@ class ModelPool:
         for key, instances in list(self.resident.items()):
             for resident in [r for r in instances if r.model_id == model_id and not r.active]:
                 instances.remove(resident)
+                self._shrinks(resident.size)
                 gone += 1
             if not instances:
                 del self.resident[key]
@@ -235,11 +236,18 @@ class ModelPool:
             if str(id(resident)) in doomed:
                 log.info("unloading idle model %s to make room", resident.model_id)
                 self.resident[resident.key].remove(resident)
+                self._shrinks(resident.size)
                 if not self.resident[resident.key]:
                     del self.resident[resident.key]
         if doomed:
             self._publish()
             _release_memory()
+
+    def _shrinks(self, size: int) -> None:
+        """An unload during loads in flight: the RSS it frees is not a load's progress,
+        so each load's baseline moves down with it (see still_to_load)."""
+        for loading in self.loading.values():
+            loading.rss_at_start -= size
 
     def _free_bytes(self) -> int:
         if self.budget_bytes:

@@ -103,8 +103,10 @@ class EngineWorker:
         self._readings = Readings()
         self._thermal = ThermalPolicy()
         self._cooldown: Cooldown | None = None
-        #: the room under the fleet's RAM cap at the last measure (None: no cap)
-        self._room_mb: float | None = None
+        #: at the last measure of the fleet: the room under its RAM cap and what this
+        #: engine's loads in flight have yet to take, in MiB (None: no cap); measures taken
+        self._room: tuple[float, float] | None = None
+        self._measures = 0
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -295,7 +297,9 @@ class EngineWorker:
             gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
             residents=self.scheduler.residents,
             wants_mb=self.scheduler.wants_mb,
-            room_mb=self._room_mb,
+            room_mb=None if self._room is None else self._room[0],
+            coming_mb=0.0 if self._room is None else self._room[1],
+            measures=self._measures,
         )
 
     async def _check_thermal(self) -> None:
@@ -328,7 +332,6 @@ class EngineWorker:
                 return
             await self._check_thermal()
             cap = self.scheduler.pool.ram_cap_bytes
-            self._room_mb = None
             if cap:
                 fleet = await asyncio.to_thread(fleet_usage, self.s.front_pid)
                 self.scheduler.measured(fleet)
@@ -337,7 +340,12 @@ class EngineWorker:
                 # this engine's loads in flight count for what they have yet to take
                 own = self._proc.memory_info().rss
                 coming = still_to_load(self.scheduler.loading_footprint, own)
-                self._room_mb = (cap - sum(fleet.values()) - coming) / MIB
+                # assigned together after the await: a PING answered meanwhile repeats the
+                # last measure whole, with its count, so the front never counts it twice
+                self._room = ((cap - sum(fleet.values())) / MIB, coming / MIB)
+                self._measures += 1
+            else:
+                self._room = None
             await self._send(encode(self._heartbeat()))
             await asyncio.sleep(self._heartbeat_interval)
 

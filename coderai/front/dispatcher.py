@@ -417,27 +417,40 @@ class Dispatcher:
         elif isinstance(msg, Fail):
             self._failed(record, msg)
         elif isinstance(msg, Heartbeat):
-            if msg.state not in _ENGINE_STATES:
-                raise BusProtocolError(f"HEARTBEAT.state {msg.state!r} is not an engine state")
-            record.models = model_counters(msg.models)
-            record.cooldown = cooldown_of(msg.cooldown)
-            record.gpu_readings = gpu_readings(msg.gpus)
-            record.residents = residents_of(msg.residents)
-            record.residents_at = record.last_seen
-            if not is_number(msg.wants_mb, 0):
-                raise BusProtocolError(f"HEARTBEAT.wants_mb {msg.wants_mb!r} is not a size")
-            record.wants_mb = float(msg.wants_mb)
-            if msg.room_mb is not None and not is_number(msg.room_mb):
-                raise BusProtocolError(f"HEARTBEAT.room_mb {msg.room_mb!r} is not a number")
-            record.room_mb = None if msg.room_mb is None else float(msg.room_mb)
-            record.beats += 1
-            record.state = msg.state
-            record.loaded = msg.loaded
-            record.loading = msg.loading
-            record.rss = msg.rss
+            self._heartbeat(record, msg)
         elif isinstance(msg, Bye):
             log.info("engine %s said goodbye: %s", record.name, msg.reason)
             self._lose(record, f"engine {record.name} left: {msg.reason}", died=False)
+
+    def _heartbeat(self, record: EngineRecord, msg: Heartbeat) -> None:
+        """Every field checked before any is kept: a malformed heartbeat changes nothing."""
+        if msg.state not in _ENGINE_STATES:
+            raise BusProtocolError(f"HEARTBEAT.state {msg.state!r} is not an engine state")
+        models = model_counters(msg.models)
+        cooldown = cooldown_of(msg.cooldown)
+        readings = gpu_readings(msg.gpus)
+        residents = residents_of(msg.residents)
+        for name in ("wants_mb", "coming_mb", "rss"):
+            if not is_number(getattr(msg, name), 0):
+                raise BusProtocolError(f"HEARTBEAT.{name} {getattr(msg, name)!r} is not a size")
+        if msg.room_mb is not None and not is_number(msg.room_mb):
+            raise BusProtocolError(f"HEARTBEAT.room_mb {msg.room_mb!r} is not a number")
+        if type(msg.measures) is not int or msg.measures < 0:
+            raise BusProtocolError(f"HEARTBEAT.measures {msg.measures!r} is not a count")
+        if not all(isinstance(m, str) for m in msg.loaded) or not all(
+            isinstance(m, str) and is_number(f, 0) for m, f in msg.loading.items()
+        ):
+            raise BusProtocolError("HEARTBEAT.loaded and .loading must name models")
+        record.models, record.cooldown, record.gpu_readings = models, cooldown, readings
+        record.residents, record.residents_at = residents, record.last_seen
+        record.wants_mb, record.coming_mb = float(msg.wants_mb), float(msg.coming_mb)
+        record.room_mb = None if msg.room_mb is None else float(msg.room_mb)
+        record.measures = msg.measures
+        record.beats += 1
+        record.state = msg.state
+        record.loaded = msg.loaded
+        record.loading = msg.loading
+        record.rss = int(msg.rss)
 
     def _hello(self, identity: bytes, msg: Hello) -> None:
         if not hmac.compare_digest(msg.token.encode(), self._token.encode()):
@@ -571,17 +584,17 @@ class Dispatcher:
                     self.host.kill(record.name, record.pid)
             self._expire_queue(now)
             self._end_stalled(now)
-            self._make_room()
+            try:
+                self._make_room()
+            except Exception:  # the reaper must outlive any one decision's defect
+                log.exception("deciding room under the RAM cap failed")
 
     def _make_room(self) -> None:
         """Loads held back for room under the fleet's RAM cap, or a fleet over it: the
         fleet's least recently used idle models go, on whichever engines hold them."""
-        engines = self.registry.all()
-        for name, model in self._room.sweep(engines):
-            record = self.registry.by_name(name)
-            if record is not None:
-                log.info("unloading idle %s on %s to make room under the RAM cap", model, name)
-                self.control(record, ControlAction.UNLOAD, {"model": model})
+        for record, model in self._room.sweep(self.registry.all()):
+            log.info("unloading idle %s on %s to make room under the RAM cap", model, record.name)
+            self.control(record, ControlAction.UNLOAD, {"model": model})
 
     def _expire_queue(self, now: float) -> None:
         limit = self.settings.queue_timeout

@@ -33,13 +33,16 @@ class EngineRecord:
     cooldown: dict[str, Any] | None = None
     #: per card it owns, from its last heartbeat: vendor, temperature, VRAM
     gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: its resident models ({model, mb, busy, idle_for}), when that heartbeat arrived,
-    #: the memory its loads wait for under the fleet's RAM cap and the room under the
-    #: cap it measured (None: no cap), from its last heartbeat (see room.py)
+    #: its resident models ({model, mb, busy, idle_for}) and when that heartbeat arrived;
+    #: under the fleet's RAM cap, the memory its loads wait for, the room it measured
+    #: (None: no cap), what its loads in flight have yet to take, and how many measures
+    #: it has taken, from its last heartbeat (see room.py)
     residents: list[dict[str, Any]] = field(default_factory=list)
     residents_at: float = 0.0
     wants_mb: float = 0.0
     room_mb: float | None = None
+    coming_mb: float = 0.0
+    measures: int = 0
     #: heartbeats received from this incarnation
     beats: int = 0
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent

@@ -136,7 +136,11 @@ def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
             Heartbeat("ready", wants_mb="lots"),  # type: ignore[arg-type]
             Heartbeat("ready", room_mb="x"),  # type: ignore[arg-type]
             Heartbeat("ready", room_mb=True),
-            Heartbeat("ready", wants_mb=300.0, room_mb=-20.5),
+            Heartbeat("ready", room_mb=float("inf")),
+            Heartbeat("ready", coming_mb=float("nan")),
+            Heartbeat("ready", measures=-1),
+            Heartbeat("ready", loaded=[1]),  # type: ignore[list-item]
+            Heartbeat("ready", wants_mb=300.0, room_mb=-20.5, coming_mb=5.0, measures=3),
             Heartbeat("ready"),
         ):
             beats = record.beats
@@ -151,7 +155,7 @@ def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
         return dispatcher, seen
 
     dispatcher, seen = asyncio.run(scenario())
-    assert dispatcher.dropped_frames == 4
-    (wants, room, at), (wants_after, room_after, at_after) = seen[4], seen[5]
+    assert dispatcher.dropped_frames == 8
+    (wants, room, at), (wants_after, room_after, at_after) = seen[8], seen[9]
     assert (wants, room) == (300.0, -20.5) and at > 0
     assert (wants_after, room_after) == (0.0, None) and at_after >= at
