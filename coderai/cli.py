@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from coderai import accounts_cli
+from coderai import accounts_cli, cluster_cli
 from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
@@ -41,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument("--connect", required=True, help="the front's bus endpoint")
     engine.add_argument("--slots", type=int, default=8)
     engine.add_argument("--epoch", type=int, default=None)
+    engine.add_argument(
+        "--server-key", type=Path, help="the front's public key file (a tcp:// bus uses CURVE)"
+    )
+    engine.add_argument("--key", type=Path, help="this engine's secret key file (tcp://)")
     accounts_cli.add_parsers(sub)
+    cluster_cli.add_parser(sub)
     return parser
 
 
@@ -59,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command in ("users", "keys"):
             return accounts_cli.run(args, DEFAULT_CONFIG)
+        if args.command == "cluster":
+            return cluster_cli.run(args, DEFAULT_CONFIG)
         return _engine(args)
     except ConfigError as exc:
         print(f"coderai: {exc.message}", file=sys.stderr)
@@ -72,6 +79,13 @@ def _engine(args: argparse.Namespace) -> int:
     from coderai.engine.worker import EngineSettings, EngineWorker
 
     front_pid = os.environ.get("CODERAI_FRONT_PID")
+    curve_keys = None
+    if args.connect.startswith("tcp://"):
+        if args.server_key is None or args.key is None:
+            raise ConfigError("a tcp:// bus needs --server-key and --key (coderai cluster keygen)")
+        from coderai.bus.curve import load_pair, load_public
+
+        curve_keys = (load_public(args.server_key), *load_pair(args.key))
     capabilities = os.environ.get("CODERAI_ENGINE_CAPABILITIES", "")
     settings = EngineSettings(
         name=args.name,
@@ -83,6 +97,7 @@ def _engine(args: argparse.Namespace) -> int:
         capabilities=[c for c in capabilities.split(",") if c],
         front_pid=int(front_pid) if front_pid else None,
         gpus=[g for g in os.environ.get("CODERAI_ENGINE_GPUS", "").split(",") if g],
+        curve=curve_keys,
     )
     return asyncio.run(EngineWorker(settings).run())
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coderai.errors import ConfigError
 from coderai.validation import first_problem
@@ -91,6 +91,19 @@ class OffloadConfig(_Strict):
     max_ram_gb: float = Field(0.0, ge=0)
 
 
+class ClusterConfig(_Strict):
+    #: a TCP endpoint (e.g. tcp://0.0.0.0:7760) where engines and nodes on other machines
+    #: join the bus with CURVE keys on the allow-list (`coderai cluster`); None: off
+    bind: str | None = None
+
+    @field_validator("bind")
+    @classmethod
+    def _tcp(cls, bind: str | None) -> str | None:
+        if bind is not None and not bind.startswith("tcp://"):
+            raise ValueError("cluster.bind must be a tcp:// endpoint")
+        return bind
+
+
 class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
@@ -160,6 +173,7 @@ class Config(_Strict):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     thermal: ThermalConfig = Field(default_factory=ThermalConfig)
     offload: OffloadConfig = Field(default_factory=OffloadConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="after")
     def _unique_engine_names(self) -> Config:
@@ -238,7 +252,7 @@ class Catalogue:
         return self._by_name.get(name)
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -257,7 +271,7 @@ def load_config(path: Path | None) -> Config:
     if path is None:
         return Config()
     try:
-        return Config.model_validate(_read_json(path))
+        return Config.model_validate(read_json(path))
     except ValidationError as exc:
         raise ConfigError(_validation_message(path, exc)) from None
 
@@ -288,7 +302,7 @@ class StateFiles:
 
 
 def load_catalogue(path: Path) -> Catalogue:
-    return catalogue_from(_read_json(path), str(path))
+    return catalogue_from(read_json(path), str(path))
 
 
 def write_json_atomically(path: Path, data: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -25,11 +26,16 @@ class LoopSocket:
         self,
         sock: zmq.Socket[bytes],
         loop: asyncio.AbstractEventLoop,
-        on_message: Callable[[list[bytes]], None],
+        on_message: Callable[[list[Any]], None],
+        *,
+        copy: bool = True,
     ) -> None:
         self.sock = sock
         self._loop = loop
+        #: given bytes, or (copy=False) zmq.Frames, whose properties (the peer's CURVE
+        #: key as User-Id) a CURVE socket's reader needs
         self._on_message = on_message
+        self._copy = copy
         self._fd = int(sock.getsockopt(zmq.FD))
         self._scheduled = False
         loop.add_reader(self._fd, self._drain)
@@ -50,7 +56,7 @@ class LoopSocket:
         for _ in range(DRAIN_BATCH):
             if not self._readable():
                 return
-            self._on_message(self.sock.recv_multipart(zmq.NOBLOCK))
+            self._on_message(self.sock.recv_multipart(zmq.NOBLOCK, copy=self._copy))
         self._schedule()
 
     def send_nowait(self, frames: list[bytes]) -> zmq.ZMQError | None:

@@ -77,6 +77,9 @@ class EngineSettings:
     capabilities: list[str] = field(default_factory=list)
     front_pid: int | None = None
     gpus: list[str] = field(default_factory=list)
+    #: a front on another machine (tcp://): its public key, and this engine's public and
+    #: secret keys (CURVE); None: a local front, reached over ipc with the run's token
+    curve: tuple[bytes, bytes, bytes] | None = None
 
 
 class EngineWorker:
@@ -122,7 +125,9 @@ class EngineWorker:
         ctx: zmq.Context[zmq.Socket[bytes]] = self._shared_context or zmq.Context()
         self._welcome: asyncio.Future[Message] = loop.create_future()
         self._bus = LoopSocket(
-            connect_dealer(ctx, self.s.connect, self.identity), loop, self._on_frames
+            connect_dealer(ctx, self.s.connect, self.identity, self.s.curve),
+            loop,
+            self._on_frames,
         )
         outbox = self._outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)

@@ -57,6 +57,7 @@ from coderai.errors import (
     StreamStalled,
 )
 from coderai.front import output
+from coderai.front.cluster import ClusterLink
 from coderai.front.host import EngineHost, Unhosted
 from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
@@ -82,6 +83,8 @@ class Dispatcher:
         engine_config: Callable[[str], dict[str, Any]] = lambda name: {},
         preloads: Callable[[EngineRecord], list[dict[str, Any]]] = lambda engine: [],
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        cluster: ClusterLink | None = None,
+        remote_engines_changed: Callable[[dict[str, frozenset[str]]], None] = lambda e: None,
     ) -> None:
         #: read at each use: a live change of the settings (Front.config) replaces it
         self.settings = settings
@@ -112,12 +115,23 @@ class Dispatcher:
         #: shared with an in-process engine, for inproc://
         self.context: zmq.Context[zmq.Socket[bytes]] = context or zmq.Context()
         self._sock: LoopSocket | None = None
+        #: engines and nodes on other machines: TCP with CURVE (None: cluster.bind unset)
+        self.cluster = cluster
+        self._remote: LoopSocket | None = None
+        #: told each remote engine's name and capabilities whenever one joins or leaves
+        #: (placement assigns owners, and honours pins, among them too)
+        self._remote_engines_changed = remote_engines_changed
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
         sock = bind_router(self.context, self.endpoint)
-        self._sock = LoopSocket(sock, asyncio.get_running_loop(), self._take)
+        self._sock = LoopSocket(sock, loop, self._take)
+        if self.cluster is not None:
+            remote = self.cluster.bind(self.context)
+            self._remote = LoopSocket(remote, loop, self._take_remote, copy=False)
+            log.info("engines on other machines may join at %s (CURVE)", self.cluster.endpoint)
         self._tasks = [asyncio.create_task(self._reap(), name="bus-reaper")]
         self.host.start(self)
 
@@ -180,8 +194,11 @@ class Dispatcher:
         self._end_all(ShuttingDown("the server is shutting down"))
         for record in self.registry.all():
             self._lose(record, "the server is shutting down", died=False)
-        if self._sock is not None:
-            self._sock.close()
+        for sock in (self._sock, self._remote):
+            if sock is not None:
+                sock.close()
+        if self.cluster is not None:
+            self.cluster.stop()
         self.context.term()
 
     def next_job_id(self) -> int:
@@ -357,8 +374,9 @@ class Dispatcher:
     def _send_frames(self, engine: EngineRecord, frames: list[bytes]) -> None:
         """Never raises: a peer that cannot be reached is lost (its jobs run elsewhere or
         fail), which is handled outside whichever bus callback tried to send."""
-        assert self._sock is not None
-        error = self._sock.send_nowait([engine.identity, *frames])
+        sock = self._remote if engine.remote_key is not None else self._sock
+        assert sock is not None
+        error = sock.send_nowait([engine.identity, *frames])
         if error is not None:
             # ROUTER_MANDATORY: the peer is gone (or hopelessly backed up)
             log.warning("cannot reach engine %s (%s); treating it as lost", engine.name, error)
@@ -367,34 +385,53 @@ class Dispatcher:
 
     # -- the bus --------------------------------------------------------------------------
     def _take(self, frames: list[bytes]) -> None:
+        self._take_from(frames, None)
+
+    def _take_remote(self, frames: list[zmq.Frame]) -> None:
+        """A message on the CURVE socket, with the key its peer proved (ZAP let it in)."""
         try:
-            self._handle(frames[0], frames[1:])
+            key = frames[-1].get("User-Id")
+        except zmq.ZMQError:
+            key = None
+        if not isinstance(key, str) or not key:  # ZAP always names the key; never seen
+            self._drop(frames[0].bytes, BusProtocolError("a CURVE message without its key"))
+            return
+        self._take_from([f.bytes for f in frames], key)
+
+    def _take_from(self, frames: list[bytes], key: str | None) -> None:
+        try:
+            self._handle(frames[0], frames[1:], key)
         except BusProtocolError as exc:
-            self._drop(frames[0], exc)
+            self._drop(frames[0], exc, key)
         except Exception:  # invariant 4: one bad message never stops the bus loop
             log.exception("error handling a bus message from %r", frames[0])
             self.dropped_frames += 1
 
-    def _drop(self, identity: bytes, exc: BusProtocolError) -> None:
+    def _drop(self, identity: bytes, exc: BusProtocolError, key: str | None = None) -> None:
         self.dropped_frames += 1
         # throttled: a flood of bad frames must not become a flood of log lines
         self._drop_log.warning(
             "dropped a bus frame from %r (%d so far): %s", identity, self.dropped_frames, exc
         )
         if isinstance(exc, ProtocolVersionMismatch):
-            self._refuse(identity, exc.message)
+            self._refuse(identity, exc.message, key)
 
-    def _refuse(self, identity: bytes, reason: str) -> None:
-        assert self._sock is not None
-        error = self._sock.send_nowait([identity, *encode(Refuse(reason))])
+    def _refuse(self, identity: bytes, reason: str, key: str | None = None) -> None:
+        sock = self._remote if key is not None else self._sock
+        assert sock is not None
+        error = sock.send_nowait([identity, *encode(Refuse(reason))])
         if error is not None:
             log.info("could not tell %r why it was refused: %s", identity, error)
 
-    def _handle(self, identity: bytes, frames: list[bytes]) -> None:
+    def _handle(self, identity: bytes, frames: list[bytes], key: str | None = None) -> None:
+        if key is not None and self.cluster is not None and key not in self.cluster.allowed:
+            raise BusProtocolError(f"a message from a revoked key {key}")
         msg = decode(frames)
         record = self.registry.get(identity)
+        if record is not None and record.remote_key != key:
+            record = None  # one peer's identity claimed on the other socket, or by another key
         if isinstance(msg, Hello):
-            self._hello(identity, msg)
+            self._hello(identity, msg, key)
             return
         if record is None:
             raise BusProtocolError(f"{type(msg).__name__} from a peer that has not said HELLO")
@@ -452,13 +489,18 @@ class Dispatcher:
         record.loading = msg.loading
         record.rss = int(msg.rss)
 
-    def _hello(self, identity: bytes, msg: Hello) -> None:
-        if not hmac.compare_digest(msg.token.encode(), self._token.encode()):
+    def _hello(self, identity: bytes, msg: Hello, key: str | None = None) -> None:
+        if key is None and not hmac.compare_digest(msg.token.encode(), self._token.encode()):
             self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r} with a wrong token"))
             self._refuse(identity, "wrong bus token")
             return
         if identity != f"{msg.name}:{msg.epoch}".encode():
-            self._refuse(identity, "identity does not match name:epoch")
+            self._refuse(identity, "identity does not match name:epoch", key)
+            return
+        why = self._name_refused(msg.name, key)
+        if why is not None:
+            self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r}: {why}"), key)
+            self._refuse(identity, why, key)
             return
         settings = self.engine_config(msg.name)
         record = EngineRecord(
@@ -472,10 +514,13 @@ class Dispatcher:
             # those in force then, and they may have changed since
             slots=max(1, settings.get("slots", msg.slots)),
             gpus=msg.gpus,
+            remote_key=key,
         )
         previous = self.registry.add(record)
         if previous is not None:
             self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")
+        if key is not None:
+            self._remote_engines_changed(self._remote_engines())
         welcome = Welcome(
             self.settings.heartbeat_interval, self.settings.heartbeat_liveness, settings
         )
@@ -489,6 +534,34 @@ class Dispatcher:
             log.info("asking engine %s to load %s now", record.name, spec.get("id"))
             self.control(record, ControlAction.LOAD, {"model": spec})
         self._pump()
+
+    def _name_refused(self, name: str, key: str | None) -> str | None:
+        """Why an engine may not join under this name (None: it may). A remote engine
+        joins under the name its key was allowed with, and never as a local engine; a
+        local engine never replaces a remote one."""
+        current = self.registry.by_name(name)
+        if key is None:
+            if current is not None and current.remote_key is not None:
+                return f"the name {name!r} is a remote engine's"
+            return None
+        allowed = self.cluster.allowed.get(key) if self.cluster is not None else None
+        if allowed != name:
+            return f"this key joins as {allowed!r}, not {name!r} (coderai cluster list)"
+        if name in self.host.joinable() or (current is not None and current.remote_key is None):
+            return f"the name {name!r} is a local engine's"
+        return None
+
+    def _remote_engines(self) -> dict[str, frozenset[str]]:
+        return {r.name: r.capabilities for r in self.registry.all() if r.remote_key is not None}
+
+    def cut_off(self, keys: set[str]) -> None:
+        """Engines whose key was revoked: refused (they exit) and lost, their jobs run
+        elsewhere or fail; anything more they send is dropped (the key is checked on
+        every message)."""
+        for record in [r for r in self.registry.all() if r.remote_key in keys]:
+            log.warning("engine %s: its key was revoked; cutting it off", record.name)
+            self._refuse(record.identity, "this engine's key was revoked", record.remote_key)
+            self._lose(record, f"engine {record.name}'s key was revoked", died=False)
 
     def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
         if len(deltas) % 2:
@@ -539,6 +612,8 @@ class Dispatcher:
         third. The rest fail; all fail at shutdown."""
         if self.registry.get(record.identity) is record:
             self.registry.remove(record)
+            if record.remote_key is not None:
+                self._remote_engines_changed(self._remote_engines())
         jobs, record.jobs = list(record.jobs.values()), {}
         requeue = []
         for job in jobs:
@@ -588,6 +663,8 @@ class Dispatcher:
                 self._make_room()
             except Exception:  # the reaper must outlive any one decision's defect
                 log.exception("deciding room under the RAM cap failed")
+            if self.cluster is not None:
+                self.cut_off(await asyncio.to_thread(self.cluster.refresh))
 
     def _make_room(self) -> None:
         """Loads held back for room under the fleet's RAM cap, or a fleet over it: the

@@ -43,6 +43,8 @@ class EngineView:
     cooldown: dict[str, Any] | None = None
     #: per card it owns: vendor, temperature, VRAM total and used (MiB)
     gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: on another machine, joined over TCP with a CURVE key: never spawned by this front
+    remote: bool = False
 
     def vram(self) -> dict[str, Any] | None:
         """VRAM per card and summed, in MiB; None for an engine that reports no card."""
@@ -82,6 +84,7 @@ class EngineView:
             "cooldown": self.cooldown,
             "vram": self.vram(),
             "gpu_readings": self.gpu_readings,
+            "remote": self.remote,
         }
         if self.pid is not None:
             out["pid"], out["epoch"] = self.pid, self.epoch
@@ -123,22 +126,30 @@ def engine_views(
             views.append(EngineView(backend=plan.backend, gpus=tuple(plan.gpus),
                                     slots=plan.slots, **common))  # fmt: skip
             continue
-        views.append(
-            EngineView(
-                backend=record.backend,
-                gpus=tuple(record.gpus),
-                slots=record.slots,
-                pid=record.pid,
-                epoch=record.epoch,
-                free_slots=record.free,
-                in_flight=len(record.jobs),
-                loaded_models=tuple(record.loaded),
-                loading=dict(record.loading),
-                rss=record.rss,
-                models=record.models,
-                cooldown=record.cooldown,
-                gpu_readings=record.gpu_readings,
-                **{**common, "capabilities": tuple(sorted(record.capabilities))},
-            )
-        )
+        views.append(_on_the_bus(record, common))
+    planned = {plan.name for plan in plans}
+    for record in records:
+        if record.name not in planned:  # joined from elsewhere: a remote engine
+            common = {"name": record.name, "state": engine_state(record, None)}
+            views.append(_on_the_bus(record, common))
     return views
+
+
+def _on_the_bus(record: EngineRecord, common: dict[str, Any]) -> EngineView:
+    return EngineView(
+        backend=record.backend,
+        gpus=tuple(record.gpus),
+        slots=record.slots,
+        pid=record.pid,
+        epoch=record.epoch,
+        free_slots=record.free,
+        in_flight=len(record.jobs),
+        loaded_models=tuple(record.loaded),
+        loading=dict(record.loading),
+        rss=record.rss,
+        models=record.models,
+        cooldown=record.cooldown,
+        gpu_readings=record.gpu_readings,
+        remote=record.remote_key is not None,
+        **{**common, "capabilities": tuple(sorted(record.capabilities))},
+    )

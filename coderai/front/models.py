@@ -38,6 +38,8 @@ class ModelDirectory:
         self.default_engine = default_engine
         self.catalogue = catalogue
         self._probed: dict[str, Probed] = {}
+        #: engines on other machines now on the bus: name -> capabilities
+        self.remote: dict[str, frozenset[str]] = {}
         self.assignment = Assignment()
         self.load(catalogue, probed)
 
@@ -51,6 +53,8 @@ class ModelDirectory:
             for e in catalogue.entries
         ]
         engines = [EngineAbility(p.name, frozenset(p.capabilities)) for p in self.plans]
+        planned = {p.name for p in self.plans}
+        engines += [EngineAbility(n, c) for n, c in self.remote.items() if n not in planned]
         assignment = assign_owners(views, engines, self.default_engine)
         for model_id, result in self._probed.items():
             if isinstance(result, ModelFileError):  # such a model has no owner, no pin warning
@@ -59,6 +63,13 @@ class ModelDirectory:
             log.warning("model %s: %s", model_id, warning)
         self.assignment = assignment
         return assignment
+
+    def set_remote_engines(self, remote: dict[str, frozenset[str]]) -> None:
+        """Engines on other machines joined or left: owners are assigned again (a pin to
+        one is honoured while it is on the bus)."""
+        if remote != self.remote:
+            self.remote = dict(remote)
+            self.load(self.catalogue, self._probed)
 
     def set_default_engine(self, name: str | None) -> None:
         """A new server.default_engine: owners are assigned again, so the next request

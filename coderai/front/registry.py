@@ -22,6 +22,8 @@ class EngineRecord:
     capabilities: frozenset[str]
     slots: int
     gpus: list[str] = field(default_factory=list)
+    #: an engine on another machine: the CURVE public key it joined with (None: local)
+    remote_key: str | None = None
     last_seen: float = field(default_factory=time.monotonic)
     state: str = "ready"
     loaded: list[str] = field(default_factory=list)

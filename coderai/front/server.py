@@ -129,8 +129,14 @@ def assemble(
     else:
         endpoint = ipc_endpoint(runtime_dir)
         host = Supervisor(plans, endpoint, token, logbook, config.server.engine_join_timeout)
+    cluster = None
+    if config.cluster.bind is not None:
+        from coderai.front.cluster import ClusterLink
+
+        cluster = ClusterLink(files.state_dir, config.cluster.bind)
     dispatcher = Dispatcher(
-        config.server, endpoint, token, host, settings, preloads, context=context
-    )
+        config.server, endpoint, token, host, settings, preloads, context=context,
+        cluster=cluster, remote_engines_changed=directory.set_remote_engines,
+    )  # fmt: skip
     front = Front(config, files, directory, dispatcher, Metrics(), hub, logbook)
     return front

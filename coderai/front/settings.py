@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from coderai.config import (
     AuthConfig,
+    ClusterConfig,
     Config,
     ModelsConfig,
     OffloadConfig,
@@ -30,6 +31,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "auth": AuthConfig,
     "thermal": ThermalConfig,
     "offload": OffloadConfig,
+    "cluster": ClusterConfig,
 }
 #: never shown nor changed here: the key that guards this very API
 SECRETS = frozenset({"auth.admin_key"})

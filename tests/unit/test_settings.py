@@ -28,7 +28,7 @@ def refusal(changes: dict[str, object], base: Config | None = None) -> InvalidRe
 def test_every_field_of_every_section_is_a_setting_but_the_admin_key() -> None:
     expected = {
         f"{section}.{field}"
-        for section in ("server", "models", "auth", "thermal", "offload")
+        for section in ("server", "models", "auth", "thermal", "offload", "cluster")
         for field in type(getattr(Config(), section)).model_fields
     } - {"auth.admin_key"}
     assert set(settings.NAMES) == expected

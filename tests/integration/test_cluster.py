@@ -1,0 +1,138 @@
+"""Engines on other machines join the bus over TCP with CURVE: an allowed key joins under
+its name, is listed as remote and serves what is pinned to it; an unknown key never gets
+past the handshake; a revoked key is cut off; a key used under another name is refused.
+Real processes on loopback: the front, a local engine, and remote engines started by hand
+as an operator would (`coderai engine --connect tcp://…`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.server import Server, free_port, serving, wait_for
+
+KEY = "cluster-admin-key"
+ENGINES = [{"name": "local", "backend": "cpu", "capabilities": ["fake"]}]
+MODELS: list[dict[str, Any]] = [
+    {"id": "here", "format": "fake", "engine": "local"},
+    {"id": "there", "format": "fake", "engine": "far"},
+]
+
+
+class Rig:
+    def __init__(self, srv: Server, bind: str) -> None:
+        self.srv, self.bind = srv, bind
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Any] = []
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "coderai", "cluster", *args,
+             "--config", str(self.srv.workdir / "config.json")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def keys(self, name: str) -> Path:
+        """A new key pair for a remote engine: the secret key file."""
+        out = self.srv.workdir / "keys" / name
+        self.cli("keygen", "--out", str(out))
+        return out.with_name(f"{name}.key_secret")
+
+    def engine(self, name: str, secret: Path) -> subprocess.Popen[bytes]:
+        log = open(self.srv.workdir / f"engine-{name}.log", "ab")  # noqa: SIM115
+        self.logs.append(log)
+        env = {**os.environ, "CODERAI_ENGINE_CAPABILITIES": "fake"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coderai", "engine", "--name", name, "--connect", self.bind,
+             "--server-key", str(self.srv.workdir / "cluster" / "server.key"),
+             "--key", str(secret)],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def engines(self) -> dict[str, dict[str, Any]]:
+        return {e["name"]: e for e in self.srv.health()["engines"]}
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    bind = f"tcp://127.0.0.1:{free_port()}"
+    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.2}
+    with serving(tmp_path / "head", config, MODELS, 1, KEY,
+                 extra_config={"cluster": {"bind": bind}}) as srv:  # fmt: skip
+        rig = Rig(srv, bind)
+        try:
+            yield rig
+        finally:
+            for proc in rig.procs:
+                proc.kill()
+                proc.wait()
+            for log in rig.logs:
+                log.close()
+
+
+def chat(srv: Server, model: str) -> httpx.Response:
+    body = {"model": model, "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}
+    return httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=30)
+
+
+def test_an_allowed_remote_engine_joins_and_serves_what_is_pinned_to_it(rig: Rig) -> None:
+    secret = rig.keys("far")
+    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+    assert "far\t" in rig.cli("list")
+    rig.engine("far", secret)
+    wait_for(lambda: "far" in rig.engines())
+    far = rig.engines()["far"]
+    assert far["remote"] is True and far["state"] == "ready"
+    assert rig.engines()["local"]["remote"] is False
+    answer = chat(rig.srv, "there")
+    assert answer.status_code == 200, answer.text
+    wait_for(lambda: rig.engines()["far"]["loaded_models"] == ["there"])
+    assert chat(rig.srv, "here").status_code == 200
+    wait_for(lambda: rig.engines()["local"]["loaded_models"] == ["here"])
+
+
+def test_an_unknown_key_never_gets_past_the_handshake(rig: Rig) -> None:
+    rig.engine("stranger", rig.keys("stranger"))
+    # its HELLO could only follow a handshake, which ZAP has refused
+    wait_for(lambda: "unknown CURVE key" in rig.srv.log())
+    assert set(rig.engines()) == {"local"}
+    assert rig.srv.health()["dropped_bus_frames"] == 0  # refused before any frame
+
+
+def test_a_revoked_key_is_cut_off(rig: Rig) -> None:
+    secret = rig.keys("far")
+    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+    proc = rig.engine("far", secret)
+    wait_for(lambda: "far" in rig.engines())
+    rig.cli("revoke", "far")
+    wait_for(lambda: "far" not in rig.engines())
+    assert proc.wait(timeout=10) == 3  # told it was refused, it exits
+    assert "its key was revoked" in rig.srv.log()
+    # and it cannot come back
+    seen = rig.srv.log().count("unknown CURVE key")
+    rig.engine("far", secret)
+    wait_for(lambda: rig.srv.log().count("unknown CURVE key") > seen)
+    assert "far" not in rig.engines()
+
+
+def test_a_key_joins_only_under_the_name_it_was_allowed_with(rig: Rig) -> None:
+    secret = rig.keys("far")
+    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+    impostor = rig.engine("local", secret)  # the local engine's name, with far's key
+    assert impostor.wait(timeout=20) == 3
+    other = rig.engine("elsewhere", secret)
+    assert other.wait(timeout=20) == 3
+    told = (rig.srv.workdir / "engine-elsewhere.log").read_text()
+    assert "this key joins as 'far', not 'elsewhere'" in told
+    assert rig.engines()["local"]["remote"] is False
