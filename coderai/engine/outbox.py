@@ -55,6 +55,13 @@ class Outbox:
             self._woken = True
         self._loop.call_soon_threadsafe(self._ready.set)
 
+    def clear(self) -> None:
+        """Drop everything not yet sent: the front it was for is gone (a remote engine
+        starting over as a new incarnation)."""
+        with self._lock:
+            self._deltas, self._terminal = {}, []
+            self._held, self._held_terminal = set(), []
+
     def hold(self, job_id: int) -> None:
         """Event loop: keep this job's output back until resume()."""
         self._held.add(job_id)

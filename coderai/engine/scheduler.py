@@ -93,6 +93,16 @@ class Scheduler:
     def cancel(self, job_id: int) -> None:
         self._inbox.put(("cancel", job_id))
 
+    def cancel_all(self) -> None:
+        """Every job, running or waiting, ends as cancelled (the front they came from is
+        gone); `busy` turns false once they have."""
+        self._inbox.put(("cancel_all", None))
+
+    @property
+    def busy(self) -> bool:
+        """Whether any job is still here (read from the loop's thread: a dict's size)."""
+        return bool(self._jobs)
+
     def hold(self, job_id: int) -> None:
         self._inbox.put(("hold", job_id))
 
@@ -194,6 +204,10 @@ class Scheduler:
             elif kind == "cancel":
                 self._held.discard(arg)
                 self._cancel(arg)
+            elif kind == "cancel_all":
+                self._held.clear()
+                for job_id in list(self._jobs):
+                    self._cancel(job_id)
             elif kind == "hold":
                 if arg in self._jobs:
                     self._held.add(arg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -64,6 +65,9 @@ EXIT_REFUSED = 3
 EXIT_FRONT_GONE = 4
 EXIT_SCHEDULER_CRASHED = 5
 MIB = 1 << 20
+#: a remote engine's waits before it tries its front again: doubling up to the maximum
+RECONNECT_FIRST = 0.5
+RECONNECT_MAX = 30.0
 
 
 @dataclass
@@ -106,6 +110,11 @@ class EngineWorker:
         self._readings = Readings()
         self._thermal = ThermalPolicy()
         self._cooldown: Cooldown | None = None
+        #: an engine on another machine (CURVE) starts over when its front falls silent;
+        #: a local one exits with its front instead (its parent's pid tells)
+        self._reconnects = settings.curve is not None
+        self._liveness = 5
+        self._last_heard = 0.0
         #: at the last measure of the fleet: the room under its RAM cap and what this
         #: engine's loads in flight have yet to take, in MiB (None: no cap); measures taken
         self._room: tuple[float, float] | None = None
@@ -119,32 +128,37 @@ class EngineWorker:
         sys.setswitchinterval(SWITCH_INTERVAL)
         loop = self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._front_silent = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
         ctx: zmq.Context[zmq.Socket[bytes]] = self._shared_context or zmq.Context()
-        self._welcome: asyncio.Future[Message] = loop.create_future()
-        self._bus = LoopSocket(
-            connect_dealer(ctx, self.s.connect, self.identity, self.s.curve),
-            loop,
-            self._on_frames,
-        )
         outbox = self._outbox = Outbox(loop)
         self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
         self.scheduler.pool.fleet_meter = lambda: fleet_usage(self.s.front_pid)
         self.scheduler.pool.vram_meter = lambda: free_vram_bytes(self._sensors.read())
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
+        delay = 0.0
         try:
-            if not await self._handshake():
-                return EXIT_REFUSED
-            thread.start()
-            tasks = [
-                asyncio.create_task(self._heartbeats()),
-                asyncio.create_task(outbox.run(self._send)),
-            ]
-            await self._stop.wait()
-            for task in tasks:
-                task.cancel()
+            while True:
+                joined = await self._join(ctx)
+                if joined == "refused" or (joined == "late" and not self._reconnects):
+                    return EXIT_REFUSED
+                if joined == "late":
+                    delay = min(RECONNECT_MAX, max(RECONNECT_FIRST, delay * 2))
+                    log.warning("no front answered; trying again in %.1f s", delay)
+                    if await self._stops_within(delay):
+                        return 0
+                    self._new_incarnation()
+                    continue
+                delay = 0.0
+                if thread.ident is None:
+                    thread.start()
+                if not await self._serve(outbox):
+                    break
+                await self._start_over()
+                if await self._stops_within(RECONNECT_FIRST):
+                    return 0
             if self._exit_code == 0:
                 with contextlib.suppress(zmq.ZMQError, TimeoutError):
                     async with asyncio.timeout(1.0):
@@ -152,9 +166,73 @@ class EngineWorker:
             return self._exit_code
         finally:
             self.scheduler.stop()
-            self._bus.close(linger=1000)
+            if hasattr(self, "_bus"):
+                self._bus.close(linger=1000)
             if self._shared_context is None:
                 ctx.term()
+
+    async def _join(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> str:
+        """Connect and say HELLO: "joined", "refused" (told why), or "late" (no answer)."""
+        self._welcome = self._loop.create_future()
+        self._bus = LoopSocket(
+            connect_dealer(ctx, self.s.connect, self.identity, self.s.curve),
+            self._loop,
+            self._on_frames,
+        )
+        return await self._handshake()
+
+    async def _serve(self, outbox: Outbox) -> bool:
+        """Work for the front until told to stop (False) or, for a remote engine, until
+        the front falls silent (True: start over)."""
+        self._last_heard = self._loop.time()
+        tasks = [
+            asyncio.create_task(self._heartbeats()),
+            asyncio.create_task(outbox.run(self._send)),
+        ]
+        if self._reconnects:
+            tasks.append(asyncio.create_task(self._watch_front()))
+        ends = [asyncio.create_task(e.wait()) for e in (self._stop, self._front_silent)]
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+        for task in [*tasks, *ends]:
+            task.cancel()
+        await asyncio.gather(*tasks, *ends, return_exceptions=True)
+        return self._front_silent.is_set() and not self._stop.is_set()
+
+    async def _watch_front(self) -> None:
+        """A remote engine has no parent to watch: the front PINGs it every heartbeat
+        interval, so silence past the liveness it set in WELCOME means it is gone."""
+        while True:
+            await asyncio.sleep(self._heartbeat_interval)
+            silent = self._loop.time() - self._last_heard
+            if silent > self._heartbeat_interval * self._liveness:
+                log.warning("the front has been silent for %.1f s; engine %s starts over",
+                            silent, self.s.name)  # fmt: skip
+                self._front_silent.set()
+                return
+
+    async def _start_over(self) -> None:
+        """The front is gone: its jobs end here (their output would reach nobody, or a
+        new front that reuses their ids), what waits to be sent is dropped, and the
+        engine joins again as a new incarnation. Loaded models stay loaded."""
+        self.scheduler.cancel_all()
+        async with asyncio.timeout(10):
+            while self.scheduler.busy:
+                await asyncio.sleep(0.01)
+        self._outbox.clear()
+        self._bus.close(linger=0)
+        self._front_silent.clear()
+        self._new_incarnation()
+
+    def _new_incarnation(self) -> None:
+        self._bus.close(linger=0)
+        self.s = dataclasses.replace(self.s, epoch=max(self.s.epoch + 1, int(time.time() * 1000)))
+        self.identity = f"{self.s.name}:{self.s.epoch}".encode()
+
+    async def _stops_within(self, seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stop.wait()
+        return self._stop.is_set()
 
     def request_stop(self) -> None:
         """From another thread: leave the bus and end run()."""
@@ -174,7 +252,7 @@ class EngineWorker:
     async def _send(self, frames: list[bytes]) -> None:
         await self._bus.send(frames)
 
-    async def _handshake(self) -> bool:
+    async def _handshake(self) -> str:
         hello = Hello(
             name=self.s.name,
             epoch=self.s.epoch,
@@ -191,14 +269,15 @@ class EngineWorker:
                 msg = await self._welcome
         except TimeoutError:
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
-            return False
+            return "late"
         if isinstance(msg, Refuse):
             log.error("front refused engine %s: %s", self.s.name, msg.reason)
-            return False
+            return "refused"
         assert isinstance(msg, Welcome)
         self._heartbeat_interval = msg.heartbeat_interval
+        self._liveness = max(1, msg.liveness)
         log.info("engine %s joined the bus", self.s.name)
-        return True
+        return "joined"
 
     def _decode(self, frames: list[bytes]) -> Message | None:
         try:
@@ -212,6 +291,7 @@ class EngineWorker:
 
     def _on_frames(self, frames: list[bytes]) -> None:
         """Every message from the front, on the loop's thread."""
+        self._last_heard = self._loop.time()
         msg = self._decode(frames)
         if not self._welcome.done():
             if isinstance(msg, Welcome):

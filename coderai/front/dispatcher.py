@@ -638,9 +638,15 @@ class Dispatcher:
 
     async def _reap(self) -> None:
         interval = self.settings.heartbeat_interval
-        while True:
+        for tick in itertools.count():
             await asyncio.sleep(interval / 2)
             now = time.monotonic()
+            if tick % 2:
+                # a remote engine has no parent process to watch: these tell it the front
+                # is alive, and their absence that it is gone (it then joins again)
+                for record in self.registry.all():
+                    if record.remote_key is not None:
+                        self._send(record, Ping(next(self._ids)))
             for record in self.registry.all():
                 beats = (
                     self.settings.heartbeat_liveness_loading

@@ -7,8 +7,10 @@ as an operator would (`coderai engine --connect tcp://…`)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +19,16 @@ import httpx
 import pytest
 
 from tests.support.server import Server, free_port, serving, wait_for
+from tests.support.sse import event, is_error
 
 KEY = "cluster-admin-key"
 ENGINES = [{"name": "local", "backend": "cpu", "capabilities": ["fake"]}]
 MODELS: list[dict[str, Any]] = [
     {"id": "here", "format": "fake", "engine": "local"},
     {"id": "there", "format": "fake", "engine": "far"},
-]
+    {"id": "slow-there", "format": "fake", "engine": "far",
+     "options": {"tokens_per_second": 20, "output_tokens": 10_000}},
+]  # fmt: skip
 
 
 class Rig:
@@ -136,3 +141,62 @@ def test_a_key_joins_only_under_the_name_it_was_allowed_with(rig: Rig) -> None:
     told = (rig.srv.workdir / "engine-elsewhere.log").read_text()
     assert "this key joins as 'far', not 'elsewhere'" in told
     assert rig.engines()["local"]["remote"] is False
+
+
+def test_a_remote_engine_joins_again_after_the_head_restarts(rig: Rig) -> None:
+    secret = rig.keys("far")
+    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+    proc = rig.engine("far", secret)
+    wait_for(lambda: "far" in rig.engines())
+    assert chat(rig.srv, "there").status_code == 200
+    first_epoch = rig.engines()["far"]["epoch"]
+    head = rig.srv
+    head.stop()
+    # the same folder (keys, allow-list) and the same bus endpoint, as a restart would
+    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.2}
+    with serving(head.workdir, config, MODELS, 1, KEY,
+                 extra_config={"cluster": {"bind": rig.bind}}) as again:  # fmt: skip
+        rig.srv = again
+        # silent for the liveness the old head set (5 x 0.2 s), then a new incarnation
+        wait_for(lambda: "far" in rig.engines(), timeout=30)
+        far = rig.engines()["far"]
+        assert far["remote"] is True and far["epoch"] != first_epoch
+        answer = chat(again, "there")
+        assert answer.status_code == 200, answer.text
+        assert proc.poll() is None  # the same process: it was never restarted
+    told = (head.workdir / "engine-far.log").read_text()
+    assert "engine far starts over" in told
+
+
+def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
+    rig: Rig,
+) -> None:
+    secret = rig.keys("far")
+    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+    proc = rig.engine("far", secret)
+    wait_for(lambda: "far" in rig.engines())
+    first_epoch = rig.engines()["far"]["epoch"]
+    events: list[dict[str, Any] | None] = []
+    body = {"model": "slow-there", "stream": True, "max_tokens": 10_000,
+            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+
+    def stream() -> None:
+        with httpx.stream("POST", rig.srv.url + "/v1/chat/completions", json=body,
+                          timeout=60) as r:  # fmt: skip
+            events.extend(event(line) for line in r.iter_lines() if line.startswith("data:"))
+
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    wait_for(lambda: len(events) > 3)
+    proc.send_signal(signal.SIGSTOP)  # a machine that stops answering (a network cut)
+    try:
+        # lost after heartbeat_liveness (5) x 0.2 s of silence: the started stream errors
+        wait_for(lambda: any(is_error(e) for e in events), timeout=10)
+        wait_for(lambda: "far" not in rig.engines())
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    reader.join(timeout=10)
+    # back, it finds its front silent for longer than the liveness and joins again
+    wait_for(lambda: "far" in rig.engines() and rig.engines()["far"]["epoch"] != first_epoch,
+             timeout=30)  # fmt: skip
+    assert chat(rig.srv, "there").status_code == 200
