@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 from pathlib import Path
 
 from coderai.bus import curve
@@ -65,7 +66,12 @@ def _client_pair(out: Path) -> int:
     if (folder / f"{name}.key_secret").exists():
         raise ConfigError(f"{folder / name}.key_secret exists; not overwriting a key")
     folder.mkdir(parents=True, exist_ok=True)
-    public_file, secret_file = curve.create_pair(folder, name)
+    old = os.umask(0o077)  # the secret is never readable by others, not for a moment
+    try:
+        public_file, secret_file = curve.create_pair(folder, name)
+    finally:
+        os.umask(old)
+    os.chmod(public_file, 0o644)
     print(curve.load_public(public_file).decode())
     print(f"(public: {public_file}; secret: {secret_file}, for --key)")
     return 0

@@ -100,11 +100,13 @@ class AllowList:
         rows = data.get("keys", []) if isinstance(data, dict) else None
         if not isinstance(rows, list):
             raise ConfigError(f"{self.path}: expected {{'keys': [...]}}")
-        out = {}
+        out: dict[str, Allowed] = {}
         for row in rows:
             if not isinstance(row, dict) or not isinstance(row.get("name"), str):
                 raise ConfigError(f"{self.path}: each key needs a key and a name")
             key = check_key(str(row.get("key")))
+            if any(a.name == row["name"] for a in out.values()):
+                raise ConfigError(f"{self.path}: two keys are named {row['name']!r}")
             out[key] = Allowed(key, row["name"], float(row.get("added", 0)))
         return out
 

@@ -457,6 +457,10 @@ class Ping(Message):
     ref: int
 
 
+#: the ref of a PING that only tells a remote engine its front is alive: no answer
+KEEPALIVE = 0
+
+
 RECORDS: dict[MsgType, type[Message]] = {
     cls.TYPE: cls
     for cls in (

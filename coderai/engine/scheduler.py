@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -93,15 +94,10 @@ class Scheduler:
     def cancel(self, job_id: int) -> None:
         self._inbox.put(("cancel", job_id))
 
-    def cancel_all(self) -> None:
+    def cancel_all(self, ended: threading.Event) -> None:
         """Every job, running or waiting, ends as cancelled (the front they came from is
-        gone); `busy` turns false once they have."""
-        self._inbox.put(("cancel_all", None))
-
-    @property
-    def busy(self) -> bool:
-        """Whether any job is still here (read from the loop's thread: a dict's size)."""
-        return bool(self._jobs)
+        gone); `ended` is set once their DONEs are in the outbox."""
+        self._inbox.put(("cancel_all", ended))
 
     def hold(self, job_id: int) -> None:
         self._inbox.put(("hold", job_id))
@@ -208,6 +204,8 @@ class Scheduler:
                 self._held.clear()
                 for job_id in list(self._jobs):
                     self._cancel(job_id)
+                self._flush()
+                arg.set()
             elif kind == "hold":
                 if arg in self._jobs:
                     self._held.add(arg)

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ import zmq
 from coderai.bus.codec import decode, encode
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
+    KEEPALIVE,
     Bye,
     Cancel,
     Control,
@@ -68,6 +70,8 @@ MIB = 1 << 20
 #: a remote engine's waits before it tries its front again: doubling up to the maximum
 RECONNECT_FIRST = 0.5
 RECONNECT_MAX = 30.0
+#: how long a remote engine starting over waits for its scheduler to end its jobs
+START_OVER_TIMEOUT = 10.0
 
 
 @dataclass
@@ -100,7 +104,7 @@ class EngineWorker:
             log.warning("engine %s lacks the libraries for %s", settings.name, ", ".join(missing))
         self.capabilities = [c for c in wanted if c in backends]
         self._backends = {k: v for k, v in backends.items() if k in self.capabilities}
-        self.identity = f"{settings.name}:{settings.epoch}".encode()
+        self.identity = self._identity()
         self.dropped_frames = 0
         self._drop_log = ThrottledLog(log)
         self._exit_code = 0
@@ -156,7 +160,8 @@ class EngineWorker:
                     thread.start()
                 if not await self._serve(outbox):
                     break
-                await self._start_over()
+                if not await self._start_over():
+                    return self._exit_code
                 if await self._stops_within(RECONNECT_FIRST):
                     return 0
             if self._exit_code == 0:
@@ -210,23 +215,34 @@ class EngineWorker:
                 self._front_silent.set()
                 return
 
-    async def _start_over(self) -> None:
+    async def _start_over(self) -> bool:
         """The front is gone: its jobs end here (their output would reach nobody, or a
         new front that reuses their ids), what waits to be sent is dropped, and the
-        engine joins again as a new incarnation. Loaded models stay loaded."""
-        self.scheduler.cancel_all()
-        async with asyncio.timeout(10):
-            while self.scheduler.busy:
-                await asyncio.sleep(0.01)
-        self._outbox.clear()
-        self._bus.close(linger=0)
+        engine joins again as a new incarnation. Loaded models stay loaded. False when
+        the scheduler did not end its jobs in time (the engine then exits)."""
+        self._bus.close(linger=0)  # nothing more comes in, nothing more goes out
+        ended = threading.Event()
+        self.scheduler.cancel_all(ended)
+        if not await asyncio.to_thread(ended.wait, START_OVER_TIMEOUT):
+            log.error("engine %s could not end its jobs in %.0f s; it exits",
+                      self.s.name, START_OVER_TIMEOUT)  # fmt: skip
+            self._exit_code = EXIT_SCHEDULER_CRASHED
+            return False
+        self._outbox.clear()  # their DONEs were published before `ended` was set
         self._front_silent.clear()
         self._new_incarnation()
+        return True
 
     def _new_incarnation(self) -> None:
         self._bus.close(linger=0)
         self.s = dataclasses.replace(self.s, epoch=max(self.s.epoch + 1, int(time.time() * 1000)))
-        self.identity = f"{self.s.name}:{self.s.epoch}".encode()
+        self.identity = self._identity()
+
+    def _identity(self) -> bytes:
+        """name:epoch; a remote engine's adds a random part, so that no other key can
+        take its routing id over from what /healthz shows (see the front's HELLO)."""
+        base = f"{self.s.name}:{self.s.epoch}"
+        return (f"{base}:{secrets.token_hex(8)}" if self.s.curve else base).encode()
 
     async def _stops_within(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -264,12 +280,20 @@ class EngineWorker:
             gpus=self.s.gpus,
         )
         await self._send(encode(hello))
+        stop = asyncio.ensure_future(self._stop.wait())
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                msg = await self._welcome
+                await asyncio.wait([self._welcome, stop], return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
+            pass
+        finally:
+            stop.cancel()
+        if self._stop.is_set():
+            return "refused"  # told to stop while joining: leave
+        if not self._welcome.done():
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
             return "late"
+        msg = self._welcome.result()
         if isinstance(msg, Refuse):
             log.error("front refused engine %s: %s", self.s.name, msg.reason)
             return "refused"
@@ -316,7 +340,8 @@ class EngineWorker:
             self._outbox.resume(msg.job_id)
             self.scheduler.resume(msg.job_id)
         elif isinstance(msg, Ping):
-            self._bus.send_nowait(encode(self._heartbeat()))  # a lost reply is just late
+            if msg.ref != KEEPALIVE:  # a keepalive only says the front is there
+                self._bus.send_nowait(encode(self._heartbeat()))  # a lost reply is just late
         elif isinstance(msg, Control):
             self._control(msg)
         elif isinstance(msg, Refuse):

@@ -29,7 +29,7 @@ class ClusterLink:
         self._public, self._secret = curve.server_pair(state_dir)
         self._list = curve.AllowList(state_dir)
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         #: key -> its name; replaced whole, never changed, so any thread may read it
         self.allowed: dict[str, str] = {}
         self._auth: ThreadAuthenticator | None = None
@@ -54,21 +54,20 @@ class ClusterLink:
             log.warning("refused a bus connection from an unknown CURVE key %s", key.decode())
         return allowed
 
-    def refresh(self) -> set[str]:
-        """Read the allow-list again if its file changed; the keys no longer on it."""
+    def refresh(self) -> None:
+        """Read the allow-list again if its file changed (any thread). Who is cut off is
+        decided from `allowed` as it stands, never from who noticed the change first."""
         try:
             stat = self._list.path.stat()
-            stamp = (stat.st_mtime_ns, stat.st_size)
+            stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         except FileNotFoundError:
-            stamp = (0, 0)
+            stamp = (0, 0, 0)
         with self._lock:
             if stamp == self._stamp:
-                return set()
+                return
             try:
                 keys = {k: a.name for k, a in self._list.read().items()}
             except Exception as exc:  # a hand-edited file gone wrong: keep what was read
                 log.error("cannot read the cluster allow-list: %s", exc)
-                return set()
-            gone = set(self.allowed) - set(keys)
+                return
             self.allowed, self._stamp = keys, stamp
-        return gone

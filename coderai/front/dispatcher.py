@@ -18,6 +18,7 @@ import zmq
 from coderai.bus.codec import decode, encode
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
+    KEEPALIVE,
     Bye,
     Cancel,
     Chunks,
@@ -71,6 +72,16 @@ log = logging.getLogger("coderai.front")
 _ENGINE_STATES = frozenset(EngineState)
 #: heartbeats an engine may miss before it is "missing" and PINGed
 MISSING_AFTER_BEATS = 2
+
+
+def _identity_matches(identity: bytes, hello: Hello, remote: bool) -> bool:
+    """A local engine's routing id is name:epoch; a remote one's adds a random part, so
+    that another key cannot guess it from /healthz and take it over while it is away."""
+    base = f"{hello.name}:{hello.epoch}".encode()
+    if not remote:
+        return identity == base
+    nonce = identity[len(base) + 1 :]
+    return identity.startswith(base + b":") and len(nonce) == 16 and nonce.isalnum()
 
 
 class Dispatcher:
@@ -374,6 +385,8 @@ class Dispatcher:
     def _send_frames(self, engine: EngineRecord, frames: list[bytes]) -> None:
         """Never raises: a peer that cannot be reached is lost (its jobs run elsewhere or
         fail), which is handled outside whichever bus callback tried to send."""
+        if engine.remote_key is not None and not self._still_allowed(engine):
+            return  # revoked: nothing more goes to it (the reaper cuts it off)
         sock = self._remote if engine.remote_key is not None else self._sock
         assert sock is not None
         error = sock.send_nowait([engine.identity, *frames])
@@ -429,6 +442,11 @@ class Dispatcher:
         msg = decode(frames)
         record = self.registry.get(identity)
         if record is not None and record.remote_key != key:
+            if key is not None and record.remote_key is not None:
+                # another key connected under this engine's routing id: the engine's own
+                # connection is gone (the ROUTER refuses a second one), and what is sent
+                # to this id now reaches the other key's peer
+                self._lose(record, f"engine {record.name}'s routing id was taken by another key")
             record = None  # one peer's identity claimed on the other socket, or by another key
         if isinstance(msg, Hello):
             self._hello(identity, msg, key)
@@ -494,7 +512,7 @@ class Dispatcher:
             self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r} with a wrong token"))
             self._refuse(identity, "wrong bus token")
             return
-        if identity != f"{msg.name}:{msg.epoch}".encode():
+        if not _identity_matches(identity, msg, remote=key is not None):
             self._refuse(identity, "identity does not match name:epoch", key)
             return
         why = self._name_refused(msg.name, key)
@@ -547,21 +565,29 @@ class Dispatcher:
         allowed = self.cluster.allowed.get(key) if self.cluster is not None else None
         if allowed != name:
             return f"this key joins as {allowed!r}, not {name!r} (coderai cluster list)"
-        if name in self.host.joinable() or (current is not None and current.remote_key is None):
+        if name in self.host.names() or (current is not None and current.remote_key is None):
             return f"the name {name!r} is a local engine's"
         return None
 
     def _remote_engines(self) -> dict[str, frozenset[str]]:
         return {r.name: r.capabilities for r in self.registry.all() if r.remote_key is not None}
 
-    def cut_off(self, keys: set[str]) -> None:
-        """Engines whose key was revoked: refused (they exit) and lost, their jobs run
-        elsewhere or fail; anything more they send is dropped (the key is checked on
-        every message)."""
-        for record in [r for r in self.registry.all() if r.remote_key in keys]:
-            log.warning("engine %s: its key was revoked; cutting it off", record.name)
-            self._refuse(record.identity, "this engine's key was revoked", record.remote_key)
-            self._lose(record, f"engine {record.name}'s key was revoked", died=False)
+    def _still_allowed(self, record: EngineRecord) -> bool:
+        return self.cluster is not None and record.remote_key in self.cluster.allowed
+
+    def cut_off(self) -> None:
+        """Engines whose key is no longer allowed: refused (they exit) and lost, their
+        jobs run elsewhere or fail; anything more they send is dropped (the key is
+        checked on every message), and nothing more is sent to them."""
+        for record in self.registry.all():
+            if record.remote_key is not None and not self._still_allowed(record):
+                log.warning("engine %s: its key was revoked; cutting it off", record.name)
+                sock = self._remote
+                assert sock is not None
+                sock.send_nowait(
+                    [record.identity, *encode(Refuse("this engine's key was revoked"))]
+                )
+                self._lose(record, f"engine {record.name}'s key was revoked", died=False)
 
     def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
         if len(deltas) % 2:
@@ -610,10 +636,9 @@ class Dispatcher:
         """Forget an engine. Jobs that produced nothing run elsewhere, once: a request that
         was running on two engines that both died is the likely cause, and is not given a
         third. The rest fail; all fail at shutdown."""
+        was_remote = self.registry.get(record.identity) is record and record.remote_key
         if self.registry.get(record.identity) is record:
             self.registry.remove(record)
-            if record.remote_key is not None:
-                self._remote_engines_changed(self._remote_engines())
         jobs, record.jobs = list(record.jobs.values()), {}
         requeue = []
         for job in jobs:
@@ -634,6 +659,8 @@ class Dispatcher:
             self.queue.appendleft(job)
         if requeue:
             log.info("%s: re-dispatching %d jobs that had not started", why, len(requeue))
+        if was_remote:
+            self._remote_engines_changed(self._remote_engines())
         self._pump()
 
     async def _reap(self) -> None:
@@ -646,7 +673,7 @@ class Dispatcher:
                 # is alive, and their absence that it is gone (it then joins again)
                 for record in self.registry.all():
                     if record.remote_key is not None:
-                        self._send(record, Ping(next(self._ids)))
+                        self._send(record, Ping(KEEPALIVE))
             for record in self.registry.all():
                 beats = (
                     self.settings.heartbeat_liveness_loading
@@ -670,7 +697,11 @@ class Dispatcher:
             except Exception:  # the reaper must outlive any one decision's defect
                 log.exception("deciding room under the RAM cap failed")
             if self.cluster is not None:
-                self.cut_off(await asyncio.to_thread(self.cluster.refresh))
+                try:
+                    self.cluster.refresh()  # a stat; the small file is read only on change
+                    self.cut_off()
+                except Exception:  # the reaper must outlive any one decision's defect
+                    log.exception("applying the cluster allow-list failed")
 
     def _make_room(self) -> None:
         """Loads held back for room under the fleet's RAM cap, or a fleet over it: the

@@ -33,6 +33,9 @@ class EngineHost(Protocol):
     def joinable(self) -> set[str]:
         """Engines that requests may wait for: alive, or about to be started."""
 
+    def names(self) -> set[str]:
+        """Every engine this host runs, whatever its state: names no remote engine takes."""
+
     def joined(self, name: str, pid: int) -> None:
         """The engine said HELLO."""
 
@@ -60,6 +63,9 @@ class Unhosted:
         pass
 
     def joinable(self) -> set[str]:
+        return self._joinable
+
+    def names(self) -> set[str]:
         return self._joinable
 
     def joined(self, name: str, pid: int) -> None:

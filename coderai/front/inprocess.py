@@ -49,6 +49,9 @@ class InProcessEngine:
     def start(self, listener: HostListener) -> None:
         self._thread.start()
 
+    def names(self) -> set[str]:
+        return {self.name}
+
     def joinable(self) -> set[str]:
         return {self.name} if self._thread.is_alive() else set()
 

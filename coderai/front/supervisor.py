@@ -103,6 +103,9 @@ class Supervisor:
     def statuses(self) -> dict[str, EngineStatus]:
         return self.status
 
+    def names(self) -> set[str]:
+        return set(self.status)
+
     def joinable(self) -> set[str]:
         """Engines that requests may wait for: alive or being restarted at once. Not those
         backing off, stopped, or whose last incarnation failed to join (a request that only

@@ -22,6 +22,8 @@ from tests.support.server import Server, free_port, serving, wait_for
 from tests.support.sse import event, is_error
 
 KEY = "cluster-admin-key"
+#: heartbeats: a remote engine starts over after 5 silent intervals (heartbeat_liveness)
+INTERVAL = 0.5
 ENGINES = [{"name": "local", "backend": "cpu", "capabilities": ["fake"]}]
 MODELS: list[dict[str, Any]] = [
     {"id": "here", "format": "fake", "engine": "local"},
@@ -72,7 +74,7 @@ class Rig:
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     bind = f"tcp://127.0.0.1:{free_port()}"
-    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.2}
+    config = {"engine_specs": ENGINES, "heartbeat_interval": INTERVAL}
     with serving(tmp_path / "head", config, MODELS, 1, KEY,
                  extra_config={"cluster": {"bind": bind}}) as srv:  # fmt: skip
         rig = Rig(srv, bind)
@@ -134,12 +136,17 @@ def test_a_revoked_key_is_cut_off(rig: Rig) -> None:
 def test_a_key_joins_only_under_the_name_it_was_allowed_with(rig: Rig) -> None:
     secret = rig.keys("far")
     rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
-    impostor = rig.engine("local", secret)  # the local engine's name, with far's key
-    assert impostor.wait(timeout=20) == 3
     other = rig.engine("elsewhere", secret)
     assert other.wait(timeout=20) == 3
     told = (rig.srv.workdir / "engine-elsewhere.log").read_text()
     assert "this key joins as 'far', not 'elsewhere'" in told
+    # a key allowed under a local engine's name still never takes its place
+    local_key = rig.keys("posing")
+    rig.cli("allow", str(local_key.with_name("posing.key")), "--name", "local")
+    impostor = rig.engine("local", local_key)
+    assert impostor.wait(timeout=20) == 3
+    told = (rig.srv.workdir / "engine-local.log").read_text()
+    assert "the name 'local' is a local engine's" in told
     assert rig.engines()["local"]["remote"] is False
 
 
@@ -153,11 +160,11 @@ def test_a_remote_engine_joins_again_after_the_head_restarts(rig: Rig) -> None:
     head = rig.srv
     head.stop()
     # the same folder (keys, allow-list) and the same bus endpoint, as a restart would
-    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.2}
+    config = {"engine_specs": ENGINES, "heartbeat_interval": INTERVAL}
     with serving(head.workdir, config, MODELS, 1, KEY,
                  extra_config={"cluster": {"bind": rig.bind}}) as again:  # fmt: skip
         rig.srv = again
-        # silent for the liveness the old head set (5 x 0.2 s), then a new incarnation
+        # silent for the liveness the old head set (5 x INTERVAL), then a new incarnation
         wait_for(lambda: "far" in rig.engines(), timeout=30)
         far = rig.engines()["far"]
         assert far["remote"] is True and far["epoch"] != first_epoch
@@ -190,7 +197,7 @@ def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
     wait_for(lambda: len(events) > 3)
     proc.send_signal(signal.SIGSTOP)  # a machine that stops answering (a network cut)
     try:
-        # lost after heartbeat_liveness (5) x 0.2 s of silence: the started stream errors
+        # lost after heartbeat_liveness (5) x INTERVAL of silence: the started stream errors
         wait_for(lambda: any(is_error(e) for e in events), timeout=10)
         wait_for(lambda: "far" not in rig.engines())
     finally:
