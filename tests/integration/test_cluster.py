@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ MODELS: list[dict[str, Any]] = [
     {"id": "there", "format": "fake", "engine": "far"},
     {"id": "slow-there", "format": "fake", "engine": "far",
      "options": {"tokens_per_second": 20, "output_tokens": 10_000}},
+    # its load takes long enough for a request to wait on it, never started
+    {"id": "late-there", "format": "fake", "engine": "far", "options": {"load_seconds": 4}},
 ]  # fmt: skip
 
 
@@ -207,3 +210,37 @@ def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
     wait_for(lambda: "far" in rig.engines() and rig.engines()["far"]["epoch"] != first_epoch,
              timeout=30)  # fmt: skip
     assert chat(rig.srv, "there").status_code == 200
+
+
+def test_a_killed_remote_engine_errors_its_stream_within_3_s_and_reruns_the_unstarted(
+    rig: Rig,
+) -> None:
+    secret = rig.keys("far")
+    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+    proc = rig.engine("far", secret)
+    wait_for(lambda: "far" in rig.engines())
+    events: list[dict[str, Any] | None] = []
+    body = {"model": "slow-there", "stream": True, "max_tokens": 10_000,
+            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+
+    def stream() -> None:
+        with httpx.stream("POST", rig.srv.url + "/v1/chat/completions", json=body,
+                          timeout=60) as r:  # fmt: skip
+            events.extend(event(line) for line in r.iter_lines() if line.startswith("data:"))
+
+    waiting: list[httpx.Response] = []
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    later = threading.Thread(target=lambda: waiting.append(chat(rig.srv, "late-there")))
+    later.start()
+    wait_for(lambda: len(events) > 3 and "late-there" in rig.engines()["far"]["loading"])
+    killed = time.monotonic()
+    proc.kill()
+    # the next keepalive PING finds the peer gone (ROUTER_MANDATORY): lost at once, not
+    # after heartbeat_liveness intervals of silence
+    wait_for(lambda: any(is_error(e) for e in events), timeout=10)
+    assert time.monotonic() - killed < 3
+    later.join(timeout=30)
+    # the request that had not started ran on the local engine (its pin's engine is gone)
+    assert waiting and waiting[0].status_code == 200, waiting
+    wait_for(lambda: "late-there" in rig.engines()["local"]["loaded_models"])
