@@ -70,6 +70,14 @@ class Rig:
         self.procs.append(proc)
         return proc
 
+    def join_far(self) -> subprocess.Popen[bytes]:
+        """A key allowed as "far", and its engine once it has joined."""
+        secret = self.keys("far")
+        self.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+        proc = self.engine("far", secret)
+        wait_for(lambda: "far" in self.engines())
+        return proc
+
     def engines(self) -> dict[str, dict[str, Any]]:
         return {e["name"]: e for e in self.srv.health()["engines"]}
 
@@ -89,6 +97,21 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
                 proc.wait()
             for log in rig.logs:
                 log.close()
+
+
+def stream(srv: Server, model: str) -> tuple[list[dict[str, Any] | None], threading.Thread]:
+    """A long chat streamed on its own thread: the events it has read so far."""
+    events: list[dict[str, Any] | None] = []
+    body = {"model": model, "stream": True, "max_tokens": 10_000,
+            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+
+    def read() -> None:
+        with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
+            events.extend(event(line) for line in r.iter_lines() if line.startswith("data:"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return events, reader
 
 
 def chat(srv: Server, model: str) -> httpx.Response:
@@ -121,43 +144,34 @@ def test_an_unknown_key_never_gets_past_the_handshake(rig: Rig) -> None:
 
 
 def test_a_revoked_key_is_cut_off(rig: Rig) -> None:
-    secret = rig.keys("far")
-    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
-    proc = rig.engine("far", secret)
-    wait_for(lambda: "far" in rig.engines())
+    proc = rig.join_far()
     rig.cli("revoke", "far")
     wait_for(lambda: "far" not in rig.engines())
     assert proc.wait(timeout=10) == 3  # told it was refused, it exits
     assert "its key was revoked" in rig.srv.log()
     # and it cannot come back
     seen = rig.srv.log().count("unknown CURVE key")
-    rig.engine("far", secret)
+    rig.engine("far", rig.srv.workdir / "keys" / "far.key_secret")
     wait_for(lambda: rig.srv.log().count("unknown CURVE key") > seen)
     assert "far" not in rig.engines()
 
 
 def test_a_key_joins_only_under_the_name_it_was_allowed_with(rig: Rig) -> None:
-    secret = rig.keys("far")
-    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
-    other = rig.engine("elsewhere", secret)
-    assert other.wait(timeout=20) == 3
-    told = (rig.srv.workdir / "engine-elsewhere.log").read_text()
-    assert "this key joins as 'far', not 'elsewhere'" in told
+    def refused(allowed_as: str, joins_as: str) -> str:
+        """What an engine with a key allowed under one name is told joining as another."""
+        secret = rig.keys(f"key-{allowed_as}")
+        rig.cli("allow", str(secret.with_name(f"key-{allowed_as}.key")), "--name", allowed_as)
+        assert rig.engine(joins_as, secret).wait(timeout=20) == 3  # refused, it exits
+        return (rig.srv.workdir / f"engine-{joins_as}.log").read_text()
+
+    assert "this key joins as 'far', not 'elsewhere'" in refused("far", "elsewhere")
     # a key allowed under a local engine's name still never takes its place
-    local_key = rig.keys("posing")
-    rig.cli("allow", str(local_key.with_name("posing.key")), "--name", "local")
-    impostor = rig.engine("local", local_key)
-    assert impostor.wait(timeout=20) == 3
-    told = (rig.srv.workdir / "engine-local.log").read_text()
-    assert "the name 'local' is a local engine's" in told
+    assert "the name 'local' is a local engine's" in refused("local", "local")
     assert rig.engines()["local"]["remote"] is False
 
 
 def test_a_remote_engine_joins_again_after_the_head_restarts(rig: Rig) -> None:
-    secret = rig.keys("far")
-    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
-    proc = rig.engine("far", secret)
-    wait_for(lambda: "far" in rig.engines())
+    proc = rig.join_far()
     assert chat(rig.srv, "there").status_code == 200
     first_epoch = rig.engines()["far"]["epoch"]
     head = rig.srv
@@ -181,22 +195,9 @@ def test_a_remote_engine_joins_again_after_the_head_restarts(rig: Rig) -> None:
 def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
     rig: Rig,
 ) -> None:
-    secret = rig.keys("far")
-    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
-    proc = rig.engine("far", secret)
-    wait_for(lambda: "far" in rig.engines())
+    proc = rig.join_far()
     first_epoch = rig.engines()["far"]["epoch"]
-    events: list[dict[str, Any] | None] = []
-    body = {"model": "slow-there", "stream": True, "max_tokens": 10_000,
-            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-
-    def stream() -> None:
-        with httpx.stream("POST", rig.srv.url + "/v1/chat/completions", json=body,
-                          timeout=60) as r:  # fmt: skip
-            events.extend(event(line) for line in r.iter_lines() if line.startswith("data:"))
-
-    reader = threading.Thread(target=stream, daemon=True)
-    reader.start()
+    events, reader = stream(rig.srv, "slow-there")
     wait_for(lambda: len(events) > 3)
     proc.send_signal(signal.SIGSTOP)  # a machine that stops answering (a network cut)
     try:
@@ -215,22 +216,9 @@ def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
 def test_a_killed_remote_engine_errors_its_stream_within_3_s_and_reruns_the_unstarted(
     rig: Rig,
 ) -> None:
-    secret = rig.keys("far")
-    rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
-    proc = rig.engine("far", secret)
-    wait_for(lambda: "far" in rig.engines())
-    events: list[dict[str, Any] | None] = []
-    body = {"model": "slow-there", "stream": True, "max_tokens": 10_000,
-            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-
-    def stream() -> None:
-        with httpx.stream("POST", rig.srv.url + "/v1/chat/completions", json=body,
-                          timeout=60) as r:  # fmt: skip
-            events.extend(event(line) for line in r.iter_lines() if line.startswith("data:"))
-
+    proc = rig.join_far()
+    events, _ = stream(rig.srv, "slow-there")
     waiting: list[httpx.Response] = []
-    reader = threading.Thread(target=stream, daemon=True)
-    reader.start()
     later = threading.Thread(target=lambda: waiting.append(chat(rig.srv, "late-there")))
     later.start()
     wait_for(lambda: len(events) > 3 and "late-there" in rig.engines()["far"]["loading"])
