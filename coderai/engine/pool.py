@@ -126,6 +126,8 @@ class ModelPool:
         #: measures the fleet now (see fleet.py): a load under the cap decides on a fresh
         #: measure, not on the last heartbeat's, which may predate other engines' loads
         self.fleet_meter: Callable[[], dict[str, int]] | None = None
+        #: what the heartbeat tells of loads under the cap (see _publish_room)
+        self.room_state: tuple[float, tuple[int, int]] = (0.0, (0, 0))
         #: reads the free VRAM of the engine's cards now (None: no card reports it)
         self.vram_meter: Callable[[], int | None] | None = None
         self.resident: dict[str, list[Resident]] = {}
@@ -205,12 +207,16 @@ class ModelPool:
             # other engines' idle models go first (the front picks them and unloads them);
             # the load starts once the fleet's measure shows the room
             self.wanting.setdefault(key, (size, time.monotonic()))
+            self._publish_room()
             return
         self.wanting.pop(key, None)
         progress = LoadProgress()
         model_id = spec.id
         log.info("loading model %s (%.0f MiB)", model_id, size / MIB)
         rss = _SELF.memory_info().rss  # before the loader thread can take any of it
+        # published before the loader can take any memory: a measure of the fleet that
+        # holds part of this load is never read beside a state that still wants room
+        self._publish_room(pending=(size, rss))
         future = self._executor.submit(backend.load, spec, progress)
         future.add_done_callback(lambda _f: self._on_loaded(key))
         self.loading[key] = _Loading(model_id, future, progress, size, rss_at_start=rss)
@@ -248,6 +254,7 @@ class ModelPool:
         so each load's baseline moves down with it (see still_to_load)."""
         for loading in self.loading.values():
             loading.rss_at_start -= size
+        self._publish_room()
 
     def _free_bytes(self) -> int:
         if self.budget_bytes:
@@ -298,6 +305,7 @@ class ModelPool:
             if now - since > self.room_wait:
                 del self.wanting[key]
                 out[key] = self._no_room(key, size, f"and no room came in {self.room_wait:.0f} s")
+        self._publish_room()
         return out
 
     def residents_report(self) -> list[dict[str, object]]:
@@ -311,12 +319,20 @@ class ModelPool:
             for r in rs
         ]  # fmt: skip
 
-    def wants_mb(self) -> float:
-        return sum(size for size, _ in self.wanting.values()) / MIB
+    def _publish_room(self, pending: tuple[int, int] | None = None) -> None:
+        """(MiB its loads wait for, its loads in flight as (sizes, RSS when the first
+        began)): replaced whole at each change, so the heartbeat reads one consistent
+        pair from the event loop's thread, whatever this thread does meanwhile."""
+        wants = sum(size for size, _ in self.wanting.values()) / MIB
+        sizes, start = self.loading_footprint()
+        if pending is not None:
+            sizes, start = sizes + pending[0], min(start, pending[1]) if sizes else pending[1]
+        self.room_state = (wants, (sizes, start))
 
     def finish_load(self, key: str) -> None:
         """Scheduler thread, once a load ends: keep the instance or raise what failed."""
         loading = self.loading.pop(key)
+        self._publish_room()
         self._publish()  # the load has ended, whether or not it worked
         instance = loading.future.result()
         log.info("model %s loaded in %.1f s", loading.model_id, time.monotonic() - loading.started)

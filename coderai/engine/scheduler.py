@@ -73,11 +73,9 @@ class Scheduler:
         self._stalled: set[ModelInstance] = set()
         #: per model counters for the heartbeat: replaced, never changed, by this thread
         self.stats: dict[str, dict[str, int]] = {}
-        #: the same for the RAM cap: resident models (size, busy, idle for), the memory
-        #: loads wait for, and the loads in flight (see pool.loading_footprint)
+        #: the same for the RAM cap: resident models (size, busy, idle for); what loads
+        #: wait for and what is loading, the pool publishes itself (pool.room_state)
         self.residents: list[dict[str, object]] = []
-        self.wants_mb = 0.0
-        self.loading_footprint = (0, 0)
         self._stats_at = 0.0
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
@@ -155,8 +153,6 @@ class Scheduler:
                 model["queued"] = model.get("queued", 0) + len(waiting)
         self.stats = stats
         self.residents = self.pool.residents_report()
-        self.wants_mb = self.pool.wants_mb()
-        self.loading_footprint = self.pool.loading_footprint()
 
     def _admit_freed(self) -> None:
         while self._freed:

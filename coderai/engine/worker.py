@@ -119,9 +119,10 @@ class EngineWorker:
         self._reconnects = settings.curve is not None
         self._liveness = 5
         self._last_heard = 0.0
-        #: at the last measure of the fleet: the room under its RAM cap and what this
-        #: engine's loads in flight have yet to take, in MiB (None: no cap); measures taken
-        self._room: tuple[float, float] | None = None
+        #: at the last measure of the fleet: the room under its RAM cap, what this
+        #: engine's loads in flight have yet to take, and what its loads wait for, in MiB
+        #: (None: no cap); measures taken
+        self._room: tuple[float, float, float] | None = None
         self._measures = 0
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
@@ -406,7 +407,7 @@ class EngineWorker:
             cooldown=self._cooldown.public() if self._cooldown is not None else None,
             gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
             residents=self.scheduler.residents,
-            wants_mb=self.scheduler.wants_mb,
+            wants_mb=0.0 if self._room is None else self._room[2],
             room_mb=None if self._room is None else self._room[0],
             coming_mb=0.0 if self._room is None else self._room[1],
             measures=self._measures,
@@ -448,11 +449,13 @@ class EngineWorker:
                 # from this measure, not the scheduler's last publication of it: the front
                 # acts on it, and must not act twice on one measure taken before an unload;
                 # this engine's loads in flight count for what they have yet to take
-                own = self._proc.memory_info().rss
-                coming = still_to_load(self.scheduler.loading_footprint, own)
+                # the pool's state read after the measure: a load begun before it is in
+                # the state, one begun after counts whole and is in no RSS yet
+                wants_mb, footprint = self.scheduler.pool.room_state
+                coming = still_to_load(footprint, self._proc.memory_info().rss)
                 # assigned together after the await: a PING answered meanwhile repeats the
                 # last measure whole, with its count, so the front never counts it twice
-                self._room = ((cap - sum(fleet.values())) / MIB, coming / MIB)
+                self._room = ((cap - sum(fleet.values())) / MIB, coming / MIB, wants_mb)
                 self._measures += 1
             else:
                 self._room = None

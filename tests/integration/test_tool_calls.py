@@ -221,6 +221,26 @@ SMOL_PROMPTS = [
 ]  # fmt: skip
 
 
+#: WEATHER as a forecast API bounds it: unbounded, a 135M model sampled at 0.7 now and then
+#: wrote "days": 9999… until max_tokens (valid JSON all along, but never a whole call; CI
+#: saw it once in 20), which says nothing of the grammar or the parser under test
+BOUNDED_WEATHER: ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        **WEATHER["function"],
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 40},
+                "days": {"type": "integer", "minimum": 1, "maximum": 16},
+            },
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
 def _valid_weather(arguments: str) -> None:
     args = json.loads(arguments)
     assert set(args) == {"city", "days"}
@@ -239,7 +259,7 @@ def test_tool_choice_required_on_smollm2_gives_20_valid_calls(client: openai.Ope
         return client.chat.completions.create(
             model="smol",
             messages=[{"role": "user", "content": prompt}],
-            tools=[WEATHER],
+            tools=[BOUNDED_WEATHER],
             tool_choice="required",
             # one call each: allowed several, a small model may go on calling until the
             # token limit (parallel calls are tested with the scripted models)
@@ -260,6 +280,7 @@ def test_tool_choice_required_on_smollm2_gives_20_valid_calls(client: openai.Ope
         calls = choice.message.tool_calls or []
         assert len(calls) == 1 and calls[0].function.name == "get_weather"
         _valid_weather(calls[0].function.arguments)
+        assert 1 <= json.loads(calls[0].function.arguments)["days"] <= 16  # the grammar's bounds
 
 
 @pytest.mark.parametrize("model", ["smol", "tiny-hf", "tiny-gguf"])
