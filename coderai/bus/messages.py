@@ -39,6 +39,9 @@ class ControlAction(enum.StrEnum):
     UNLOAD = "unload"  #: args {"model": id}: unload its idle instances
     CONFIG = "config"  #: args: the settings WELCOME carries, changed while it runs
     SHUTDOWN = "shutdown"  #: leave the bus and exit (for a host that cannot signal it)
+    #: a remote engine (which no host can restart) ends its jobs and joins again as a new
+    #: incarnation, its models still loaded
+    RECONNECT = "reconnect"
 
 
 class FinishReason(enum.StrEnum):

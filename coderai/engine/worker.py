@@ -378,6 +378,9 @@ class EngineWorker:
             self.scheduler.unload(model)
         elif msg.action == ControlAction.CONFIG:
             self._configure(msg.args)
+        elif msg.action == ControlAction.RECONNECT and self._reconnects:
+            log.info("engine %s starts over, as its front asks", self.s.name)
+            self._front_silent.set()
         else:
             self._drop_log.warning("dropped a CONTROL %r with args %r", msg.action, msg.args)
 

@@ -50,7 +50,9 @@ class AdminRoutes:
 
     def _engine_name(self, request: web.Request) -> str:
         name = request.match_info["name"]
-        if name not in {p.name for p in self.directory.plans}:
+        record = self.dispatcher.registry.by_name(name)
+        remote = record is not None and record.remote_key is not None
+        if name not in {p.name for p in self.directory.plans} and not remote:
             raise NotFound(f"no engine named {name!r}")
         return name
 
@@ -79,6 +81,15 @@ class AdminRoutes:
     async def restart(self, request: web.Request) -> web.Response:
         """Drain, then stop and start the engine again while the others serve."""
         name = self._engine_name(request)
+        record = self.dispatcher.registry.by_name(name)
+        if record is not None and record.remote_key is not None:
+            # no host runs it: it is asked to start over (a new incarnation joins, and
+            # takes the drained one's place)
+            cancelled = await self.dispatcher.drain(name, self.drain_grace)
+            self.dispatcher.control(record, ControlAction.RECONNECT, {})
+            log.info("engine %s asked to reconnect (%d requests cancelled)", name, cancelled)
+            return web.json_response({"engine": name, "state": "reconnecting",
+                                      "cancelled": cancelled})  # fmt: skip
         if not self.host.restartable:
             raise InvalidRequest("this server does not supervise engine processes")
         cancelled = await self.dispatcher.drain(name, self.drain_grace)

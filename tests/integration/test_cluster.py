@@ -232,3 +232,19 @@ def test_a_killed_remote_engine_errors_its_stream_within_3_s_and_reruns_the_unst
     # the request that had not started ran on the local engine (its pin's engine is gone)
     assert waiting and waiting[0].status_code == 200, waiting
     wait_for(lambda: "late-there" in rig.engines()["local"]["loaded_models"])
+
+
+def test_restarting_a_remote_engine_asks_it_to_join_again(rig: Rig) -> None:
+    proc = rig.join_far()
+    assert chat(rig.srv, "there").status_code == 200
+    first_epoch = rig.engines()["far"]["epoch"]
+    answer = httpx.post(rig.srv.url + "/admin/api/engines/far/restart",
+                        headers={"Authorization": f"Bearer {KEY}"}, timeout=30)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "reconnecting"
+    # the same process, a new incarnation, serving (not left draining)
+    wait_for(lambda: rig.engines().get("far", {}).get("epoch") not in (None, first_epoch))
+    assert rig.engines()["far"]["state"] == "ready"
+    assert proc.poll() is None
+    assert chat(rig.srv, "there").status_code == 200
+    wait_for(lambda: rig.engines()["far"]["loaded_models"] == ["there"])
