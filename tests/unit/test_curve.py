@@ -53,3 +53,16 @@ def test_the_front_sees_a_change_of_the_list_and_the_keys_it_lost(tmp_path: Path
     link.callback("coderai", b"0" * 40)  # any handshake reads the change first...
     assert key.decode() not in link.allowed  # ...and the revocation stands for everyone
     assert not link.callback("coderai", key)
+
+
+def test_a_remote_routing_id_needs_its_random_part_and_a_local_one_none() -> None:
+    from coderai.bus.messages import Hello
+    from coderai.front.dispatcher import _identity_matches
+
+    hello = Hello("far", 7, 1, "cpu", ["fake"], 8, "", [])
+    assert _identity_matches(b"far:7", hello, remote=False)
+    assert not _identity_matches(b"far:7:0123456789abcdef", hello, remote=False)
+    assert _identity_matches(b"far:7:0123456789abcdef", hello, remote=True)
+    for bad in (b"far:7", b"far:7:", b"far:7:short", b"far:8:0123456789abcdef",
+                b"far:7:0123456789abcde!"):  # fmt: skip
+        assert not _identity_matches(bad, hello, remote=True), bad
