@@ -92,13 +92,14 @@ class Resident:
 @dataclass
 class _Loading:
     model_id: str
-    future: Future[ModelInstance]
     progress: LoadProgress
     size: int
-    started: float = field(default_factory=time.monotonic)
     #: this process's RSS as the load began: what it has grown by since is (roughly) how
     #: much of the model is in memory already
-    rss_at_start: int = 0
+    rss_at_start: int
+    started: float = field(default_factory=time.monotonic)
+    #: set once submitted to the loader, right after the load is registered
+    future: Future[ModelInstance] | None = None
 
 
 class ModelPool:
@@ -213,13 +214,14 @@ class ModelPool:
         progress = LoadProgress()
         model_id = spec.id
         log.info("loading model %s (%.0f MiB)", model_id, size / MIB)
-        rss = _SELF.memory_info().rss  # before the loader thread can take any of it
-        # published before the loader can take any memory: a measure of the fleet that
-        # holds part of this load is never read beside a state that still wants room
-        self._publish_room(pending=(size, rss))
-        future = self._executor.submit(backend.load, spec, progress)
-        future.add_done_callback(lambda _f: self._on_loaded(key))
-        self.loading[key] = _Loading(model_id, future, progress, size, rss_at_start=rss)
+        # registered and published before the loader can take any memory: a measure of
+        # the fleet that holds part of this load is never read beside a state that still
+        # wants room for it
+        loading = _Loading(model_id, progress, size, rss_at_start=_SELF.memory_info().rss)
+        self.loading[key] = loading
+        self._publish_room()
+        loading.future = self._executor.submit(backend.load, spec, progress)
+        loading.future.add_done_callback(lambda _f: self._on_loaded(key))
         self._publish()
 
     def _make_room(self, needed: int) -> None:
@@ -305,7 +307,8 @@ class ModelPool:
             if now - since > self.room_wait:
                 del self.wanting[key]
                 out[key] = self._no_room(key, size, f"and no room came in {self.room_wait:.0f} s")
-        self._publish_room()
+        if out:
+            self._publish_room()
         return out
 
     def residents_report(self) -> list[dict[str, object]]:
@@ -319,21 +322,19 @@ class ModelPool:
             for r in rs
         ]  # fmt: skip
 
-    def _publish_room(self, pending: tuple[int, int] | None = None) -> None:
+    def _publish_room(self) -> None:
         """(MiB its loads wait for, its loads in flight as (sizes, RSS when the first
         began)): replaced whole at each change, so the heartbeat reads one consistent
         pair from the event loop's thread, whatever this thread does meanwhile."""
         wants = sum(size for size, _ in self.wanting.values()) / MIB
-        sizes, start = self.loading_footprint()
-        if pending is not None:
-            sizes, start = sizes + pending[0], min(start, pending[1]) if sizes else pending[1]
-        self.room_state = (wants, (sizes, start))
+        self.room_state = (wants, self.loading_footprint())
 
     def finish_load(self, key: str) -> None:
         """Scheduler thread, once a load ends: keep the instance or raise what failed."""
         loading = self.loading.pop(key)
         self._publish_room()
         self._publish()  # the load has ended, whether or not it worked
+        assert loading.future is not None  # registered loads are submitted at once
         instance = loading.future.result()
         log.info("model %s loaded in %.1f s", loading.model_id, time.monotonic() - loading.started)
         self.resident.setdefault(key, []).append(

@@ -14,6 +14,7 @@ reading does nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -35,12 +36,7 @@ class GpuReading:
     vram_used_mb: float | None = None
 
     def public(self) -> dict[str, Any]:
-        return {
-            "vendor": self.vendor,
-            "temp": self.temp,
-            "vram_total_mb": self.vram_total_mb,
-            "vram_used_mb": self.vram_used_mb,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ card is judged by its vendor's thresholds (`gpu_overrides`), else the GPU defaul
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,15 +59,7 @@ class Cooldown:
     since: float
 
     def public(self) -> dict[str, Any]:
-        return {
-            "sensor": self.sensor,
-            "card": self.card,
-            "vendor": self.vendor,
-            "temp": self.temp,
-            "high": self.high,
-            "resume": self.resume,
-            "since": self.since,
-        }
+        return dataclasses.asdict(self)
 
 
 def _hot(readings: Readings, policy: ThermalPolicy, now: float) -> list[Cooldown]:
@@ -99,9 +92,6 @@ def next_cooldown(
     if current is not None:
         temp = _reading(readings, current)
         if temp is not None and temp > current.resume:
-            return Cooldown(
-                current.sensor, current.card, current.vendor, temp,
-                current.high, current.resume, current.since,
-            )  # fmt: skip
+            return dataclasses.replace(current, temp=temp)
     hot = _hot(readings, policy, now)
     return hot[0] if hot else None

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import psutil
@@ -90,6 +90,14 @@ class EngineSettings:
     curve: tuple[bytes, bytes, bytes] | None = None
 
 
+class FleetRoom(NamedTuple):
+    """One measure of the fleet under its RAM cap, as the heartbeat reports it (MiB)."""
+
+    room_mb: float  #: the cap less the fleet's RSS (negative: over it)
+    coming_mb: float  #: what this engine's loads in flight have yet to take
+    wants_mb: float  #: what its loads held back for room need
+
+
 class EngineWorker:
     def __init__(
         self, settings: EngineSettings, context: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -122,7 +130,7 @@ class EngineWorker:
         #: at the last measure of the fleet: the room under its RAM cap, what this
         #: engine's loads in flight have yet to take, and what its loads wait for, in MiB
         #: (None: no cap); measures taken
-        self._room: tuple[float, float, float] | None = None
+        self._room: FleetRoom | None = None
         self._measures = 0
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
@@ -147,6 +155,8 @@ class EngineWorker:
         try:
             while True:
                 joined = await self._join(ctx)
+                if joined == "stopped":
+                    return 0
                 if joined == "refused" or (joined == "late" and not self._reconnects):
                     return EXIT_REFUSED
                 if joined == "late":
@@ -178,7 +188,7 @@ class EngineWorker:
                 ctx.term()
 
     async def _join(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> str:
-        """Connect and say HELLO: "joined", "refused" (told why), or "late" (no answer)."""
+        """Connect and say HELLO (see _handshake for what it returns)."""
         self._welcome = self._loop.create_future()
         self._bus = LoopSocket(
             connect_dealer(ctx, self.s.connect, self.identity, self.s.curve),
@@ -270,6 +280,7 @@ class EngineWorker:
         await self._bus.send(frames)
 
     async def _handshake(self) -> str:
+        """HELLO, then "joined", "refused" (told why), "late" (no answer) or "stopped"."""
         hello = Hello(
             name=self.s.name,
             epoch=self.s.epoch,
@@ -290,7 +301,7 @@ class EngineWorker:
         finally:
             stop.cancel()
         if self._stop.is_set():
-            return "refused"  # told to stop while joining: leave
+            return "stopped"  # told to stop while joining: leave, as asked
         if not self._welcome.done():
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
             return "late"
@@ -410,9 +421,9 @@ class EngineWorker:
             cooldown=self._cooldown.public() if self._cooldown is not None else None,
             gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
             residents=self.scheduler.residents,
-            wants_mb=0.0 if self._room is None else self._room[2],
-            room_mb=None if self._room is None else self._room[0],
-            coming_mb=0.0 if self._room is None else self._room[1],
+            wants_mb=0.0 if self._room is None else self._room.wants_mb,
+            room_mb=None if self._room is None else self._room.room_mb,
+            coming_mb=0.0 if self._room is None else self._room.coming_mb,
             measures=self._measures,
         )
 
@@ -449,16 +460,13 @@ class EngineWorker:
             if cap:
                 fleet = await asyncio.to_thread(fleet_usage, self.s.front_pid)
                 self.scheduler.measured(fleet)
-                # from this measure, not the scheduler's last publication of it: the front
-                # acts on it, and must not act twice on one measure taken before an unload;
-                # this engine's loads in flight count for what they have yet to take
-                # the pool's state read after the measure: a load begun before it is in
-                # the state, one begun after counts whole and is in no RSS yet
+                # the pool's state is read after the measure: a load begun before it is in
+                # the state (counted for what it has yet to take), one begun after counts
+                # whole and is in no RSS yet. All is assigned together after the await, so
+                # a PING answered meanwhile repeats the last measure whole, with its count
                 wants_mb, footprint = self.scheduler.pool.room_state
                 coming = still_to_load(footprint, self._proc.memory_info().rss)
-                # assigned together after the await: a PING answered meanwhile repeats the
-                # last measure whole, with its count, so the front never counts it twice
-                self._room = ((cap - sum(fleet.values())) / MIB, coming / MIB, wants_mb)
+                self._room = FleetRoom((cap - sum(fleet.values())) / MIB, coming / MIB, wants_mb)
                 self._measures += 1
             else:
                 self._room = None

@@ -501,7 +501,6 @@ class Dispatcher:
         record.wants_mb, record.coming_mb = float(msg.wants_mb), float(msg.coming_mb)
         record.room_mb = None if msg.room_mb is None else float(msg.room_mb)
         record.measures = msg.measures
-        record.beats += 1
         record.state = msg.state
         record.loaded = msg.loaded
         record.loading = msg.loading
@@ -582,11 +581,7 @@ class Dispatcher:
         for record in self.registry.all():
             if record.remote_key is not None and not self._still_allowed(record):
                 log.warning("engine %s: its key was revoked; cutting it off", record.name)
-                sock = self._remote
-                assert sock is not None
-                sock.send_nowait(
-                    [record.identity, *encode(Refuse("this engine's key was revoked"))]
-                )
+                self._refuse(record.identity, "this engine's key was revoked", record.remote_key)
                 self._lose(record, f"engine {record.name}'s key was revoked", died=False)
 
     def _chunks(self, record: EngineRecord, deltas: list[object]) -> None:
@@ -636,7 +631,7 @@ class Dispatcher:
         """Forget an engine. Jobs that produced nothing run elsewhere, once: a request that
         was running on two engines that both died is the likely cause, and is not given a
         third. The rest fail; all fail at shutdown."""
-        was_remote = self.registry.get(record.identity) is record and record.remote_key
+        was_remote = self.registry.get(record.identity) is record and record.remote_key is not None
         if self.registry.get(record.identity) is record:
             self.registry.remove(record)
         jobs, record.jobs = list(record.jobs.values()), {}

@@ -45,8 +45,6 @@ class EngineRecord:
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
-    #: heartbeats received from this incarnation
-    beats: int = 0
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
     missing: bool = False
     #: takes no new jobs (admin drain); its next incarnation is a new record

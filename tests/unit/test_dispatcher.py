@@ -143,11 +143,11 @@ def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
             Heartbeat("ready", wants_mb=300.0, room_mb=-20.5, coming_mb=5.0, measures=3),
             Heartbeat("ready"),
         ):
-            beats = record.beats
+            accepted = record.residents_at  # set by each heartbeat that is kept
             dropped = dispatcher.dropped_frames
             await peer.send(beat)
             async with asyncio.timeout(5):
-                while record.beats == beats and dispatcher.dropped_frames == dropped:
+                while record.residents_at == accepted and dispatcher.dropped_frames == dropped:
                     await asyncio.sleep(0.005)
             seen.append((record.wants_mb, record.room_mb, record.residents_at))
         await dispatcher.stop()
