@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.support.server import Server, free_port, serving, wait_for
-from tests.support.sse import event, is_error
+from tests.support.sse import BackgroundChat, is_error
 
 KEY = "cluster-admin-key"
 #: heartbeats: a remote engine starts over after 5 silent intervals (heartbeat_liveness)
@@ -97,21 +97,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
                 proc.wait()
             for log in rig.logs:
                 log.close()
-
-
-def stream(srv: Server, model: str) -> tuple[list[dict[str, Any] | None], threading.Thread]:
-    """A long chat streamed on its own thread: the events it has read so far."""
-    events: list[dict[str, Any] | None] = []
-    body = {"model": model, "stream": True, "max_tokens": 10_000,
-            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-
-    def read() -> None:
-        with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
-            events.extend(event(line) for line in r.iter_lines() if line.startswith("data:"))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    return events, reader
 
 
 def chat(srv: Server, model: str) -> httpx.Response:
@@ -197,7 +182,8 @@ def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
 ) -> None:
     proc = rig.join_far()
     first_epoch = rig.engines()["far"]["epoch"]
-    events, reader = stream(rig.srv, "slow-there")
+    generating = BackgroundChat(rig.srv.url, "slow-there")
+    events = generating.events
     wait_for(lambda: len(events) > 3)
     proc.send_signal(signal.SIGSTOP)  # a machine that stops answering (a network cut)
     try:
@@ -206,7 +192,7 @@ def test_a_remote_engine_that_goes_silent_mid_stream_errors_it_and_joins_again(
         wait_for(lambda: "far" not in rig.engines())
     finally:
         proc.send_signal(signal.SIGCONT)
-    reader.join(timeout=10)
+    generating.thread.join(timeout=10)
     # back, it finds its front silent for longer than the liveness and joins again
     wait_for(lambda: "far" in rig.engines() and rig.engines()["far"]["epoch"] != first_epoch,
              timeout=30)  # fmt: skip
@@ -217,14 +203,14 @@ def test_a_killed_remote_engine_errors_its_stream_within_3_s_and_reruns_the_unst
     rig: Rig,
 ) -> None:
     proc = rig.join_far()
-    events, _ = stream(rig.srv, "slow-there")
+    events = BackgroundChat(rig.srv.url, "slow-there").events
+    wait_for(lambda: len(events) > 3)  # streaming before the other load takes the loader
     waiting: list[httpx.Response] = []
     later = threading.Thread(target=lambda: waiting.append(chat(rig.srv, "late-there")))
     later.start()
     # killed while most of that load is still to come (heartbeats report it 0.5 s late):
     # the request is certain not to have started there
-    wait_for(lambda: len(events) > 3
-             and rig.engines()["far"]["loading"].get("late-there", 1.0) < 0.5)  # fmt: skip
+    wait_for(lambda: rig.engines()["far"]["loading"].get("late-there", 1.0) < 0.5)
     killed = time.monotonic()
     proc.kill()
     # the next keepalive PING finds the peer gone (ROUTER_MANDATORY): lost at once, not

@@ -5,7 +5,6 @@ whichever engine holds it, never one that is generating; a load that can never f
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import psutil
 import pytest
 
 from tests.support.server import Server, serving, wait_for
+from tests.support.sse import BackgroundChat, is_error
 
 KEY = "ram-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -90,26 +90,15 @@ def test_a_third_model_unloads_the_fleets_least_recently_used_idle_one(srv: Serv
 def test_a_model_that_is_generating_is_never_unloaded_for_room(srv: Server) -> None:
     cap_for_two_models(srv)
     assert chat(srv, "on-b").status_code == 200  # b is used first: the LRU idle model
-    body = {"model": "slow-a", "stream": True, "max_tokens": 10_000,
-            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-    tokens: list[str] = []
-    ended = threading.Event()
-
-    def stream() -> None:
-        with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                tokens.append(line)
-                if ended.is_set():
-                    return
-
-    threading.Thread(target=stream, daemon=True).start()
-    wait_for(lambda: len(tokens) > 5)  # slow-a generates on a
+    generating = BackgroundChat(srv.url, "slow-a")
+    wait_for(lambda: len(generating.events) > 5)  # slow-a generates on a
     answer = chat(srv, "on-c")
     assert answer.status_code == 200, answer.text
     settle(lambda: loaded(srv) == {"a": ["slow-a"], "b": [], "c": ["on-c"]})
-    streamed = len(tokens)
-    wait_for(lambda: len(tokens) > streamed + 5)  # the stream never stopped
-    ended.set()
+    streamed = len(generating.events)
+    wait_for(lambda: len(generating.events) > streamed + 5)  # the stream never stopped
+    assert not any(is_error(e) for e in generating.events)
+    generating.stop()
 
 
 def test_a_load_in_flight_is_not_counted_twice_against_the_cap(srv: Server) -> None:

@@ -5,7 +5,6 @@ in for NVML: the test moves the card's used VRAM as each model lands on it."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.server import Server, serving, wait_for
+from tests.support.sse import BackgroundChat, is_error
 
 KEY = "vram-admin-key"
 TOTAL_MB = 1000
@@ -81,25 +81,14 @@ def test_a_load_short_of_vram_unloads_the_engines_least_recently_used_idle_model
 def test_a_model_that_is_generating_stays_on_the_card(rig: tuple[Server, Card]) -> None:
     srv, card = rig
     card.set_free(1000)
-    body = {"model": "slow", "stream": True, "max_tokens": 10_000,
-            "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
-    lines: list[str] = []
-    ended = threading.Event()
-
-    def stream() -> None:
-        with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=60) as r:
-            for line in r.iter_lines():
-                lines.append(line)
-                if ended.is_set():
-                    return
-
-    threading.Thread(target=stream, daemon=True).start()
-    wait_for(lambda: len(lines) > 5)
+    generating = BackgroundChat(srv.url, "slow")
+    wait_for(lambda: len(generating.events) > 5)
     card.set_free(0)  # nothing free, and the only resident model is generating
     assert chat(srv, "m1").status_code == 200  # nothing idle to unload: the load tries
     wait_for(lambda: loaded(srv) == ["m1", "slow"])
-    streamed = len(lines)
-    wait_for(lambda: len(lines) > streamed + 5)  # the stream never stopped
-    ended.set()
+    streamed = len(generating.events)
+    wait_for(lambda: len(generating.events) > streamed + 5)  # the stream never stopped
+    assert not any(is_error(e) for e in generating.events)
+    generating.stop()
     assert "model m1 needs 100 MiB of VRAM and 0 MiB are free" in srv.log()
     assert "unloading idle model slow" not in srv.log()

@@ -3,10 +3,13 @@ chunks as they arrive all go through `event()`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from typing import Any
 
 import aiohttp
+import httpx
 
 #: what `event()` returns for the `data: [DONE]` terminator
 DONE: dict[str, Any] = {"done": True}
@@ -42,6 +45,34 @@ def content(evs: list[dict[str, Any]]) -> str:
 
 def is_error(e: dict[str, Any] | None) -> bool:
     return e is not None and "error" in e
+
+
+class BackgroundChat:
+    """A long streamed chat read on its own thread: `events` grows as they arrive. stop()
+    leaves the stream at its next line; a stream the server cuts (at its shutdown) just
+    ends the reader."""
+
+    def __init__(self, url: str, model: str, max_tokens: int = 10_000) -> None:
+        self.events: list[dict[str, Any] | None] = []
+        self._stop = threading.Event()
+        body = {"model": model, "stream": True, "max_tokens": max_tokens,
+                "messages": [{"role": "user", "content": "x"}]}  # fmt: skip
+        self.thread = threading.Thread(target=self._read, args=(url, body), daemon=True)
+        self.thread.start()
+
+    def _read(self, url: str, body: dict[str, Any]) -> None:
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r,
+        ):
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    self.events.append(event(line))
+                if self._stop.is_set():
+                    return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 async def stream_chat(
