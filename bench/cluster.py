@@ -77,8 +77,8 @@ def transports(args: argparse.Namespace) -> list[dict[str, Any]]:
                       extra={"auth": {"admin_key": KEY}, "cluster": {"bind": bind}})  # fmt: skip
     config = str(srv.dir / "config.json")
     cli = [sys.executable, "-m", "coderai", "cluster"]
-    subprocess.run([*cli, "keygen", "--out", str(folder / "far"), "--config", config],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([*cli, "keygen", "--out", str(folder / "far")], check=True,
+                   capture_output=True)  # fmt: skip
     subprocess.run([*cli, "allow", str(folder / "far.key"), "--name", "far", "--config", config],
                    check=True, capture_output=True)  # fmt: skip
     env = {**os.environ, "CODERAI_ENGINE_CAPABILITIES": "fake", "CODERAI_LOG_LEVEL": "WARNING"}

@@ -35,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace, default_config: Path) -> int:
     if args.action == "keygen" and args.out is not None:
+        if args.config is not None:  # never taken and ignored
+            raise ConfigError("keygen --out makes a key pair of its own; it reads no --config")
         return _client_pair(args.out)
     config_path: Path | None = args.config
     if config_path is None and default_config.is_file():

@@ -15,6 +15,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from coderai.bus import curve
 from coderai.bus.sockets import bind_router
+from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front")
 
@@ -33,6 +34,7 @@ class ClusterLink:
         #: key -> its name; replaced whole, never changed, so any thread may read it
         self.allowed: dict[str, str] = {}
         self._auth: ThreadAuthenticator | None = None
+        self._refusals = ThrottledLog(log)
         self.refresh()
 
     def bind(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> zmq.Socket[bytes]:
@@ -50,8 +52,9 @@ class ClusterLink:
         """ZAP, on the authenticator's thread: is this public key (Z85) allowed now?"""
         self.refresh()
         allowed = key.decode("ascii", "replace") in self.allowed
-        if not allowed:
-            log.warning("refused a bus connection from an unknown CURVE key %s", key.decode())
+        if not allowed:  # throttled: a peer retrying in a loop must not flood the log
+            self._refusals.warning("refused a bus connection from an unknown CURVE key %s",
+                                   key.decode())  # fmt: skip
         return allowed
 
     def refresh(self) -> None:

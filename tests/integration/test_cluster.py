@@ -42,10 +42,11 @@ class Rig:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Any] = []
 
-    def cli(self, *args: str) -> str:
+    def cli(self, *args: str, head: bool = True) -> str:
+        """`coderai cluster …`, against the head's config unless `head` is False."""
+        config = ["--config", str(self.srv.workdir / "config.json")] if head else []
         done = subprocess.run(
-            [sys.executable, "-m", "coderai", "cluster", *args,
-             "--config", str(self.srv.workdir / "config.json")],
+            [sys.executable, "-m", "coderai", "cluster", *args, *config],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -54,7 +55,7 @@ class Rig:
     def keys(self, name: str) -> Path:
         """A new key pair for a remote engine: the secret key file."""
         out = self.srv.workdir / "keys" / name
-        self.cli("keygen", "--out", str(out))
+        self.cli("keygen", "--out", str(out), head=False)
         return out.with_name(f"{name}.key_secret")
 
     def engine(self, name: str, secret: Path) -> subprocess.Popen[bytes]:

@@ -66,3 +66,14 @@ def test_a_remote_routing_id_needs_its_random_part_and_a_local_one_none() -> Non
     for bad in (b"far:7", b"far:7:", b"far:7:short", b"far:8:0123456789abcdef",
                 b"far:7:0123456789abcde!"):  # fmt: skip
         assert not _identity_matches(bad, hello, remote=True), bad
+
+
+def test_keygen_out_refuses_a_config_it_would_not_read(tmp_path: Path) -> None:
+    from coderai.cli import main
+
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    assert main(["cluster", "keygen", "--out", str(tmp_path / "k"), "--config", str(config)]) == 2
+    assert not (tmp_path / "k.key_secret").exists()
+    assert main(["cluster", "keygen", "--out", str(tmp_path / "k")]) == 0
+    assert (tmp_path / "k.key_secret").exists()
