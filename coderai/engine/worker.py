@@ -300,9 +300,11 @@ class EngineWorker:
             pass
         finally:
             stop.cancel()
-        if self._stop.is_set():
-            return "stopped"  # told to stop while joining: leave, as asked
+        # A WELCOME wins over a stop read with it (a front that welcomes and at once
+        # says SHUTDOWN): the engine has joined, so it leaves with a BYE.
         if not self._welcome.done():
+            if self._stop.is_set():
+                return "stopped"  # told to stop while joining: leave, as asked
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
             return "late"
         msg = self._welcome.result()

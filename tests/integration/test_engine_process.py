@@ -119,6 +119,18 @@ def test_shutdown_control_ends_with_bye(front: FrontPeer) -> None:
     assert front.proc.wait(10) == 0
 
 
+def test_a_shutdown_read_with_the_welcome_still_ends_with_bye(tmp_path: Path) -> None:
+    peer = FrontPeer(tmp_path)
+    try:
+        assert isinstance(peer.recv(), Hello)
+        peer.send(Welcome(heartbeat_interval=0.2, liveness=5))
+        peer.send(Control(ref=1, action="shutdown"))
+        assert isinstance(peer.recv_until(Bye)[-1], Bye)
+        assert peer.proc.wait(10) == 0
+    finally:
+        peer.close()
+
+
 def test_an_engine_refused_by_the_front_exits(tmp_path: Path) -> None:
     peer = FrontPeer(tmp_path, token="wrong")
     try:
