@@ -104,6 +104,35 @@ class ClusterConfig(_Strict):
         return bind
 
 
+class BrokerConfig(_Strict):
+    """An AISBF broker this node offers itself to, over an outbound WebSocket (so it works
+    behind NAT); off while `url` is unset."""
+
+    #: ws(s)://HOST/api/coderai/wss, or /api/u/{username}/coderai/wss
+    url: str | None = None
+    provider_id: str | None = None
+    client_id: str | None = None
+    username: str | None = None
+    registration_token: str | None = None
+    #: what the node tells the broker it is reachable at (informational); default: none
+    endpoint: str = ""
+    heartbeat_seconds: float = Field(30.0, gt=0)
+    #: reconnect waits double from one second up to this
+    reconnect_max_seconds: float = Field(60.0, ge=1)
+
+    @model_validator(mode="after")
+    def _complete(self) -> BrokerConfig:
+        if self.url is None:
+            return self
+        if not self.url.startswith(("ws://", "wss://")):
+            raise ValueError("broker.url must be a ws:// or wss:// URL")
+        missing = [k for k in ("provider_id", "client_id", "registration_token")
+                   if not getattr(self, k)]  # fmt: skip
+        if missing:
+            raise ValueError(f"broker.url is set, so broker.{missing[0]} is needed too")
+        return self
+
+
 class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
@@ -174,6 +203,7 @@ class Config(_Strict):
     thermal: ThermalConfig = Field(default_factory=ThermalConfig)
     offload: OffloadConfig = Field(default_factory=OffloadConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    broker: BrokerConfig = Field(default_factory=BrokerConfig)
 
     @model_validator(mode="after")
     def _unique_engine_names(self) -> Config:

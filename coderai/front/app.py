@@ -16,6 +16,8 @@ from coderai.front.activity import Activity
 from coderai.front.admin_api import AdminRoutes
 from coderai.front.anthropic_api import AnthropicRoutes
 from coderai.front.auth import Auth, requires_api_key
+from coderai.front.broker import BrokerClient
+from coderai.front.broker_chat import BrokerAnswers
 from coderai.front.console import Console
 from coderai.front.console_events import EventHub
 from coderai.front.dispatcher import Dispatcher
@@ -68,6 +70,11 @@ class Front:
         self.hub = hub
         #: the recent log lines of the front and of each engine
         self.logbook = logbook
+        #: the AISBF broker uplink, when broker.url is set (built with the app)
+        self.broker: BrokerClient | None = None
+
+    def broker_status(self) -> dict[str, Any]:
+        return self.broker.status() if self.broker is not None else {"enabled": False}
 
     @property
     def config(self) -> Config:
@@ -145,6 +152,13 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     app.router.add_get("/metrics", front.metrics_text)
     app.router.add_get("/admin/api/openapi.json", openapi.serve)
     Console().add_to(app)
+    if config.broker.url is not None:
+        front.broker = BrokerClient(
+            config.broker,
+            BrokerAnswers(openai, activity),
+            front.engines,
+            config.server.stream_stall_timeout,
+        )
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()
@@ -158,7 +172,11 @@ def build_app(front: Front, admin_key: str) -> web.Application:
             ),
             loop.create_task(activity.refreshing(interval)),
         ]
+        if front.broker is not None:
+            front.broker.start()
         yield
+        if front.broker is not None:
+            await front.broker.stop()  # its requests' jobs are cancelled with it
         for watcher in watchers:
             watcher.cancel()
         await dispatcher.stop()

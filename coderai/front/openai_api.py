@@ -175,7 +175,7 @@ class OpenAIRoutes:
         created = int(time.time())
         structured = bool(fields.get("logprobs") or fields.get("tools"))
         if req.n > 1 or len(payloads) > 1 or structured:
-            jobs = self._submit_many(entry, kind, req.n, fields, payloads)
+            jobs = self.submit_choices(entry, kind, req.n, fields, payloads)
             # choice p * n + i is choice i of prompt p, and echoes that prompt
             echoed = [echo for echo in echoes for _ in range(req.n)]
             try:
@@ -213,7 +213,7 @@ class OpenAIRoutes:
             entry, JobKind.CHAT, structured=True, messages=messages, **job_fields(req)
         )
 
-    def _submit_many(
+    def submit_choices(
         self,
         entry: ModelEntry,
         kind: JobKind,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from coderai.config import (
     AuthConfig,
+    BrokerConfig,
     ClusterConfig,
     Config,
     ModelsConfig,
@@ -32,9 +33,10 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "thermal": ThermalConfig,
     "offload": OffloadConfig,
     "cluster": ClusterConfig,
+    "broker": BrokerConfig,
 }
-#: never shown nor changed here: the key that guards this very API
-SECRETS = frozenset({"auth.admin_key"})
+#: never shown nor changed here: the key that guards this very API, and the broker's
+SECRETS = frozenset({"auth.admin_key", "broker.registration_token"})
 NAMES = tuple(
     f"{section}.{field}"
     for section, model in SECTIONS.items()

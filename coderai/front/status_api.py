@@ -26,6 +26,7 @@ class StatusRoutes:
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(PREFIX + "activity", self.activity_body)
         app.router.add_get(PREFIX + "status", self.status)
+        app.router.add_get(PREFIX + "broker", self.broker)
         app.router.add_get(PREFIX + "events", self.events)
 
     async def activity_body(self, request: web.Request) -> web.Response:
@@ -47,8 +48,13 @@ class StatusRoutes:
             # VRAM is null for an engine that reports no card
             "vram": {v["name"]: v.get("vram") for v in views},
             "cooldowns": {v["name"]: v["cooldown"] for v in views if v.get("cooldown")},
+            "broker": self.front.broker_status(),
         }
         return web.json_response(body)
+
+    async def broker(self, request: web.Request) -> web.Response:
+        """The AISBF uplink: its state, session, last error and requests."""
+        return web.json_response(self.front.broker_status())
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         return await console_events.stream(request, self.front.hub)

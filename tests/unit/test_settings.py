@@ -25,12 +25,12 @@ def refusal(changes: dict[str, object], base: Config | None = None) -> InvalidRe
     return caught.value
 
 
-def test_every_field_of_every_section_is_a_setting_but_the_admin_key() -> None:
+def test_every_field_of_every_section_is_a_setting_but_the_secrets() -> None:
     expected = {
         f"{section}.{field}"
-        for section in ("server", "models", "auth", "thermal", "offload", "cluster")
+        for section in ("server", "models", "auth", "thermal", "offload", "cluster", "broker")
         for field in type(getattr(Config(), section)).model_fields
-    } - {"auth.admin_key"}
+    } - {"auth.admin_key", "broker.registration_token"}
     assert set(settings.NAMES) == expected
     assert set(settings.SECTIONS) == set(Config.model_fields)
 

@@ -1,0 +1,158 @@
+"""What the node answers the broker's `models.list` and `chat.completions`: the catalogue,
+and chats run through the same dispatcher as /v1/chat/completions (so a brokered request
+lands on any compatible engine), validated by the same schema, recorded on the Activity
+page like any API request (as the caller "broker").
+
+A broker request has no HTTP connection: its replies are messages handed to `send`,
+which waits while the WebSocket is slow (back-pressure reaches the engine through the
+job's backlog, as a slow HTTP client's does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coderai.bus.messages import Done, JobKind
+from coderai.errors import CoderaiError
+from coderai.front import broker_wire as wire
+from coderai.front import choices
+from coderai.front.activity import Activity
+from coderai.front.choices import ChoiceStream
+from coderai.front.jobs import FrontJob
+from coderai.front.openai_api import OpenAIRoutes, job_fields
+from coderai.front.output import Collected
+from coderai.front.schemas import ChatRequest, parse
+from coderai.front.sse import error_event
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: while a whole answer is made, the broker hears that it is still coming this often
+PENDING_EVERY = 20.0
+
+
+class BrokerAnswers:
+    def __init__(self, openai: OpenAIRoutes, activity: Activity) -> None:
+        self.openai = openai
+        self.activity = activity
+
+    def models(self) -> dict[str, Any]:
+        data = []
+        for entry in self.openai.directory.catalogue.entries:
+            model: dict[str, Any] = {"id": entry.id, "name": entry.alias or entry.id}
+            context = entry.options.get("n_ctx") or entry.options.get("context_length")
+            if isinstance(context, int):
+                model["context_length"] = context
+            data.append(model)
+        return {"object": "list", "data": data}
+
+    async def chat(self, request_id: str, payload: dict[str, Any], send: Send) -> None:
+        """Answer one chat: the OpenAI body, or its stream's events then `done`; an error
+        (before or during the stream) as an error reply, which carries an event."""
+        ticket = self.activity.open("broker:chat.completions", None, "broker", shown=True)
+        status, client_left = 200, False
+        jobs: list[FrontJob] = []
+        try:
+            # the broker sends the parameters it does not forward as nulls
+            body = {k: v for k, v in payload.items() if v is not None}
+            req: ChatRequest = parse(ChatRequest, body)
+            entry = await self.openai.resolve(req.model)
+            ticket.stream = req.stream
+            messages = [m.for_template() for m in req.messages]
+            jobs = self.openai.submit_choices(
+                entry, JobKind.CHAT, req.n, job_fields(req), [{"messages": messages}]
+            )
+            head = (f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), entry.id)
+            if req.stream:
+                stream = ChoiceStream(True, *head, req.include_usage(), len(jobs))
+                status = await self._stream(request_id, jobs, stream, send)
+            else:
+                status = await self._whole(request_id, jobs, head, req.logprobs, send)
+        except CoderaiError as exc:
+            status = exc.status
+            await send(wire.failure(request_id, exc))
+        except asyncio.CancelledError:
+            client_left = True  # the broker went away
+            raise
+        finally:
+            for job in jobs:
+                self.openai.dispatcher.cancel(job)
+            self.activity.close(ticket, status, client_left)
+
+    async def _stream(
+        self, request_id: str, jobs: list[FrontJob], stream: ChoiceStream, send: Send
+    ) -> int:
+        """The choices' events as they come, one SSE event per chunk message, ending with
+        `data: [DONE]` and then `done`; a failure ends it with an error event instead."""
+        dispatcher = self.openai.dispatcher
+        lead = jobs[0]
+        for job in jobs:  # a lagging broker holds every choice (see open_stream)
+            job.writer = asyncio.current_task()
+        pending = stream.opening()
+        finished: set[int] = set()
+        started = False
+        while True:
+            for i, job in enumerate(jobs):
+                items = job.take_items()
+                if items:
+                    if job.held:
+                        dispatcher.resume(job)
+                    pending += stream.items(i, items)
+                if isinstance(job.outcome, Done) and i not in finished:
+                    finished.add(i)
+                    pending += stream.finish(i, job.outcome)
+            failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
+            if failed is not None:
+                if not started:  # nothing sent yet: an error reply, as HTTP would answer
+                    await send(wire.failure(request_id, failed))
+                    return failed.status
+                for event in wire.sse_events(pending + error_event(failed)):
+                    await send(wire.chunk(request_id, event))
+                await send(wire.failure(request_id, failed))
+                return 200
+            done = len(finished) == len(jobs)
+            if done:
+                dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
+                pending += stream.closing(dones, 1)
+            if pending and (started or any(j.started for j in jobs) or done):
+                started = True
+                for event in wire.sse_events(pending):
+                    await send(wire.chunk(request_id, event))
+                pending = b""
+            if done:
+                await send(wire.done(request_id))
+                return 200
+            await lead.wait()
+
+    async def _whole(
+        self,
+        request_id: str,
+        jobs: list[FrontJob],
+        head: tuple[str, int, str],
+        logprobs: bool,
+        send: Send,
+    ) -> int:
+        collected = [Collected() for _ in jobs]
+        lead = jobs[0]
+        while True:
+            for job, got in zip(jobs, collected, strict=True):
+                for item in job.take_items():
+                    got.add(item)
+            if all(job.outcome is not None for job in jobs):
+                break
+            try:
+                async with asyncio.timeout(PENDING_EVERY):
+                    await lead.wait()
+            except TimeoutError:
+                await send(wire.pending(request_id, PENDING_EVERY * 2))
+        for job in jobs:
+            if isinstance(job.outcome, CoderaiError):
+                await send(wire.failure(request_id, job.outcome))
+                return job.outcome.status
+        dones = [job.outcome for job in jobs if isinstance(job.outcome, Done)]
+        body = choices.whole(True, *head, collected, dones, 1, logprobs, [""] * len(jobs))
+        await send(wire.ok(request_id, body))  # over the frame limit, the sender refuses it
+        return 200
