@@ -95,13 +95,30 @@ class ClusterConfig(_Strict):
     #: a TCP endpoint (e.g. tcp://0.0.0.0:7760) where engines and nodes on other machines
     #: join the bus with CURVE keys on the allow-list (`coderai cluster`); None: off
     bind: str | None = None
+    #: a head's cluster endpoint (tcp://HEAD:7760): this whole node joins it as one
+    #: engine, and keeps serving its own clients; None: a node of no head
+    head: str | None = None
+    #: the head's public key file (`coderai cluster keygen` on the head made it)
+    head_key: str | None = None
+    #: this node's secret key file; its public key is on the head's allow-list
+    key: str | None = None
+    #: the name the head allowed this node's key with
+    name: str | None = None
 
-    @field_validator("bind")
+    @field_validator("bind", "head")
     @classmethod
-    def _tcp(cls, bind: str | None) -> str | None:
-        if bind is not None and not bind.startswith("tcp://"):
-            raise ValueError("cluster.bind must be a tcp:// endpoint")
-        return bind
+    def _tcp(cls, endpoint: str | None) -> str | None:
+        if endpoint is not None and not endpoint.startswith("tcp://"):
+            raise ValueError("cluster endpoints are tcp:// endpoints")
+        return endpoint
+
+    @model_validator(mode="after")
+    def _a_head_needs_keys(self) -> ClusterConfig:
+        if self.head is not None:
+            missing = [k for k in ("head_key", "key", "name") if not getattr(self, k)]
+            if missing:
+                raise ValueError(f"cluster.head is set, so cluster.{missing[0]} is needed too")
+        return self
 
 
 class BrokerConfig(_Strict):

@@ -137,6 +137,9 @@ class Hello(Message):
     slots: int
     token: str
     gpus: list[str] = field(default_factory=list)
+    #: a node (a whole `coderai run` joined as one engine): the models of its own
+    #: catalogue, [{id, format, alias}], which its head lists and routes to it
+    models: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,25 @@ class Heartbeat(Message):
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
+
+
+#: what a node may offer: the formats a catalogue entry may have
+OFFERED_FORMATS = ("fake", "gguf", "transformers")
+
+
+def offered_models(models: object) -> list[dict[str, Any]]:
+    """A node's HELLO.models, checked: maps of an id, a known format and an optional
+    alias (strings)."""
+    if not isinstance(models, list) or not all(
+        isinstance(m, dict)
+        and isinstance(m.get("id"), str)
+        and m["id"]
+        and m.get("format") in OFFERED_FORMATS
+        and (m.get("alias") is None or isinstance(m.get("alias"), str))
+        for m in models
+    ):
+        raise BusProtocolError(f"HELLO.models {models!r} is malformed")
+    return models
 
 
 def is_number(value: object, least: float = float("-inf"), *, above: bool = False) -> bool:

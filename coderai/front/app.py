@@ -33,6 +33,7 @@ from coderai.front.settings_api import SettingsRoutes
 from coderai.front.state_store import StateStore
 from coderai.front.status_api import StatusRoutes
 from coderai.front.tokenize_api import TokenizeRoutes
+from coderai.front.uplink import NodeUplink
 from coderai.front.usage import UsageLedger
 
 METRICS = web.AppKey("metrics", Metrics)
@@ -72,6 +73,8 @@ class Front:
         self.logbook = logbook
         #: the AISBF broker uplink, when broker.url is set (built with the app)
         self.broker: BrokerClient | None = None
+        #: the uplink to a head, when this front is a node (cluster.head)
+        self.uplink: NodeUplink | None = None
 
     def broker_status(self) -> dict[str, Any]:
         return self.broker.status() if self.broker is not None else {"enabled": False}
@@ -152,6 +155,12 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     app.router.add_get("/metrics", front.metrics_text)
     app.router.add_get("/admin/api/openapi.json", openapi.serve)
     Console().add_to(app)
+    if config.cluster.head is not None:
+        base = front.files.config.parent  # key paths are relative to the config's folder
+        directory = front.directory
+        front.uplink = NodeUplink(
+            config.cluster, base, dispatcher, directory, directory.plans, front.engines
+        )
     if config.broker.url is not None:
         front.broker = BrokerClient(
             config.broker,
@@ -174,7 +183,11 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         ]
         if front.broker is not None:
             front.broker.start()
+        if front.uplink is not None:
+            front.uplink.start()
         yield
+        if front.uplink is not None:
+            await front.uplink.stop()  # the head hears BYE; its jobs here are cancelled
         if front.broker is not None:
             await front.broker.stop()  # its requests' jobs are cancelled with it
         for watcher in watchers:

@@ -158,7 +158,7 @@ class BrokerClient:
             await ws.close()
 
     def _register(self, request_id: str) -> dict[str, Any]:
-        models = [e.id for e in self.answers.openai.directory.catalogue.entries]
+        models = [e.id for e in self.answers.openai.directory.entries()]
         token = self.config.registration_token or ""
         return wire.register(request_id, self.config.endpoint, token, self._engines(), models)
 
@@ -235,7 +235,7 @@ class BrokerClient:
             elif request.op == "chat.completions":
                 await self.answers.chat(rid, request.payload, send)
             elif request.op == "capabilities":
-                models = [e.id for e in self.answers.openai.directory.catalogue.entries]
+                models = [e.id for e in self.answers.openai.directory.entries()]
                 await send(wire.ok(rid, wire.capabilities(self._engines(), models)))
             elif request.op == "register":
                 await send(wire.ok(rid, self._register(rid)["payload"]))

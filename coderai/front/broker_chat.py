@@ -41,7 +41,7 @@ class BrokerAnswers:
 
     def models(self) -> dict[str, Any]:
         data = []
-        for entry in self.openai.directory.catalogue.entries:
+        for entry in self.openai.directory.entries():
             model: dict[str, Any] = {"id": entry.id, "name": entry.alias or entry.id}
             context = entry.options.get("n_ctx") or entry.options.get("context_length")
             if isinstance(context, int):

@@ -42,6 +42,7 @@ from coderai.bus.messages import (
     gpu_readings,
     is_number,
     model_counters,
+    offered_models,
     residents_of,
 )
 from coderai.bus.sockets import bind_router
@@ -63,7 +64,7 @@ from coderai.front.host import EngineHost, Unhosted
 from coderai.front.job_queue import JobQueue
 from coderai.front.jobs import FrontJob
 from coderai.front.placement import compatible, route
-from coderai.front.registry import EngineRecord, Registry
+from coderai.front.registry import EngineRecord, Offered, Registry, RemoteEngine
 from coderai.front.room import RoomKeeper
 from coderai.logthrottle import ThrottledLog
 
@@ -95,7 +96,7 @@ class Dispatcher:
         preloads: Callable[[EngineRecord], list[dict[str, Any]]] = lambda engine: [],
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         cluster: ClusterLink | None = None,
-        remote_engines_changed: Callable[[dict[str, frozenset[str]]], None] = lambda e: None,
+        remote_engines_changed: Callable[[dict[str, RemoteEngine]], None] = lambda e: None,
     ) -> None:
         #: read at each use: a live change of the settings (Front.config) replaces it
         self.settings = settings
@@ -272,10 +273,19 @@ class Dispatcher:
         raised credit is never spent before the engine knows it; a lowered one stops new
         dispatches at once and lets the jobs running there finish."""
         for record in self.registry.all():
-            settings = self.engine_config(record.name)
+            settings = self._settings_for(record.name, record.own_slots)
             self.control(record, ControlAction.CONFIG, settings)
             record.slots = settings.get("slots", record.slots)
         self._pump()  # more credit may take queued jobs now
+
+    def _settings_for(self, name: str, own_slots: int | None) -> dict[str, Any]:
+        """An engine's settings. A remote engine or node runs as many requests as it
+        said it can (a node: the sum of its engines), unless this front's config names
+        it in server.max_parallel_requests_overrides."""
+        settings = self.engine_config(name)
+        if own_slots is not None and name not in self.settings.max_parallel_requests_overrides:
+            settings = {**settings, "slots": own_slots}
+        return settings
 
     def engine_of(self, job: FrontJob) -> EngineRecord | None:
         """The engine running a job, if it was dispatched and has not ended there. The
@@ -304,6 +314,12 @@ class Dispatcher:
             job.held = True
             self.holds += 1
             self._send(engine, Hold(job.id))
+
+    def hold(self, job: FrontJob) -> None:
+        """Hold a job whose reader lags (a node's head said so)."""
+        engine = self.engine_of(job)
+        if engine is not None:
+            self._hold(engine, job)
 
     def resume(self, job: FrontJob) -> None:
         if job.held:
@@ -519,7 +535,16 @@ class Dispatcher:
             self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r}: {why}"), key)
             self._refuse(identity, why, key)
             return
-        settings = self.engine_config(msg.name)
+        try:  # only a node on another machine offers models of its own
+            models = offered_models(msg.models) if key is not None else []
+            offered = tuple(Offered(m["id"], m["format"], m.get("alias")) for m in models)
+        except BusProtocolError as exc:
+            self._drop(identity, exc, key)
+            self._refuse(identity, str(exc), key)
+            return
+        # (bounded as server.max_parallel_requests is)
+        own_slots = min(msg.slots, 4096) if key is not None and msg.slots >= 1 else None
+        settings = self._settings_for(msg.name, own_slots)
         record = EngineRecord(
             identity=identity,
             name=msg.name,
@@ -532,6 +557,8 @@ class Dispatcher:
             slots=max(1, settings.get("slots", msg.slots)),
             gpus=msg.gpus,
             remote_key=key,
+            offered=offered,
+            own_slots=own_slots,
         )
         previous = self.registry.add(record)
         if previous is not None:
@@ -568,8 +595,12 @@ class Dispatcher:
             return f"the name {name!r} is a local engine's"
         return None
 
-    def _remote_engines(self) -> dict[str, frozenset[str]]:
-        return {r.name: r.capabilities for r in self.registry.all() if r.remote_key is not None}
+    def _remote_engines(self) -> dict[str, RemoteEngine]:
+        return {
+            r.name: RemoteEngine(r.capabilities, r.offered)
+            for r in self.registry.all()
+            if r.remote_key is not None
+        }
 
     def _still_allowed(self, record: EngineRecord) -> bool:
         return self.cluster is not None and record.remote_key in self.cluster.allowed
@@ -594,7 +625,9 @@ class Dispatcher:
             job = jobs.get(job_id)  # type: ignore[call-overload]
             if job is None or job.abandoned:
                 continue
-            if isinstance(text, str):
+            if job.raw:  # relayed as is to this node's head, which checks it
+                waiting = job.push_raw(record.name, text)
+            elif isinstance(text, str):
                 waiting = job.push(record.name, text)
             elif job.structured:
                 waiting = job.push_pieces(record.name, output.pieces(text))

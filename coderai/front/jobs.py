@@ -61,6 +61,9 @@ class FrontJob:
     interrupted: bool = False
     #: its output has tool calls or logprobs: the handler takes pieces (take_items)
     structured: bool = False
+    #: run for a head (this front is a node): its output is kept as the engine sent it,
+    #: to be relayed as is (take_items)
+    raw: bool = False
     _parts: list[Any] = field(default_factory=list)
     #: set when output or the outcome arrives; the jobs of one request (n choices,
     #: several prompts) share one, so that their one handler wakes for any of them
@@ -85,6 +88,17 @@ class FrontJob:
             self.first_at = time.monotonic()
         self._parts.extend(pieces)
         self.pending += sum(len(p.text) + sum(len(c.arguments) for c in p.calls) for p in pieces)
+        self.wake.set()
+        return self.pending
+
+    def push_raw(self, engine: str, delta: object) -> int:
+        """Add one CHUNKS delta as the engine sent it (a string, or structured pieces)."""
+        if not self.started:
+            self.started = True
+            self.served_by = engine
+            self.first_at = time.monotonic()
+        self._parts.append(delta)
+        self.pending += len(delta) if isinstance(delta, str) else 1
         self.wake.set()
         return self.pending
 

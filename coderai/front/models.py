@@ -12,7 +12,7 @@ from coderai.errors import ModelFileError, ModelNotFound
 from coderai.front.engine_plan import EnginePlan
 from coderai.front.placement import Assignment, EngineAbility, ModelView, assign_owners
 from coderai.front.probe import Probed, probe, same
-from coderai.front.registry import EngineRecord
+from coderai.front.registry import EngineRecord, RemoteEngine
 from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.front")
@@ -38,8 +38,11 @@ class ModelDirectory:
         self.default_engine = default_engine
         self.catalogue = catalogue
         self._probed: dict[str, Probed] = {}
-        #: engines on other machines now on the bus: name -> capabilities
-        self.remote: dict[str, frozenset[str]] = {}
+        #: engines on other machines now on the bus, by name
+        self.remote: dict[str, RemoteEngine] = {}
+        #: the models nodes on the bus offer from their own catalogues, by id and alias
+        #: (pinned to the node; a name this catalogue has stays this catalogue's)
+        self.offered: dict[str, ModelEntry] = {}
         self.assignment = Assignment()
         self.load(catalogue, probed)
 
@@ -48,13 +51,16 @@ class ModelDirectory:
         files that cannot be used and the pins that cannot be honoured."""
         self.catalogue = catalogue
         self._probed = {e.id: probed[e.id] for e in catalogue.entries}
+        self.offered = offered_entries(catalogue, self.remote)
         views = [
             ModelView(e.id, route_key(e), self._capability_or_none(e), e.engine)
             for e in catalogue.entries
         ]
         engines = [EngineAbility(p.name, frozenset(p.capabilities)) for p in self.plans]
         planned = {p.name for p in self.plans}
-        engines += [EngineAbility(n, c) for n, c in self.remote.items() if n not in planned]
+        engines += [
+            EngineAbility(n, r.capabilities) for n, r in self.remote.items() if n not in planned
+        ]
         assignment = assign_owners(views, engines, self.default_engine)
         for model_id, result in self._probed.items():
             if isinstance(result, ModelFileError):  # such a model has no owner, no pin warning
@@ -64,12 +70,21 @@ class ModelDirectory:
         self.assignment = assignment
         return assignment
 
-    def set_remote_engines(self, remote: dict[str, frozenset[str]]) -> None:
+    def set_remote_engines(self, remote: dict[str, RemoteEngine]) -> None:
         """Engines on other machines joined or left: owners are assigned again (a pin to
-        one is honoured while it is on the bus)."""
+        one is honoured while it is on the bus), and the models nodes offer are listed
+        while their node is on the bus."""
         if remote != self.remote:
             self.remote = dict(remote)
             self.load(self.catalogue, self._probed)
+
+    def entries(self) -> list[ModelEntry]:
+        """Every model a client may ask for: the catalogue's, then the nodes'."""
+        by_id = {e.id: e for e in self.offered.values()}  # an alias maps to its entry too
+        return [*self.catalogue.entries, *by_id.values()]
+
+    def is_offered(self, entry: ModelEntry) -> bool:
+        return self.offered.get(entry.id) is entry
 
     def set_default_engine(self, name: str | None) -> None:
         """A new server.default_engine: owners are assigned again, so the next request
@@ -78,7 +93,7 @@ class ModelDirectory:
         self.load(self.catalogue, self._probed)
 
     def entry(self, name: str) -> ModelEntry:
-        entry = self.catalogue.resolve(name)
+        entry = self.catalogue.resolve(name) or self.offered.get(name)
         if entry is None:
             raise ModelNotFound(f"The model {name!r} does not exist", param="model")
         return entry
@@ -87,7 +102,7 @@ class ModelDirectory:
         """The entry a request names. If its file failed its last check, the file is
         checked again (off the loop): it may have been created or fixed since."""
         entry = self.entry(name)
-        if not isinstance(self._probed[entry.id], ModelFileError):
+        if self.is_offered(entry) or not isinstance(self._probed[entry.id], ModelFileError):
             return entry
         catalogue = self.catalogue
         result = (await probe([entry]))[entry.id]
@@ -100,6 +115,8 @@ class ModelDirectory:
 
     def format_of(self, entry: ModelEntry) -> str:
         """The entry's stated format, else the one its file showed when checked."""
+        if self.is_offered(entry):
+            return entry.format or "gguf"  # a node states the format of what it offers
         result = self._probed[entry.id]
         if isinstance(result, ModelFileError):
             # the stored error is raised for every such request: each raise would add its
@@ -121,6 +138,8 @@ class ModelDirectory:
             return None
 
     def owner_of(self, entry: ModelEntry) -> str | None:
+        if self.is_offered(entry):
+            return entry.engine  # the node that offers it
         return self.assignment.owners.get(route_key(entry))
 
     def describe(self) -> list[dict[str, object]]:
@@ -138,8 +157,15 @@ class ModelDirectory:
                     "load_mode": entry.load_mode,
                     "options": entry.options,
                     "warning": self.assignment.warnings.get(entry.id),
+                    "offered_by": None,
                 }
             )
+        for entry in self.entries()[len(self.catalogue.entries) :]:
+            out.append(
+                {"id": entry.id, "alias": entry.alias, "path": "", "format": entry.format,
+                 "pin": entry.engine, "owner": entry.engine, "load_mode": "on-request",
+                 "options": {}, "warning": None, "offered_by": entry.engine}
+            )  # fmt: skip
         return out
 
     def preloads_for(self, engine: EngineRecord) -> list[ModelEntry]:
@@ -149,3 +175,20 @@ class ModelDirectory:
             for e in self.catalogue.entries
             if e.load_mode == "load" and self.owner_of(e) == engine.name
         ]
+
+
+def offered_entries(catalogue: Catalogue, remote: dict[str, RemoteEngine]) -> dict[str, ModelEntry]:
+    """The models nodes offer, by id and alias, each pinned to its node. A name the
+    catalogue has, or an earlier node (by name) offers, is not taken again."""
+    out: dict[str, ModelEntry] = {}
+    for node in sorted(remote):
+        for model in remote[node].offered:
+            names = [n for n in (model.id, model.alias) if n]
+            if any(catalogue.resolve(n) is not None or n in out for n in names):
+                log.warning("model %s offered by node %s: the name is taken; not listed",
+                            model.id, node)  # fmt: skip
+                continue
+            entry = ModelEntry(id=model.id, alias=model.alias, engine=node, format=model.format)
+            for name in names:
+                out[name] = entry
+    return out

@@ -84,7 +84,7 @@ class OpenAIRoutes:
 
     async def list_models(self, request: web.Request) -> web.Response:
         """The catalogue, as far as the request's API key may use it."""
-        entries = [e for e in self.directory.catalogue.entries if activity.may_use(e)]
+        entries = [e for e in self.directory.entries() if activity.may_use(e)]
         data = [model_object(e.id) for e in entries]
         return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
 

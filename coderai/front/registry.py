@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from coderai.front.placement import Candidate
 
 if TYPE_CHECKING:
     from coderai.front.jobs import FrontJob
+
+
+class Offered(NamedTuple):
+    """A model a node offers from its own catalogue."""
+
+    id: str
+    format: str
+    alias: str | None
+
+
+class RemoteEngine(NamedTuple):
+    """An engine (or node) on another machine, as model placement sees it."""
+
+    capabilities: frozenset[str]
+    offered: tuple[Offered, ...]
 
 
 @dataclass(eq=False)
@@ -24,6 +39,11 @@ class EngineRecord:
     gpus: list[str] = field(default_factory=list)
     #: an engine on another machine: the CURVE public key it joined with (None: local)
     remote_key: str | None = None
+    #: a node's own models ({id, format, alias}), which this front lists and routes to it
+    offered: tuple[Offered, ...] = ()
+    #: a remote engine's or node's own slots (HELLO), which it keeps unless this front
+    #: overrides them by name; None for a local engine (it takes this front's)
+    own_slots: int | None = None
     last_seen: float = field(default_factory=time.monotonic)
     state: str = "ready"
     loaded: list[str] = field(default_factory=list)

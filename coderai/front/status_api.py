@@ -49,6 +49,8 @@ class StatusRoutes:
             "vram": {v["name"]: v.get("vram") for v in views},
             "cooldowns": {v["name"]: v["cooldown"] for v in views if v.get("cooldown")},
             "broker": self.front.broker_status(),
+            # this front as a node of a head (cluster.head), if it is one
+            "uplink": self.front.uplink.status() if self.front.uplink is not None else None,
         }
         return web.json_response(body)
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.server import Server, free_port, serving, wait_for
+from tests.support.server import Server, expected_chat, free_port, serving, wait_for
 from tests.support.sse import BackgroundChat, is_error
 
 KEY = "cluster-admin-key"
@@ -33,13 +33,22 @@ MODELS: list[dict[str, Any]] = [
      "options": {"tokens_per_second": 20, "output_tokens": 10_000}},
     # its load takes long enough for a request to wait on it, never started
     {"id": "late-there", "format": "fake", "engine": "far", "options": {"load_seconds": 6}},
+    # the same, pinned to a node (a whole `coderai run` joined as one engine)
+    {"id": "slow-node", "format": "fake", "engine": "nodeb",
+     "options": {"tokens_per_second": 20, "output_tokens": 10_000}},
+    {"id": "late-node", "format": "fake", "engine": "nodeb", "options": {"load_seconds": 6}},
 ]  # fmt: skip
+#: a node's own catalogue, which its head lists and routes to it
+NODE_MODELS: list[dict[str, Any]] = [
+    {"id": "node-model", "format": "fake", "options": {"output_tokens": 5}},
+]
 
 
 class Rig:
     def __init__(self, srv: Server, bind: str) -> None:
         self.srv, self.bind = srv, bind
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.nodes: list[Server] = []
         self.logs: list[Any] = []
 
     def cli(self, *args: str, head: bool = True) -> str:
@@ -79,6 +88,24 @@ class Rig:
         wait_for(lambda: "far" in self.engines())
         return proc
 
+    def node(self, name: str) -> Server:
+        """A whole `coderai run` of its own (two engines, its own catalogue) that joins
+        the head as `name`, once it has."""
+        secret = self.keys(name)
+        self.cli("allow", str(secret.with_name(f"{name}.key")), "--name", name)
+        head = {"head": self.bind, "head_key": str(self.srv.workdir / "cluster" / "server.key"),
+                "key": str(secret), "name": name}  # fmt: skip
+        engines = [{"name": f"{name}-{i}", "backend": "cpu", "capabilities": ["fake"]}
+                   for i in (1, 2)]  # fmt: skip
+        config = {"engine_specs": engines, "heartbeat_interval": INTERVAL,
+                  "max_parallel_requests": 3}  # fmt: skip
+        node = Server(self.srv.workdir.parent / name, config, NODE_MODELS,
+                      extra_config={"cluster": head, "auth": {"admin_key": KEY}})  # fmt: skip
+        self.nodes.append(node)
+        node.wait_ready(2)
+        wait_for(lambda: name in self.engines())
+        return node
+
     def engines(self) -> dict[str, dict[str, Any]]:
         return {e["name"]: e for e in self.srv.health()["engines"]}
 
@@ -96,6 +123,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
             for proc in rig.procs:
                 proc.kill()
                 proc.wait()
+            for node in rig.nodes:
+                node.stop()
             for log in rig.logs:
                 log.close()
 
@@ -238,3 +267,56 @@ def test_restarting_a_remote_engine_asks_it_to_join_again(rig: Rig) -> None:
     assert proc.poll() is None
     assert chat(rig.srv, "there").status_code == 200
     wait_for(lambda: rig.engines()["far"]["loaded_models"] == ["there"])
+
+
+def test_a_node_joins_as_one_engine_and_serves_the_heads_requests_and_its_own(
+    rig: Rig,
+) -> None:
+    node = rig.node("nodeb")
+    view = rig.engines()["nodeb"]
+    # one engine to the head: its two engines' slots summed, their capabilities joined
+    assert (view["remote"], view["backend"], view["slots"]) == (True, "node", 6)
+    assert view["capabilities"] == ["fake"]
+    # its own models are listed by the head and served through it, by the node's engines
+    listed = httpx.get(rig.srv.url + "/v1/models", timeout=10).json()["data"]
+    assert "node-model" in [m["id"] for m in listed]
+    body = {"model": "node-model", "messages": [{"role": "user", "content": "x"}]}
+    answer = httpx.post(rig.srv.url + "/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["X-CoderAI-Engine"] == "nodeb"
+    assert answer.json()["choices"][0]["message"]["content"] == expected_chat("x", 5)
+    # a model of the head's catalogue pinned to the node, streamed through it
+    streamed = BackgroundChat(rig.srv.url, "slow-node")
+    wait_for(lambda: len(streamed.events) > 3)
+    streamed.stop()
+    # the node keeps serving its own clients
+    local = httpx.post(node.url + "/v1/chat/completions", json=body, timeout=30)
+    assert local.status_code == 200 and local.headers["X-CoderAI-Engine"] in ("nodeb-1", "nodeb-2")
+    headers = {"Authorization": f"Bearer {KEY}"}
+    uplink = httpx.get(node.url + "/admin/api/status", headers=headers, timeout=10).json()["uplink"]
+    assert uplink["state"] == "joined" and uplink["relayed"] >= 1
+    # what the node ran for the head is its own engines' work, and freed when done
+    wait_for(lambda: rig.engines()["nodeb"]["in_flight"] == 0)
+    wait_for(lambda: "node-model" in rig.engines()["nodeb"]["loaded_models"])
+
+
+def test_a_killed_node_errors_its_stream_within_3_s_and_reruns_the_unstarted(
+    rig: Rig,
+) -> None:
+    node = rig.node("nodeb")
+    events = BackgroundChat(rig.srv.url, "slow-node").events
+    wait_for(lambda: len(events) > 3)
+    waiting: list[httpx.Response] = []
+    later = threading.Thread(target=lambda: waiting.append(chat(rig.srv, "late-node")))
+    later.start()
+    wait_for(lambda: rig.engines()["nodeb"]["loading"].get("late-node", 1.0) < 0.5)
+    killed = time.monotonic()
+    node.proc.kill()  # the node's front; its engines follow it out
+    wait_for(lambda: any(is_error(e) for e in events), timeout=10)
+    assert time.monotonic() - killed < 3
+    later.join(timeout=30)
+    assert waiting and waiting[0].status_code == 200, waiting
+    assert waiting[0].headers["X-CoderAI-Engine"] == "local"
+    assert "nodeb" not in rig.engines() and "node-model" not in [
+        m["id"] for m in httpx.get(rig.srv.url + "/v1/models", timeout=10).json()["data"]
+    ]
