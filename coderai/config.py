@@ -134,6 +134,8 @@ class BrokerConfig(_Strict):
     #: what the node tells the broker it is reachable at (informational); default: none
     endpoint: str = ""
     heartbeat_seconds: float = Field(30.0, gt=0)
+    #: WebSocket pings; a broker that does not answer one within half this is dropped
+    ping_seconds: float = Field(20.0, gt=0)
     #: reconnect waits double from one second up to this
     reconnect_max_seconds: float = Field(60.0, ge=1)
 

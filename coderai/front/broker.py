@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -31,6 +33,19 @@ REGISTER_TIMEOUT = 20.0
 #: a session that lasted this long was a success: the next wait starts small again
 STABLE_SECONDS = 60.0
 FIRST_WAIT = 1.0
+#: a request cut by this node's leaving still tries to tell the broker, this long
+LAST_WORD_SECONDS = 1.0
+
+
+def without_secrets(text: str) -> str:
+    """Text with the user part and the query of any URL in it removed: aiohttp's
+    handshake errors quote the URL they asked for."""
+
+    def bare(match: re.Match[str]) -> str:
+        url = urlsplit(match.group(0))
+        return f"{url.scheme}://{url.hostname or ''}{f':{url.port}' if url.port else ''}{url.path}"
+
+    return re.sub(r"\b(?:wss?|https?)://[^\s'\"]+", bare, text)
 
 
 class BrokerClient:
@@ -53,6 +68,9 @@ class BrokerClient:
         self._requests: dict[str, asyncio.Task[None]] = {}
         self._registered = asyncio.Event()
         self._refusals = ThrottledLog(log)
+        #: why this node cut the current socket, if it did
+        self._cut: str | None = None
+        self._registered_at: float | None = None
         # what the admin API shows
         self.state = "starting"
         self.session_id: str | None = None
@@ -76,7 +94,7 @@ class BrokerClient:
         now = time.monotonic()
         return {
             "enabled": True,
-            "url": self.config.url,
+            "url": without_secrets(self.config.url or ""),
             "provider_id": self.config.provider_id,
             "client_id": self.config.client_id,
             "state": self.state,
@@ -98,48 +116,50 @@ class BrokerClient:
         wait = FIRST_WAIT
         async with aiohttp.ClientSession() as http:
             while True:
-                began = time.monotonic()
                 self.state = "connecting"
+                self._registered_at = None
                 try:
                     await self._session(http)
                 except asyncio.CancelledError:
                     raise
                 except (aiohttp.ClientError, OSError, TimeoutError, wire.BadFrame) as exc:
-                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    self.last_error = without_secrets(f"{type(exc).__name__}: {exc}")
                 except Exception as exc:  # a defect here must not end the uplink for good
                     log.exception("the broker session failed")
-                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    self.last_error = without_secrets(f"{type(exc).__name__}: {exc}")
                 finally:
                     self.connected_since = self.session_id = None
-                if time.monotonic() - began > STABLE_SECONDS:
+                registered = self._registered_at
+                if registered is not None and time.monotonic() - registered > STABLE_SECONDS:
                     wait = FIRST_WAIT
                 self.state = "backoff"
                 self.retry_at = time.monotonic() + wait
                 self._refusals.warning("broker %s: %s; connecting again in %.0f s",
-                                       self.config.url, self.last_error, wait)  # fmt: skip
+                                       self.status()["url"], self.last_error, wait)  # fmt: skip
                 await asyncio.sleep(wait)
                 self.retry_at = None
                 wait = min(self.config.reconnect_max_seconds, wait * 2)
 
-    def _identity(self) -> dict[str, str]:
-        c = self.config
-        fields = {"provider_id": c.provider_id, "client_id": c.client_id,
-                  "username": c.username, "registration_token": c.registration_token}  # fmt: skip
-        return {k: v for k, v in fields.items() if v}
-
     async def _session(self, http: aiohttp.ClientSession) -> None:
-        identity = self._identity()
-        headers = {f"x-coderai-{k.replace('_', '-')}": v for k, v in identity.items()}
-        assert self.config.url is not None
+        c = self.config
+        assert c.url is not None
+        # who this node is, in the query; the token in a header only, so that no URL
+        # (which errors and proxies' logs quote) ever holds it
+        identity = {"provider_id": c.provider_id, "client_id": c.client_id,
+                    "username": c.username}  # fmt: skip
+        params = {k: v for k, v in identity.items() if v}
+        headers = {f"x-coderai-{k.replace('_', '-')}": v for k, v in params.items()}
+        headers["x-coderai-registration-token"] = c.registration_token or ""
         ws = await http.ws_connect(
-            self.config.url,
-            params=identity,
+            c.url,
+            params=params,
             headers=headers,
             max_msg_size=wire.MAX_FRAME_BYTES,
-            # a dead broker is found by TCP keep-alive pings at the WebSocket level
-            heartbeat=self.config.heartbeat_seconds,
+            # WebSocket pings find a dead broker (or a dead path to it) between requests
+            heartbeat=c.ping_seconds,
         )
         self._ws = ws
+        self._cut = None
         self._registered.clear()
         self.connects += 1
         self.connected_since = time.monotonic()
@@ -158,9 +178,10 @@ class BrokerClient:
             await ws.close()
 
     def _register(self, request_id: str) -> dict[str, Any]:
-        models = [e.id for e in self.answers.openai.directory.entries()]
         token = self.config.registration_token or ""
-        return wire.register(request_id, self.config.endpoint, token, self._engines(), models)
+        return wire.register(
+            request_id, self.config.endpoint, token, self._engines(), self._models()
+        )
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         deadline = asyncio.get_running_loop().time() + REGISTER_TIMEOUT
@@ -173,12 +194,19 @@ class BrokerClient:
             msg = await ws.receive(timeout=timeout)
             if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
                 self._on_message(ws, msg.data)
-            elif msg.type == aiohttp.WSMsgType.ERROR:  # e.g. a frame over 16 MiB (1009)
-                self.last_error = f"the broker's frame was refused: {msg.data}"
+            else:  # an error (a frame over 16 MiB, a ping unanswered), closing or closed
+                self.last_error = self._why_closed(ws, msg)
                 return
-            else:  # closing or closed
-                self.last_error = f"the broker closed the socket ({ws.close_code})"
-                return
+
+    def _why_closed(self, ws: aiohttp.ClientWebSocketResponse, msg: aiohttp.WSMessage) -> str:
+        if self._cut is not None:  # this node cut it (the broker took nothing)
+            return self._cut
+        error = msg.data if msg.type == aiohttp.WSMsgType.ERROR else ws.exception()
+        if isinstance(error, aiohttp.WebSocketError) and error.code == 1009:
+            return f"the broker's frame was refused: {error}"
+        if error is not None:
+            return without_secrets(f"the socket failed: {type(error).__name__}: {error}")
+        return f"the broker closed the socket ({ws.close_code})"
 
     def _on_message(self, ws: aiohttp.ClientWebSocketResponse, data: str | bytes) -> None:
         try:
@@ -191,29 +219,25 @@ class BrokerClient:
             self._on_answer(message)
             return
         if request.request_id in self._requests:
-            reply = wire.error(request.request_id, "this request id is already running",
-                               "duplicate_request")  # fmt: skip
-            self._spawn(request.request_id, self._send(ws, reply), track=False)
+            # an answer on that id would end the request that runs under it
+            self._refusals.warning("the broker sent request %s twice; ignored", request.request_id)
             return
-        self._spawn(request.request_id, self._answer(ws, request), track=True)
+        task = asyncio.get_running_loop().create_task(self._answer(ws, request))
+        self._requests[request.request_id] = task
+        task.add_done_callback(lambda t: self._ended(request.request_id, t))
 
     def _on_answer(self, message: dict[str, Any]) -> None:
         """The broker's answer to our register or heartbeat."""
         if message.get("event") == "registered" and message.get("status") == "ok":
             self.session_id = str(message.get("session_id") or "") or None
             self.state = "registered"
+            self._registered_at = time.monotonic()
             self._registered.set()
             log.info("registered with the broker %s (session %s)", self.config.url,
                      self.session_id)  # fmt: skip
         elif message.get("status") == "error":
             self.last_error = f"the broker answered: {message.get('error')}"
             log.warning("the broker answered an error: %s", message.get("error"))
-
-    def _spawn(self, request_id: str, work: Any, track: bool) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        if track:
-            self._requests[request_id] = task
-            task.add_done_callback(lambda t: self._ended(request_id, t))
 
     def _ended(self, request_id: str, task: asyncio.Task[None]) -> None:
         if self._requests.get(request_id) is task:
@@ -222,6 +246,8 @@ class BrokerClient:
     async def _answer(
         self, ws: aiohttp.ClientWebSocketResponse, request: wire.BrokerRequest
     ) -> None:
+        """One request, answered however it ends: the broker keeps a client waiting for
+        hours on a request that gets no reply with an event."""
         rid = request.request_id
 
         async def send(message: dict[str, Any]) -> None:
@@ -235,23 +261,41 @@ class BrokerClient:
             elif request.op == "chat.completions":
                 await self.answers.chat(rid, request.payload, send)
             elif request.op == "capabilities":
-                models = [e.id for e in self.answers.openai.directory.entries()]
-                await send(wire.ok(rid, wire.capabilities(self._engines(), models)))
+                await send(wire.ok(rid, wire.capabilities(self._engines(), self._models())))
             elif request.op == "register":
-                await send(wire.ok(rid, self._register(rid)["payload"]))
+                payload = self._register(rid)["payload"]
+                await send(wire.ok(rid, {k: v for k, v in payload.items()
+                                         if k != "registration_token"}))  # fmt: skip
             else:  # `proxy` included: this node answers the operations above only
                 await send(wire.error(rid, f"this node does not answer {request.op!r}",
                                       "unsupported_operation"))  # fmt: skip
             self.answered += 1
         except ConnectionError:
             pass  # the socket went; the session ends and connects again
+        except asyncio.CancelledError:
+            # this node leaves (or drops the socket): a last word, if the socket still
+            # takes one, so the broker's client is not left waiting
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(LAST_WORD_SECONDS):
+                    await send(wire.error(rid, "the node is disconnecting", "node_disconnecting"))
+            raise
+        except Exception:
+            log.exception("answering the broker's %s %s failed", request.op, rid)
+            with contextlib.suppress(ConnectionError):
+                await send(wire.error(rid, "the node failed to answer", "internal_error"))
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         await self._registered.wait()
         while True:
-            beat = wire.heartbeat(wire.new_request_id("hb"), self._engines(), len(self._requests))
-            with contextlib.suppress(ConnectionError):
+            try:
+                beat = wire.heartbeat(
+                    wire.new_request_id("hb"), self._engines(), len(self._requests)
+                )
                 await self._send(ws, beat)
+            except ConnectionError:
+                pass  # the session ends and connects again
+            except Exception:  # one bad beat must not end the beats
+                log.exception("a heartbeat to the broker failed")
             await asyncio.sleep(self.config.heartbeat_seconds)
 
     async def _send(self, ws: aiohttp.ClientWebSocketResponse, message: dict[str, Any]) -> None:
@@ -259,8 +303,10 @@ class BrokerClient:
         nothing for the stall timeout is dropped (ConnectionError here and in every
         request, whose jobs are then cancelled)."""
         text = wire.encode(message)
-        if len(text.encode()) > wire.MAX_FRAME_BYTES:
+        # at most 4 bytes a character: only a long text can be over the limit
+        if len(text) > wire.MAX_FRAME_BYTES // 4 and len(text.encode()) > wire.MAX_FRAME_BYTES:
             rid = str(message.get("request_id", ""))
+            self.errors += 1
             text = wire.encode(wire.error(rid, "the answer exceeds the broker's 16 MiB frame limit",
                                           "frame_too_large"))  # fmt: skip
         async with self._send_lock:
@@ -270,6 +316,9 @@ class BrokerClient:
                 async with asyncio.timeout(self._stall_timeout):
                     await ws.send_str(text)
             except TimeoutError:
-                self.last_error = f"the broker took nothing for {self._stall_timeout:.0f} s"
+                self._cut = f"the broker took nothing for {self._stall_timeout:.0f} s"
                 await ws.close()
-                raise ConnectionResetError(self.last_error) from None
+                raise ConnectionResetError(self._cut) from None
+
+    def _models(self) -> list[str]:
+        return [e.id for e in self.answers.openai.directory.entries()]

@@ -74,8 +74,8 @@ class BrokerAnswers:
         except CoderaiError as exc:
             status = exc.status
             await send(wire.failure(request_id, exc))
-        except asyncio.CancelledError:
-            client_left = True  # the broker went away
+        except (asyncio.CancelledError, ConnectionError):
+            client_left = True  # the broker (or this node's socket to it) went away
             raise
         finally:
             for job in jobs:
@@ -137,6 +137,9 @@ class BrokerAnswers:
     ) -> int:
         collected = [Collected() for _ in jobs]
         lead = jobs[0]
+        loop = asyncio.get_running_loop()
+        # a deadline, not a timeout per wait: output wakes this loop at every token
+        next_pending = loop.time() + PENDING_EVERY
         while True:
             for job, got in zip(jobs, collected, strict=True):
                 for item in job.take_items():
@@ -144,10 +147,11 @@ class BrokerAnswers:
             if all(job.outcome is not None for job in jobs):
                 break
             try:
-                async with asyncio.timeout(PENDING_EVERY):
+                async with asyncio.timeout_at(next_pending):
                     await lead.wait()
             except TimeoutError:
                 await send(wire.pending(request_id, PENDING_EVERY * 2))
+                next_pending = loop.time() + PENDING_EVERY
         for job in jobs:
             if isinstance(job.outcome, CoderaiError):
                 await send(wire.failure(request_id, job.outcome))

@@ -49,6 +49,8 @@ class AisbfPeer:
         self.open = 0
         self.max_open = 0
         self.refused = 0
+        #: handshakes that carried the token in their URL (which logs and errors quote)
+        self.tokens_in_query = 0
         #: the registration token it takes (a test changes it to see a refusal)
         self.token = TOKEN
         self.loop = asyncio.new_event_loop()
@@ -109,8 +111,10 @@ class AisbfPeer:
             self._runner = None
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
-        q = request.query
-        if (q.get("provider_id"), q.get("client_id"), q.get("registration_token")) != (
+        q, h = request.query, request.headers
+        token = q.get("registration_token") or h.get("x-coderai-registration-token")
+        self.tokens_in_query += "registration_token" in q
+        if (q.get("provider_id"), q.get("client_id"), token) != (
             PROVIDER,
             CLIENT,
             self.token,

@@ -78,3 +78,14 @@ def test_a_broker_url_needs_its_identity() -> None:
     with pytest.raises(ValidationError, match="ws:// or wss://"):
         BrokerConfig(url="http://b", provider_id="p", client_id="c", registration_token="t")
     BrokerConfig(url="wss://b/x", provider_id="p", client_id="c", registration_token="t")
+
+
+def test_urls_in_error_text_lose_their_query_and_user() -> None:
+    from coderai.front.broker import without_secrets
+
+    said = "403, message='Invalid', url='wss://u:pw@b.example:8443/api/coderai/wss?t=SECRET'"
+    assert (
+        without_secrets(said)
+        == "403, message='Invalid', url='wss://b.example:8443/api/coderai/wss'"
+    )
+    assert without_secrets("no url here") == "no url here"
