@@ -44,6 +44,10 @@ NODE_MODELS: list[dict[str, Any]] = [
 ]
 
 
+def in_netns(netns: str | None) -> list[str]:
+    return ["ip", "netns", "exec", netns] if netns else []
+
+
 class Rig:
     def __init__(self, srv: Server, bind: str) -> None:
         self.srv, self.bind = srv, bind
@@ -67,12 +71,13 @@ class Rig:
         self.cli("keygen", "--out", str(out), head=False)
         return out.with_name(f"{name}.key_secret")
 
-    def engine(self, name: str, secret: Path) -> subprocess.Popen[bytes]:
+    def engine(self, name: str, secret: Path, netns: str | None = None) -> subprocess.Popen[bytes]:
         log = open(self.srv.workdir / f"engine-{name}.log", "ab")  # noqa: SIM115
         self.logs.append(log)
         env = {**os.environ, "CODERAI_ENGINE_CAPABILITIES": "fake"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "coderai", "engine", "--name", name, "--connect", self.bind,
+            [*in_netns(netns), sys.executable, "-m", "coderai", "engine", "--name", name,
+             "--connect", self.bind,
              "--server-key", str(self.srv.workdir / "cluster" / "server.key"),
              "--key", str(secret)],
             env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -88,9 +93,10 @@ class Rig:
         wait_for(lambda: "far" in self.engines())
         return proc
 
-    def node(self, name: str) -> Server:
+    def node(self, name: str, netns: str | None = None) -> Server:
         """A whole `coderai run` of its own (two engines, its own catalogue) that joins
-        the head as `name`, once it has."""
+        the head as `name`, once it has. In a network namespace, its own HTTP port is
+        out of this test's reach: it is seen through the head only."""
         secret = self.keys(name)
         self.cli("allow", str(secret.with_name(f"{name}.key")), "--name", name)
         head = {"head": self.bind, "head_key": str(self.srv.workdir / "cluster" / "server.key"),
@@ -99,11 +105,13 @@ class Rig:
                    for i in (1, 2)]  # fmt: skip
         config = {"engine_specs": engines, "heartbeat_interval": INTERVAL,
                   "max_parallel_requests": 3}  # fmt: skip
-        node = Server(self.srv.workdir.parent / name, config, NODE_MODELS,
+        argv = [*in_netns(netns), sys.executable, "-m", "coderai", "run"]
+        node = Server(self.srv.workdir.parent / name, config, NODE_MODELS, argv=argv,
                       extra_config={"cluster": head, "auth": {"admin_key": KEY}})  # fmt: skip
         self.nodes.append(node)
-        node.wait_ready(2)
-        wait_for(lambda: name in self.engines())
+        if netns is None:
+            node.wait_ready(2)
+        wait_for(lambda: name in self.engines(), timeout=30)
         return node
 
     def engines(self) -> dict[str, dict[str, Any]]:
@@ -320,3 +328,85 @@ def test_a_killed_node_errors_its_stream_within_3_s_and_reruns_the_unstarted(
     assert "nodeb" not in rig.engines() and "node-model" not in [
         m["id"] for m in httpx.get(rig.srv.url + "/v1/models", timeout=10).json()["data"]
     ]
+
+
+class Namespaces:
+    """Network namespaces, each joined to this one by a veth pair (this side .1, theirs
+    .2 of 10.77.N.0/24), for peers that reach the head only over a network."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def add(self, name: str) -> str:
+        """A namespace; the head's address as it sees it."""
+        n = len(self.names) + 1
+        ns = f"coderai-test-{os.getpid()}-{n}"
+        here, there = f"cai{os.getpid() % 10000}h{n}", f"cai{os.getpid() % 10000}t{n}"
+        self._ip("netns", "add", ns)
+        self.names.append(ns)
+        self._ip("link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+        self._ip("addr", "add", f"10.77.{n}.1/24", "dev", here)
+        self._ip("link", "set", here, "up")
+        self._ip("-n", ns, "addr", "add", f"10.77.{n}.2/24", "dev", there)
+        self._ip("-n", ns, "link", "set", there, "up")
+        self._ip("-n", ns, "link", "set", "lo", "up")
+        return f"10.77.{n}.1"
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+    def close(self) -> None:
+        for ns in self.names:  # its end of each veth pair goes with it, and so this end
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def namespaces() -> Iterator[Namespaces]:
+    spaces = Namespaces()
+    try:
+        if os.geteuid() != 0:
+            pytest.skip("network namespaces need root")
+        try:
+            spaces.add("probe")
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"this machine cannot make network namespaces: {exc}")
+        yield spaces
+    finally:
+        spaces.close()
+
+
+def test_a_remote_engine_and_a_node_in_their_own_network_namespaces_join_and_serve(
+    tmp_path: Path, namespaces: Namespaces
+) -> None:
+    port = free_port()
+    config = {"engine_specs": ENGINES, "heartbeat_interval": INTERVAL}
+    # the head listens on every address: its peers reach it over their veth links only
+    with serving(tmp_path / "head", config, MODELS, 1, KEY,
+                 extra_config={"cluster": {"bind": f"tcp://0.0.0.0:{port}"}}) as srv:  # fmt: skip
+        rig = Rig(srv, "")
+        far_ns, far_head = namespaces.names[0], "10.77.1.1"  # the fixture's probe
+        node_head = namespaces.add("node")
+        node_ns = namespaces.names[1]
+        try:
+            secret = rig.keys("far")
+            rig.cli("allow", str(secret.with_name("far.key")), "--name", "far")
+            rig.bind = f"tcp://{far_head}:{port}"
+            far = rig.engine("far", secret, netns=far_ns)
+            wait_for(lambda: "far" in rig.engines(), timeout=30)
+            rig.bind = f"tcp://{node_head}:{port}"
+            rig.node("nodeb", netns=node_ns)
+            answer = chat(srv, "there")
+            assert answer.status_code == 200 and answer.headers["X-CoderAI-Engine"] == "far"
+            body = {"model": "node-model", "messages": [{"role": "user", "content": "x"}]}
+            answer = httpx.post(srv.url + "/v1/chat/completions", json=body, timeout=30)
+            assert answer.status_code == 200 and answer.headers["X-CoderAI-Engine"] == "nodeb"
+            assert far.poll() is None
+        finally:
+            for proc in rig.procs:
+                proc.kill()
+                proc.wait()
+            for node in rig.nodes:
+                node.stop()  # SIGTERM: it stops its own engines
+            for log in rig.logs:
+                log.close()
