@@ -1,14 +1,16 @@
-"""A remote engine over loopback TCP with CURVE, against the same engine on ipc, in one
-run; and what CURVE costs per message on a bare socket pair.
+"""A remote engine over loopback TCP with CURVE, and a node (a whole `coderai run`
+joined as one engine), against the same engine on ipc, in one run; and what CURVE costs
+per message on a bare socket pair.
 
     python bench/cluster.py [--rounds 5] [--streams 1,8] [--tokens 256]
 
-Part 1: one head with a local engine (ipc) and a remote engine (`coderai engine --connect
-tcp://127.0.0.1:…` with CURVE keys), the same fake model pinned to each. For each stream
-count, rounds alternate local and remote; per round: TTFT (request sent -> first content
-chunk) and tokens/s (all streams' tokens over the round's wall time), medians over rounds.
-The fake model is paced (--tokens-per-second, default 200 per stream), so both sides do
-the same work at the same pace: what differs is the transport.
+Part 1: one head with a local engine (ipc), a remote engine (`coderai engine --connect
+tcp://127.0.0.1:…` with CURVE keys) and a node (`coderai run` with one engine and
+`cluster.head` set), the same fake model pinned to each. For each stream count, rounds
+alternate the three; per round: TTFT (request sent -> first content chunk) and tokens/s
+(all streams' tokens over the round's wall time), medians over rounds. The fake model is
+paced (--tokens-per-second, default 200 per stream), so each does the same work at the
+same pace: what differs is the path (a node adds its own front's dispatcher and a relay).
 
 Part 2: a DEALER sends --messages messages of 200 bytes to a ROUTER that echoes each one
 (a round trip at a time), over ipc, tcp and tcp+CURVE, in this process: µs per round
@@ -39,6 +41,12 @@ from bench.server import BenchServer, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "bench-admin-key"
+#: the engine each model is pinned to, and the path its requests take
+PATHS = {
+    "local": "ipc (local)",
+    "far": "tcp + CURVE (remote engine)",
+    "node": "tcp + CURVE (node: its front, then ipc)",
+}
 
 
 async def round_of(url: str, model: str, streams: int, tokens: int) -> dict[str, float]:
@@ -71,7 +79,7 @@ def transports(args: argparse.Namespace) -> list[dict[str, Any]]:
     bind = f"tcp://127.0.0.1:{free_port()}"
     options = {"tokens_per_second": args.tokens_per_second, "output_tokens": 1_000_000}
     models = [{"id": f"on-{n}", "format": "fake", "engine": n, "options": options}
-              for n in ("local", "far")]  # fmt: skip
+              for n in PATHS]  # fmt: skip
     engines = [{"name": "local", "backend": "cpu", "capabilities": ["fake"]}]
     srv = BenchServer({"engine_specs": engines}, models, 1,
                       extra={"auth": {"admin_key": KEY}, "cluster": {"bind": bind}})  # fmt: skip
@@ -79,32 +87,40 @@ def transports(args: argparse.Namespace) -> list[dict[str, Any]]:
     cli = [sys.executable, "-m", "coderai", "cluster"]
     subprocess.run([*cli, "keygen", "--out", str(folder / "far")], check=True,
                    capture_output=True)  # fmt: skip
-    subprocess.run([*cli, "allow", str(folder / "far.key"), "--name", "far", "--config", config],
-                   check=True, capture_output=True)  # fmt: skip
+    for name in ("far", "node"):
+        if name == "node":
+            subprocess.run([*cli, "keygen", "--out", str(folder / name)], check=True,
+                           capture_output=True)  # fmt: skip
+        subprocess.run([*cli, "allow", str(folder / f"{name}.key"), "--name", name,
+                        "--config", config], check=True, capture_output=True)  # fmt: skip
     env = {**os.environ, "CODERAI_ENGINE_CAPABILITIES": "fake", "CODERAI_LOG_LEVEL": "WARNING"}
     remote = subprocess.Popen(
         [sys.executable, "-m", "coderai", "engine", "--name", "far", "--connect", bind,
          "--server-key", str(srv.dir / "cluster" / "server.key"),
          "--key", str(folder / "far.key_secret")], env=env,
     )  # fmt: skip
+    head = {"head": bind, "head_key": str(srv.dir / "cluster" / "server.key"),
+            "key": str(folder / "node.key_secret"), "name": "node"}  # fmt: skip
+    node = BenchServer({"engine_specs": [{**engines[0], "name": "node-1"}]}, [], 1,
+                       extra={"cluster": head})  # fmt: skip
     rows: list[dict[str, Any]] = []
     try:
         deadline = time.monotonic() + 30
-        while "far" not in {e["name"] for e in srv.health()["engines"]}:
+        while not {"far", "node"} <= {e["name"] for e in srv.health()["engines"]}:
             if time.monotonic() > deadline:
-                raise RuntimeError("the remote engine did not join")
+                raise RuntimeError("the remote engine or the node did not join")
             time.sleep(0.1)
-        for name in ("local", "far"):  # load each model before timing
+        for name in PATHS:  # load each model before timing
             asyncio.run(round_of(srv.url, f"on-{name}", 1, 4))
         for streams in args.streams:
-            rounds: dict[str, list[dict[str, float]]] = {"local": [], "far": []}
+            rounds: dict[str, list[dict[str, float]]] = {name: [] for name in PATHS}
             for _ in range(args.rounds):
-                for name in ("local", "far"):
+                for name in PATHS:
                     result = asyncio.run(round_of(srv.url, f"on-{name}", streams, args.tokens))
                     rounds[name].append(result)
             for name, results in rounds.items():
                 rows.append({
-                    "transport": "ipc (local)" if name == "local" else "tcp + CURVE (remote)",
+                    "transport": PATHS[name],
                     "streams": streams,
                     "ttft_ms": statistics.median(r["ttft_ms"] for r in results),
                     "tok_s": statistics.median(r["tok_s"] for r in results),
@@ -112,6 +128,7 @@ def transports(args: argparse.Namespace) -> list[dict[str, Any]]:
     finally:
         remote.terminate()
         remote.wait(timeout=10)
+        node.stop()
         srv.stop()
     return rows
 

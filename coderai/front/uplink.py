@@ -52,7 +52,7 @@ from coderai.bus.messages import (
     Welcome,
 )
 from coderai.bus.sockets import connect_dealer
-from coderai.config import ClusterConfig
+from coderai.config import ClusterConfig, ModelEntry
 from coderai.errors import BusProtocolError, CoderaiError
 from coderai.front import node
 from coderai.front.dispatcher import Dispatcher
@@ -268,7 +268,30 @@ class NodeUplink:
             self.last_error = "the head asked this node to leave"
             self._leave = True
             self._start_over.set()
-        # config, load and unload are the node's own business: its config decides
+        elif msg.action == ControlAction.LOAD:
+            self._load(msg.args.get("model"))
+        elif msg.action == ControlAction.UNLOAD:
+            model = msg.args.get("model")
+            if isinstance(model, str):  # wherever it is loaded here
+                for record in self.dispatcher.registry.all():
+                    if model in record.loaded:
+                        self.dispatcher.control(record, ControlAction.UNLOAD, {"model": model})
+        # CONFIG: this node's engines run by its own config (its slots were in HELLO)
+
+    def _load(self, model: object) -> None:
+        """The head asks for a model now (an admin load, or a preload): this node's
+        owner of it loads it, or the first of its engines that can."""
+        try:
+            entry, local, capability, owner = self._resolve(model)
+        except (BusProtocolError, ValidationError, CoderaiError) as exc:
+            self._drops.warning("head %s asked to load what cannot load here: %s", self.head, exc)
+            return
+        able = [r for r in self.dispatcher.serving() if capability in r.capabilities]
+        chosen = next((r for r in able if r.name == owner), able[0] if able else None)
+        if chosen is None:
+            log.warning("head %s asked for %s, which no engine here can load", self.head, entry.id)
+            return
+        self.dispatcher.control(chosen, ControlAction.LOAD, {"model": local})
 
     def _take(self, msg: Job) -> None:
         head_id = msg.job_id
@@ -290,20 +313,26 @@ class NodeUplink:
         self._relays[head_id] = asyncio.get_running_loop().create_task(self._relay(head_id, job))
 
     def _local_job(self, msg: Job) -> FrontJob:
-        spec = ModelSpec.parse(msg.model)
-        entry = node.local_entry(spec, self.directory)
-        if self.directory.catalogue.resolve(spec.id) is entry:  # this node's own model
-            model, capability = self.directory.spec_of(entry), self.directory.capability_of(entry)
-            owner = self.directory.owner_of(entry)
-        else:
-            model, capability, owner = (
-                msg.model,
-                required_capability(spec.format, spec.options),
-                None,
-            )
+        entry, model, capability, owner = self._resolve(msg.model)
         local_id = self.dispatcher.next_job_id()
         message = dataclasses.replace(msg, job_id=local_id, model=model)
         return FrontJob(local_id, entry, capability, message, owner, raw=True)
+
+    def _resolve(self, model: object) -> tuple[ModelEntry, dict[str, Any], str, str | None]:
+        """A model the head names: the entry this node runs, the spec its engines get,
+        the capability it needs and this node's owner of it (for its own models)."""
+        spec = ModelSpec.parse(model)
+        entry = node.local_entry(spec, self.directory)
+        if self.directory.catalogue.resolve(spec.id) is entry:  # this node's own model
+            directory = self.directory
+            return (
+                entry,
+                directory.spec_of(entry),
+                directory.capability_of(entry),
+                (directory.owner_of(entry)),
+            )
+        assert isinstance(model, dict)  # ModelSpec.parse took it
+        return entry, model, required_capability(spec.format, spec.options), None
 
     async def _relay(self, head_id: int, job: FrontJob) -> None:
         """The local job's output to the head as it arrives, then how it ended."""

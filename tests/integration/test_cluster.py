@@ -36,7 +36,8 @@ MODELS: list[dict[str, Any]] = [
     # the same, pinned to a node (a whole `coderai run` joined as one engine)
     {"id": "slow-node", "format": "fake", "engine": "nodeb",
      "options": {"tokens_per_second": 20, "output_tokens": 10_000}},
-    {"id": "late-node", "format": "fake", "engine": "nodeb", "options": {"load_seconds": 6}},
+    {"id": "late-node", "format": "fake", "engine": "nodeb", "options": {"load_seconds": 4}},
+    {"id": "warm-node", "format": "fake", "engine": "nodeb"},
 ]  # fmt: skip
 #: a node's own catalogue, which its head lists and routes to it
 NODE_MODELS: list[dict[str, Any]] = [
@@ -306,6 +307,11 @@ def test_a_node_joins_as_one_engine_and_serves_the_heads_requests_and_its_own(
     # what the node ran for the head is its own engines' work, and freed when done
     wait_for(lambda: rig.engines()["nodeb"]["in_flight"] == 0)
     wait_for(lambda: "node-model" in rig.engines()["nodeb"]["loaded_models"])
+    # the head's admin load of a model pinned to the node: one of the node's engines loads it
+    loaded = httpx.post(rig.srv.url + "/admin/api/models/warm-node/load", headers=headers,
+                        timeout=10)  # fmt: skip
+    assert loaded.status_code == 202, loaded.text
+    wait_for(lambda: "warm-node" in rig.engines()["nodeb"]["loaded_models"])
 
 
 def test_a_killed_node_errors_its_stream_within_3_s_and_reruns_the_unstarted(

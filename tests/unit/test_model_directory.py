@@ -58,3 +58,23 @@ def test_a_file_that_changes_how_it_fails_updates_its_warning(tmp_path: Path) ->
     with pytest.raises(ModelFileError, match="neither GGUF"):
         asyncio.run(directory.resolve("bad"))
     assert "neither GGUF" in str(directory.describe()[0]["warning"])
+
+
+def test_models_a_node_offers_are_listed_pinned_to_it_while_it_is_on_the_bus() -> None:
+    from coderai.errors import ModelNotFound
+    from coderai.front.registry import Offered, RemoteEngine
+
+    directory = directory_for([ModelEntry(id="mine", format="fake")])
+    offers = (Offered("theirs", "gguf", "t"), Offered("mine", "fake", None))
+    directory.set_remote_engines({"node-b": RemoteEngine(frozenset({"gguf"}), offers)})
+    # a name this catalogue has stays this catalogue's; the rest are the node's
+    assert [e.id for e in directory.entries()] == ["mine", "theirs"]
+    theirs = asyncio.run(directory.resolve("t"))  # by its alias too
+    assert directory.owner_of(theirs) == "node-b"
+    assert directory.spec_of(theirs) == {"id": "theirs", "path": "", "format": "gguf",
+                                         "options": {}}  # fmt: skip
+    assert directory.owner_of(directory.entry("mine")) == "cpu0"
+    assert [m["offered_by"] for m in directory.describe()] == [None, "node-b"]
+    directory.set_remote_engines({})
+    with pytest.raises(ModelNotFound):
+        directory.entry("theirs")
