@@ -47,3 +47,16 @@ def decode(frames: list[bytes]) -> Message:
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise BusProtocolError(f"{msg_type.name} body is not valid msgpack: {exc}") from None
     return from_body(msg_type, payload)
+
+
+def unreadable_job_id(frames: list[bytes]) -> int | None:
+    """The id of a JOB that failed validation, when it can still be read: its receiver
+    answers it with FAIL, so the sender never waits for a job nobody runs (invariant 2)."""
+    if len(frames) != 3 or frames[1] != bytes([MsgType.JOB]):
+        return None
+    try:
+        body = msgpack.unpackb(frames[2])
+    except Exception:  # any garbage: nothing to answer
+        return None
+    job_id = body.get("job_id") if isinstance(body, dict) else None
+    return job_id if isinstance(job_id, int) and not isinstance(job_id, bool) else None

@@ -169,20 +169,30 @@ class Heartbeat(Message):
     measures: int = 0
 
 
-#: what a node may offer: the formats a catalogue entry may have
+#: what a node may offer: the formats a catalogue entry may have, and how many models
+#: with names how long (a node is trusted with its key, not with the head's memory)
 OFFERED_FORMATS = ("fake", "gguf", "transformers")
+MAX_OFFERED = 1024
+MAX_NAME = 256
 
 
 def offered_models(models: object) -> list[dict[str, Any]]:
     """A node's HELLO.models, checked: maps of an id, a known format and an optional
     alias (strings)."""
-    if not isinstance(models, list) or not all(
-        isinstance(m, dict)
-        and isinstance(m.get("id"), str)
-        and m["id"]
-        and m.get("format") in OFFERED_FORMATS
-        and (m.get("alias") is None or isinstance(m.get("alias"), str))
-        for m in models
+    if (
+        not isinstance(models, list)
+        or len(models) > MAX_OFFERED
+        or not all(
+            isinstance(m, dict)
+            and isinstance(m.get("id"), str)
+            and 0 < len(m["id"]) <= MAX_NAME
+            and m.get("format") in OFFERED_FORMATS
+            and (
+                m.get("alias") is None
+                or (isinstance(m["alias"], str) and len(m["alias"]) <= MAX_NAME)
+            )
+            for m in models
+        )
     ):
         raise BusProtocolError(f"HELLO.models {models!r} is malformed")
     return models

@@ -20,11 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import msgpack
 import psutil
 import zmq
 
-from coderai.bus.codec import decode, encode
+from coderai.bus.codec import decode, encode, unreadable_job_id
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     KEEPALIVE,
@@ -42,7 +41,6 @@ from coderai.bus.messages import (
     Job,
     Message,
     ModelSpec,
-    MsgType,
     Ping,
     Refuse,
     Resume,
@@ -366,13 +364,8 @@ class EngineWorker:
     def _fail_unreadable_job(self, frames: list[bytes]) -> None:
         """A JOB that fails validation still ends with FAIL when its id can be read, so
         the front never waits for a job this engine will not run (invariant 2)."""
-        if len(frames) != 3 or frames[1] != bytes([MsgType.JOB]):
-            return
-        try:
-            job_id = msgpack.unpackb(frames[2]).get("job_id")
-        except Exception:
-            return
-        if isinstance(job_id, int) and not isinstance(job_id, bool):
+        job_id = unreadable_job_id(frames)
+        if job_id is not None:
             fail = encode(Fail(job_id, FailKind.BAD_JOB, "the JOB message is malformed"))
             task = asyncio.get_running_loop().create_task(self._send(fail))
             self._sending.add(task)  # keep a reference until it is sent

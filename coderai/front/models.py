@@ -84,7 +84,9 @@ class ModelDirectory:
         return [*self.catalogue.entries, *by_id.values()]
 
     def is_offered(self, entry: ModelEntry) -> bool:
-        return self.offered.get(entry.id) is entry
+        """An entry this catalogue does not hold: a node's offer (perhaps one withdrawn
+        since the request took it, whose answer is then the node's absence)."""
+        return entry.id not in self._probed
 
     def set_default_engine(self, name: str | None) -> None:
         """A new server.default_engine: owners are assigned again, so the next request
@@ -177,16 +179,23 @@ class ModelDirectory:
         ]
 
 
+#: (node, model) collisions already logged: offers are placed again at every join
+_TOLD: set[tuple[str, str]] = set()
+
+
 def offered_entries(catalogue: Catalogue, remote: dict[str, RemoteEngine]) -> dict[str, ModelEntry]:
     """The models nodes offer, by id and alias, each pinned to its node. A name the
-    catalogue has, or an earlier node (by name) offers, is not taken again."""
+    catalogue has, or a node that joined earlier offers, is not taken again (`remote` is
+    in the order the nodes joined)."""
     out: dict[str, ModelEntry] = {}
-    for node in sorted(remote):
-        for model in remote[node].offered:
+    for node, engine in remote.items():
+        for model in engine.offered:
             names = [n for n in (model.id, model.alias) if n]
             if any(catalogue.resolve(n) is not None or n in out for n in names):
-                log.warning("model %s offered by node %s: the name is taken; not listed",
-                            model.id, node)  # fmt: skip
+                if (node, model.id) not in _TOLD:
+                    _TOLD.add((node, model.id))
+                    log.warning("model %s offered by node %s: the name is taken; not listed",
+                                model.id, node)  # fmt: skip
                 continue
             entry = ModelEntry(id=model.id, alias=model.alias, engine=node, format=model.format)
             for name in names:

@@ -27,7 +27,7 @@ import psutil
 import zmq
 from pydantic import ValidationError
 
-from coderai.bus.codec import decode, encode
+from coderai.bus.codec import decode, encode, unreadable_job_id
 from coderai.bus.curve import load_pair, load_public
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
@@ -101,6 +101,8 @@ class NodeUplink:
         #: head job id -> the local job that runs it, and the task relaying its output
         self._jobs: dict[int, FrontJob] = {}
         self._relays: dict[int, asyncio.Task[None]] = {}
+        #: replies sent from the reader callback, kept until sent
+        self._sending: set[asyncio.Task[None]] = set()
         self._drops = ThrottledLog(log)
         self._epoch = int(time.time() * 1000)
         # what the admin API shows
@@ -118,7 +120,7 @@ class NodeUplink:
         """Leave the head (BYE), end what runs for it, and close."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         if self._bus is not None:
             with contextlib.suppress(zmq.ZMQError):
@@ -146,11 +148,14 @@ class NodeUplink:
     async def _run(self) -> None:
         delay = 0.0
         while not self._leave:
-            joined = await self._join()
-            if joined:
-                delay = 0.0
-                await self._serve()
-                log.warning("node %s left head %s: %s", self.name, self.head, self.last_error)
+            try:
+                if await self._join():
+                    delay = 0.0
+                    await self._serve()
+                    log.warning("node %s left head %s: %s", self.name, self.head, self.last_error)
+            except Exception as exc:  # a defect here must not end the uplink for good
+                log.exception("node %s: the uplink to %s failed", self.name, self.head)
+                self.last_error = f"{type(exc).__name__}: {exc}"
             self._end_jobs()
             self._close()
             self.joined_at = None
@@ -167,6 +172,7 @@ class NodeUplink:
         loop = asyncio.get_running_loop()
         identity = f"{self.name}:{self._epoch}:{secrets.token_hex(8)}".encode()
         self._welcome = loop.create_future()
+        self._start_over.clear()  # before HELLO: a RECONNECT read with the WELCOME stands
         sock = connect_dealer(self._ctx, self.head, identity, self._curve)
         self._bus = LoopSocket(sock, loop, self._on_frames)
         hello = node.hello(self.name, self._epoch, os.getpid(), self.plans,
@@ -186,7 +192,6 @@ class NodeUplink:
         self._interval = answer.heartbeat_interval
         self._liveness = max(1, answer.liveness)
         self._last_heard = loop.time()
-        self._start_over.clear()
         self.state = "joined"
         self.joins += 1
         self.joined_at = time.monotonic()
@@ -194,10 +199,12 @@ class NodeUplink:
         return True
 
     async def _serve(self) -> None:
-        """Heartbeats until the head falls silent or asks this node to join again."""
+        """Heartbeats until the head falls silent or asks this node to join again. A
+        beat never waits for room in the send queue (a lost one is only late): a full
+        queue toward a dead head must not keep this loop from noticing the silence."""
         loop = asyncio.get_running_loop()
         while not self._start_over.is_set():
-            await self._send(self._heartbeat())
+            self._beat()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval):
                     await self._start_over.wait()
@@ -205,6 +212,10 @@ class NodeUplink:
             if silent > self._interval * self._liveness:
                 self.last_error = f"the head was silent for {silent:.1f} s"
                 return
+
+    def _beat(self) -> None:
+        if self._bus is not None:
+            self._bus.send_nowait(encode(self._heartbeat()))
 
     def _heartbeat(self) -> Message:
         return node.heartbeat(self._engines(), psutil.Process().memory_info().rss)
@@ -222,13 +233,30 @@ class NodeUplink:
             with contextlib.suppress(zmq.ZMQError):
                 await bus.send(encode(msg))
 
+    def _reply(self, msg: Message) -> None:
+        """Send from the reader callback, which cannot wait."""
+        task = asyncio.get_running_loop().create_task(self._send(msg))
+        self._sending.add(task)  # keep a reference until it is sent
+        task.add_done_callback(self._sending.discard)
+
     # -- the head's messages ------------------------------------------------------------
     def _on_frames(self, frames: list[bytes]) -> None:
+        """Every message from the head, on the loop (from the socket's reader): nothing
+        may escape, or the reader would stop mid-batch."""
+        try:
+            self._handle(frames)
+        except Exception:
+            log.exception("node %s: a message from head %s failed", self.name, self.head)
+
+    def _handle(self, frames: list[bytes]) -> None:
         try:
             msg = decode(frames)
         except BusProtocolError as exc:
             self.dropped_frames += 1
             self._drops.warning("a frame from head %s was dropped: %s", self.head, exc)
+            job_id = unreadable_job_id(frames)
+            if job_id is not None:
+                self._reply(Fail(job_id, FailKind.BAD_JOB, "the JOB message is malformed"))
             return
         self._last_heard = asyncio.get_running_loop().time()
         if isinstance(msg, Welcome | Refuse):
@@ -245,7 +273,7 @@ class NodeUplink:
                 self._steer(msg, job)
         elif isinstance(msg, Ping):
             if msg.ref != KEEPALIVE:  # a question: answered with a heartbeat at once
-                asyncio.get_running_loop().create_task(self._send(self._heartbeat()))
+                self._beat()
         elif isinstance(msg, Control):
             self._control(msg)
 
@@ -296,18 +324,17 @@ class NodeUplink:
     def _take(self, msg: Job) -> None:
         head_id = msg.job_id
         if head_id in self._jobs:
-            reply = Fail(head_id, FailKind.BAD_JOB, f"job {head_id} is already running here")
-            asyncio.get_running_loop().create_task(self._send(reply))
+            # a FAIL would end the job that runs under this id on the head's side too
+            self._drops.warning("head %s sent job %d twice; ignored", self.head, head_id)
             return
         try:
             job = self._local_job(msg)
             self.dispatcher.submit(job)
-        except CoderaiError as exc:
-            asyncio.get_running_loop().create_task(self._send(node.fail_of(head_id, exc)))
+        except CoderaiError as exc:  # e.g. no engine here can run it: the head says so
+            self._reply(node.fail_of(head_id, exc))
             return
         except (BusProtocolError, ValidationError) as exc:
-            reply = Fail(head_id, FailKind.BAD_JOB, f"this node cannot run the job: {exc}")
-            asyncio.get_running_loop().create_task(self._send(reply))
+            self._reply(Fail(head_id, FailKind.BAD_JOB, f"this node cannot run the job: {exc}"))
             return
         self._jobs[head_id] = job
         self._relays[head_id] = asyncio.get_running_loop().create_task(self._relay(head_id, job))
@@ -338,10 +365,13 @@ class NodeUplink:
         """The local job's output to the head as it arrives, then how it ended."""
         try:
             while True:
+                # whether it has ended is read before its output is taken: output that
+                # arrives while a send waits is taken on the next turn, never lost
+                ended = job.outcome is not None
                 items = job.take_items()
                 if items:
                     await self._send(Chunks([x for item in items for x in (head_id, item)]))
-                if job.outcome is not None:
+                if ended:
                     break
                 await job.wait()
             if job.vectors is not None:
@@ -352,8 +382,12 @@ class NodeUplink:
             if isinstance(outcome, Done):
                 await self._send(dataclasses.replace(outcome, job_id=head_id))
             else:
+                assert outcome is not None
                 await self._send(node.fail_of(head_id, outcome))
             self.relayed += 1
+        except Exception:  # a defect: the head still hears the job end
+            log.exception("node %s: relaying job %d failed", self.name, head_id)
+            await self._send(Fail(head_id, FailKind.BACKEND_ERROR, "the node failed to relay it"))
         finally:
             if self._jobs.get(head_id) is job:
                 del self._jobs[head_id]

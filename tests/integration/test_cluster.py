@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.support.server import Server, expected_chat, free_port, serving, wait_for
-from tests.support.sse import BackgroundChat, is_error
+from tests.support.sse import BackgroundChat, content, events, is_error
 
 KEY = "cluster-admin-key"
 #: heartbeats: a remote engine starts over after 5 silent intervals (heartbeat_liveness)
@@ -294,6 +294,10 @@ def test_a_node_joins_as_one_engine_and_serves_the_heads_requests_and_its_own(
     assert answer.status_code == 200, answer.text
     assert answer.headers["X-CoderAI-Engine"] == "nodeb"
     assert answer.json()["choices"][0]["message"]["content"] == expected_chat("x", 5)
+    # streamed through the node, every token in order
+    many = {**body, "stream": True, "max_tokens": 400}
+    answer = httpx.post(rig.srv.url + "/v1/chat/completions", json=many, timeout=30)
+    assert content(events(answer.content)) == expected_chat("x", 5)
     # a model of the head's catalogue pinned to the node, streamed through it
     streamed = BackgroundChat(rig.srv.url, "slow-node")
     wait_for(lambda: len(streamed.events) > 3)
@@ -306,6 +310,7 @@ def test_a_node_joins_as_one_engine_and_serves_the_heads_requests_and_its_own(
     assert uplink["state"] == "joined" and uplink["relayed"] >= 1
     # what the node ran for the head is its own engines' work, and freed when done
     wait_for(lambda: rig.engines()["nodeb"]["in_flight"] == 0)
+    wait_for(lambda: all(e["in_flight"] == 0 for e in node.health()["engines"]))
     wait_for(lambda: "node-model" in rig.engines()["nodeb"]["loaded_models"])
     # the head's admin load of a model pinned to the node: one of the node's engines loads it
     loaded = httpx.post(rig.srv.url + "/admin/api/models/warm-node/load", headers=headers,

@@ -64,7 +64,8 @@ def test_a_failure_keeps_its_kind_for_the_head(error: Exception, kind: FailKind)
 @pytest.mark.parametrize(
     "models",
     [{"id": "x"}, [{"id": "", "format": "fake"}], [{"id": "x", "format": "exe"}],
-     [{"id": "x", "format": "fake", "alias": 3}], ["x"]],
+     [{"id": "x", "format": "fake", "alias": 3}], ["x"], [{"id": "x" * 257, "format": "fake"}],
+     [{"id": f"m{i}", "format": "fake"} for i in range(1025)]],
 )  # fmt: skip
 def test_malformed_offers_are_refused(models: object) -> None:
     with pytest.raises(BusProtocolError):
