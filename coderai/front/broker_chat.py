@@ -22,7 +22,7 @@ from coderai.front import broker_wire as wire
 from coderai.front import choices
 from coderai.front.activity import Activity
 from coderai.front.choices import ChoiceStream
-from coderai.front.jobs import FrontJob
+from coderai.front.jobs import FrontJob, collect
 from coderai.front.openai_api import OpenAIRoutes, job_fields
 from coderai.front.output import Collected
 from coderai.front.schemas import ChatRequest, parse
@@ -140,12 +140,7 @@ class BrokerAnswers:
         loop = asyncio.get_running_loop()
         # a deadline, not a timeout per wait: output wakes this loop at every token
         next_pending = loop.time() + PENDING_EVERY
-        while True:
-            for job, got in zip(jobs, collected, strict=True):
-                for item in job.take_items():
-                    got.add(item)
-            if all(job.outcome is not None for job in jobs):
-                break
+        while not collect(jobs, collected):
             try:
                 async with asyncio.timeout_at(next_pending):
                     await lead.wait()

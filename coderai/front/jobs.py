@@ -19,7 +19,7 @@ from typing import Any
 from coderai.bus.messages import Done, Job, Tokens
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
-from coderai.front.output import Piece
+from coderai.front.output import Collected, Piece
 
 Outcome = Done | CoderaiError
 
@@ -69,12 +69,15 @@ class FrontJob:
     #: several prompts) share one, so that their one handler wakes for any of them
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def _first_output(self, engine: str) -> None:
+        self.started = True
+        self.served_by = engine
+        self.first_at = time.monotonic()
+
     def push(self, engine: str, text: str) -> int:
         """Add text from the engine named; returns the characters now waiting."""
         if not self.started:
-            self.started = True
-            self.served_by = engine
-            self.first_at = time.monotonic()
+            self._first_output(engine)
         self._parts.append(text)
         self.pending += len(text)
         self.wake.set()
@@ -83,9 +86,7 @@ class FrontJob:
     def push_pieces(self, engine: str, pieces: list[Piece]) -> int:
         """Add structured output (calls, logprobs) from the engine named."""
         if not self.started:
-            self.started = True
-            self.served_by = engine
-            self.first_at = time.monotonic()
+            self._first_output(engine)
         self._parts.extend(pieces)
         self.pending += sum(len(p.text) + sum(len(c.arguments) for c in p.calls) for p in pieces)
         self.wake.set()
@@ -94,9 +95,7 @@ class FrontJob:
     def push_raw(self, engine: str, delta: object) -> int:
         """Add one CHUNKS delta as the engine sent it (a string, or structured pieces)."""
         if not self.started:
-            self.started = True
-            self.served_by = engine
-            self.first_at = time.monotonic()
+            self._first_output(engine)
         self._parts.append(delta)
         self.pending += len(delta) if isinstance(delta, str) else 1
         self.wake.set()
@@ -127,3 +126,12 @@ class FrontJob:
         parts, self._parts = self._parts, []
         self.pending = 0
         return parts
+
+
+def collect(jobs: list[FrontJob], collected: list[Collected]) -> bool:
+    """Take each job's new output into its collection (a whole answer of several
+    choices); whether every job has ended."""
+    for job, got in zip(jobs, collected, strict=True):
+        for item in job.take_items():
+            got.add(item)
+    return all(job.outcome is not None for job in jobs)

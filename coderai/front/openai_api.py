@@ -19,7 +19,7 @@ from coderai.front import activity, choices
 from coderai.front.choices import ChoiceStream
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
-from coderai.front.jobs import FrontJob, Outcome
+from coderai.front.jobs import FrontJob, Outcome, collect
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
 from coderai.front.output import Collected
@@ -252,12 +252,7 @@ class OpenAIRoutes:
         prompts: int,
     ) -> web.Response:
         collected = [Collected() for _ in jobs]
-        while True:
-            for job, got in zip(jobs, collected, strict=True):
-                for item in job.take_items():
-                    got.add(item)
-            if all(job.outcome is not None for job in jobs):
-                break
+        while not collect(jobs, collected):
             await jobs[0].wait()
         for job in jobs:
             if isinstance(job.outcome, CoderaiError):
