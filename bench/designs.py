@@ -1,6 +1,8 @@
-"""The three designs the relay benchmark runs side by side, each started as real processes:
+"""The designs the relay benchmark runs side by side, each started as real processes:
 CoderAI (front + engines over the bus), the seed's HTTP reverse proxy (front + engines on
-internal ports) and the bare handler (one process writing the SSE itself)."""
+internal ports), the bare handler (one aiohttp process writing the SSE itself), and the
+floor (a bare asyncio server writing pre-rendered events, on asyncio's loop or uvloop).
+Each paces its streams at the same rate when asked to (0: full speed)."""
 
 from __future__ import annotations
 
@@ -42,6 +44,10 @@ def _wait_port(port: int, timeout: float = 20.0) -> None:
     raise TimeoutError(f"nothing listens on port {port}")
 
 
+def _paced(tokens_per_second: float) -> list[str]:
+    return ["--tokens-per-second", str(tokens_per_second)] if tokens_per_second else []
+
+
 def _spawn(script: str, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, str(BASELINES / script), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -64,9 +70,10 @@ def start_coderai(engines: int, slots: int, tokens_per_second: float = 0) -> Run
     return Running("coderai", server.url, server.front, server.engine_processes(), server.stop)
 
 
-def start_proxy(engines: int) -> Running:
+def start_proxy(engines: int, tokens_per_second: float = 0) -> Running:
     ports = [free_port() for _ in range(engines)]
-    workers = [_spawn("sse_engine.py", "--port", str(p)) for p in ports]
+    workers = [_spawn("sse_engine.py", "--port", str(p), *_paced(tokens_per_second))
+               for p in ports]  # fmt: skip
     for port in ports:
         _wait_port(port)
     port = free_port()
@@ -81,10 +88,21 @@ def start_proxy(engines: int) -> Running:
     )
 
 
-def start_bare() -> Running:
+def start_bare(tokens_per_second: float = 0) -> Running:
     port = free_port()
-    proc = _spawn("sse_engine.py", "--port", str(port))
+    proc = _spawn("sse_engine.py", "--port", str(port), *_paced(tokens_per_second))
     _wait_port(port)
     return Running(
         "bare", f"http://127.0.0.1:{port}", psutil.Process(proc.pid), [], lambda: _stop_all([proc])
+    )
+
+
+def start_floor(tokens_per_second: float = 0, uvloop: bool = False) -> Running:
+    port = free_port()
+    proc = _spawn("floor.py", "--port", str(port), *_paced(tokens_per_second),
+                  *(["--uvloop"] if uvloop else []))  # fmt: skip
+    _wait_port(port)
+    name = "floor-uvloop" if uvloop else "floor"
+    return Running(
+        name, f"http://127.0.0.1:{port}", psutil.Process(proc.pid), [], lambda: _stop_all([proc])
     )

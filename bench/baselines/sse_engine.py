@@ -1,13 +1,16 @@
 """The bare handler: one aiohttp process that renders one OpenAI chat.completion.chunk per
 token and writes it, with no dispatch at all. It is the reference for the latency a
-dispatcher adds, and the engine of the HTTP-proxy baseline.
+dispatcher adds, and the engine of the HTTP-proxy baseline. With --tokens-per-second it
+paces each stream as CoderAI's fake model does (one token per interval, on a schedule
+from the first), so the proxy relays one event per token, as a real model makes it.
 
-    python bench/baselines/sse_engine.py --port 8780
+    python bench/baselines/sse_engine.py --port 8780 [--tokens-per-second 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -20,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coderai.engine.backends.fake import fake_tokens, render_chat
 
+INTERVAL = web.AppKey("interval", float)
+
 
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await request.json()
@@ -29,7 +34,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
             "created": int(time.time()), "model": body["model"]}  # fmt: skip
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
-    for token in tokens:
+    interval = request.app[INTERVAL]
+    start = time.monotonic()
+    for i, token in enumerate(tokens):
+        if interval and i:
+            await asyncio.sleep(max(0.0, start + i * interval - time.monotonic()))
         event = {**head, "choices": [{"index": 0, "delta": {"content": token},
                                       "logprobs": None, "finish_reason": None}]}  # fmt: skip
         await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
@@ -43,8 +52,10 @@ async def chat(request: web.Request) -> web.StreamResponse:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tokens-per-second", type=float, default=0)
     args = parser.parse_args()
     app = web.Application()
+    app[INTERVAL] = 1 / args.tokens_per_second if args.tokens_per_second else 0.0
     app.router.add_post("/v1/chat/completions", chat)
     web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
 
