@@ -221,7 +221,9 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     single: dict[str, dict[str, float]] = {}
     for rate in rates:
-        starters = _starters(args.engines, max(levels) // args.engines + 1, rate)
+        # every engine can take every stream: a model's owner engine takes its requests
+        # while it has credit, and none waits in the front's queue
+        starters = _starters(args.engines, max(levels) + 1, rate)
         # long enough that the answers cut at the end are a small part of what is counted
         duration = max(args.duration, 4 * args.tokens / rate) if rate else args.duration
         for name in designs:

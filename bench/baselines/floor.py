@@ -60,8 +60,7 @@ class Stream(asyncio.Protocol):
     interval = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's too
         self.buffer = b""
         self.loop = asyncio.get_running_loop()
 
@@ -79,6 +78,7 @@ class Stream(asyncio.Protocol):
             return
         body = self.buffer[end + 4 : end + 4 + length]
         self.buffer = self.buffer[end + 4 + length :]
+        self.close_after = "connection: close" in head
         chunks = self.rendered.get(body)
         if chunks is None:
             chunks = self.rendered[body] = render(json.loads(body))
@@ -93,6 +93,8 @@ class Stream(asyncio.Protocol):
         if i + 1 < len(chunks):
             # on a schedule from the start, as the fake model paces its tokens
             self.loop.call_at(self.start + i * self.interval, self._next, chunks, i + 1)
+        elif self.close_after:
+            self.transport.close()
 
 
 async def serve(port: int) -> None:
