@@ -17,7 +17,9 @@ import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report_cluster import cluster_section
 from bench.report_llamacpp import invariance_section, llamacpp_section
+from bench.report_paced import paced_relay_section
 from bench.report_table import table
 
 BENCH = Path(__file__).resolve().parent
@@ -540,6 +542,12 @@ def main() -> int:
             f"{failover['heartbeat']['heartbeat_liveness']} missed mark an engine lost.",
             "",
         ]
+    paced = load("relay-paced")
+    if paced:
+        out += paced_relay_section(paced)
+    cluster = load("cluster")
+    if cluster:
+        out += cluster_section(cluster)
     (BENCH / "REPORT.md").write_text("\n".join(out) + "\n")
     print(f"wrote {BENCH / 'REPORT.md'}")
     return 0
