@@ -530,7 +530,7 @@ class Dispatcher:
         if not _identity_matches(identity, msg, remote=key is not None):
             self._refuse(identity, "identity does not match name:epoch", key)
             return
-        why = self._name_refused(msg.name, key)
+        why = self._name_refused(msg.name, key, msg.pid)
         if why is not None:
             self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r}: {why}"), key)
             self._refuse(identity, why, key)
@@ -579,10 +579,11 @@ class Dispatcher:
             self.control(record, ControlAction.LOAD, {"model": spec})
         self._pump()
 
-    def _name_refused(self, name: str, key: str | None) -> str | None:
+    def _name_refused(self, name: str, key: str | None, pid: int = 0) -> str | None:
         """Why an engine may not join under this name (None: it may). A remote engine
         joins under the name its key was allowed with, and never as a local engine; a
-        local engine never replaces a remote one."""
+        local engine never replaces a remote one; and a second process never replaces a
+        remote engine that is alive (one key run twice would take the name in turns)."""
         current = self.registry.by_name(name)
         if key is None:
             if current is not None and current.remote_key is not None:
@@ -593,7 +594,18 @@ class Dispatcher:
             return f"this key joins as {allowed!r}, not {name!r} (coderai cluster list)"
         if name in self.host.names() or (current is not None and current.remote_key is None):
             return f"the name {name!r} is a local engine's"
+        if current is not None and current.pid != pid and self._alive(current):
+            return (f"the name {name!r} is held by a live process (pid {current.pid}) with"
+                    " this key: is the key used twice?")  # fmt: skip
         return None
+
+    def _alive(self, record: EngineRecord) -> bool:
+        """Heard from within two heartbeat intervals, and not on its way out (draining: an
+        admin restart asked it to join again; missing: PINGed after a silence). A process
+        that died is lost sooner: the next keepalive PING finds its connection gone."""
+        quiet = time.monotonic() - record.last_seen
+        fresh = quiet < 2 * self.settings.heartbeat_interval
+        return fresh and not record.draining and not record.missing
 
     def _remote_engines(self) -> dict[str, RemoteEngine]:
         return {

@@ -53,7 +53,7 @@ from coderai.bus.messages import (
 )
 from coderai.bus.sockets import connect_dealer
 from coderai.config import ClusterConfig, ModelEntry
-from coderai.errors import BusProtocolError, CoderaiError
+from coderai.errors import BusProtocolError, CoderaiError, ConfigError
 from coderai.front import node
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import EnginePlan
@@ -84,7 +84,14 @@ class NodeUplink:
         self.head = cluster.head
         self.name = cluster.name
         # keys are read at start: a missing file is a config error, not a retry loop
-        self._curve = (load_public(base / cluster.head_key), *load_pair(base / cluster.key))
+        try:
+            head_key = load_public(base / cluster.head_key)
+        except ConfigError as exc:
+            raise ConfigError(f"cluster.head_key: {exc}") from None
+        try:
+            self._curve = (head_key, *load_pair(base / cluster.key))
+        except ConfigError as exc:
+            raise ConfigError(f"cluster.key: {exc}") from None
         self.dispatcher = dispatcher
         self.directory = directory
         self.plans = plans
@@ -182,7 +189,13 @@ class NodeUplink:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                 answer = await self._welcome
         except TimeoutError:
-            self.last_error = f"no WELCOME from {self.head} within {HANDSHAKE_TIMEOUT:.0f} s"
+            # CURVE fails silently: a wrong key and no head look the same from here
+            self.last_error = (
+                f"no WELCOME from {self.head} within {HANDSHAKE_TIMEOUT:.0f} s: is the head"
+                " up there, is cluster.head_key its key, and is this node's key allowed"
+                " there (coderai cluster list)?"
+            )
+            self._drops.warning("node %s cannot join: %s", self.name, self.last_error)
             return False
         if isinstance(answer, Refuse):
             self.last_error = f"the head refused this node: {answer.reason}"

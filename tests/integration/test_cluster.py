@@ -421,3 +421,15 @@ def test_a_remote_engine_and_a_node_in_their_own_network_namespaces_join_and_ser
                 node.stop()  # SIGTERM: it stops its own engines
             for log in rig.logs:
                 log.close()
+
+
+def test_a_second_process_with_a_joined_key_is_refused_and_the_first_keeps_serving(
+    rig: Rig,
+) -> None:
+    rig.join_far()
+    first = rig.engines()["far"]["pid"]
+    twin = rig.engine("far", rig.srv.workdir / "keys" / "far.key_secret")
+    assert twin.wait(timeout=20) == 3  # refused, it exits; it never took the name
+    assert "is the key used twice?" in (rig.srv.workdir / "engine-far.log").read_text()
+    assert rig.engines()["far"]["pid"] == first
+    assert chat(rig.srv, "there").status_code == 200
