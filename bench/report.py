@@ -101,7 +101,10 @@ def plot_bars(name: str, title: str, groups: dict[str, dict[str, float]], unit: 
 
 
 def relay_section(relay: dict[str, Any]) -> list[str]:
-    out = ["## Relay: three designs, fake engines at full speed", ""]
+    out = [
+        "## Relay: three designs, fake engines at full speed (merged events: not like for like)",
+        "",
+    ]
     out.append(
         f"{relay['engines']} engine processes for CoderAI and the proxy, "
         f"{relay['rows'][0]['tokens_per_request']} tokens per request, wrk for "

@@ -95,16 +95,8 @@ class BrokerAnswers:
         finished: set[int] = set()
         started = False
         while True:
-            for i, job in enumerate(jobs):
-                items = job.take_items()
-                if items:
-                    if job.held:
-                        dispatcher.resume(job)
-                    pending += stream.items(i, items)
-                if isinstance(job.outcome, Done) and i not in finished:
-                    finished.add(i)
-                    pending += stream.finish(i, job.outcome)
-            failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
+            events, failed, done = stream.advance(jobs, finished, 1, dispatcher.resume)
+            pending += events
             if failed is not None:
                 if not started:  # nothing sent yet: an error reply, as HTTP would answer
                     await send(wire.failure(request_id, failed))
@@ -113,10 +105,6 @@ class BrokerAnswers:
                     await send(wire.chunk(request_id, event))
                 await send(wire.failure(request_id, failed))
                 return 200
-            done = len(finished) == len(jobs)
-            if done:
-                dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
-                pending += stream.closing(dones, 1)
             if pending and (started or any(j.started for j in jobs) or done):
                 started = True
                 for event in wire.sse_events(pending):

@@ -9,9 +9,12 @@ never deal in wire ids.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from coderai.bus.messages import Done, FinishReason
+from coderai.errors import CoderaiError
+from coderai.front.jobs import FrontJob
 from coderai.front.output import Collected, Piece, chat_logprobs, completion_logprobs
 from coderai.front.sse import DONE_EVENT, data_event, usage_of
 
@@ -125,6 +128,35 @@ class ChoiceStream:
     def finish(self, index: int, done: Done) -> bytes:
         body: dict[str, Any] = {"delta": {}} if self.chat else {"text": ""}
         return self._choice(index, {**body, "logprobs": None}, finish_reason(done))
+
+    def advance(
+        self,
+        jobs: list[FrontJob],
+        finished: set[int],
+        prompts: int,
+        resume: Callable[[FrontJob], None],
+    ) -> tuple[bytes, CoderaiError | None, bool]:
+        """The events of what the jobs (choice i is jobs[i]) produced since the last call,
+        each choice's finish once it ends (`finished` keeps which have), and the usage and
+        [DONE] once all have; the first failure, which ends the whole stream instead; and
+        whether the stream is over. A held job whose output was taken is resumed."""
+        out = b""
+        for i, job in enumerate(jobs):
+            items = job.take_items()
+            if items:
+                if job.held:  # its reader caught up with what was held for it
+                    resume(job)
+                out += self.items(i, items)
+            if isinstance(job.outcome, Done) and i not in finished:
+                finished.add(i)
+                out += self.finish(i, job.outcome)
+        failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
+        if failed is not None:
+            return out, failed, True
+        if len(finished) < len(jobs):
+            return out, None, False
+        dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
+        return out + self.closing(dones, prompts), None, True
 
     def closing(self, dones: list[Done], prompts: int) -> bytes:
         out = b""

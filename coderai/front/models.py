@@ -43,6 +43,8 @@ class ModelDirectory:
         #: the models nodes on the bus offer from their own catalogues, by id and alias
         #: (pinned to the node; a name this catalogue has stays this catalogue's)
         self.offered: dict[str, ModelEntry] = {}
+        #: offers already logged as left out
+        self._told: set[tuple[str, str]] = set()
         self.assignment = Assignment()
         self.load(catalogue, probed)
 
@@ -51,7 +53,10 @@ class ModelDirectory:
         files that cannot be used and the pins that cannot be honoured."""
         self.catalogue = catalogue
         self._probed = {e.id: probed[e.id] for e in catalogue.entries}
-        self.offered = offered_entries(catalogue, self.remote)
+        self.offered, taken = offered_entries(catalogue, self.remote)
+        for node, model in taken - self._told:  # once each: offers are placed at every join
+            log.warning("model %s offered by node %s: the name is taken; not listed", model, node)
+        self._told |= taken
         views = [
             ModelView(e.id, route_key(e), self._capability_or_none(e), e.engine)
             for e in catalogue.entries
@@ -179,25 +184,21 @@ class ModelDirectory:
         ]
 
 
-#: (node, model) collisions already logged: offers are placed again at every join
-_TOLD: set[tuple[str, str]] = set()
-
-
-def offered_entries(catalogue: Catalogue, remote: dict[str, RemoteEngine]) -> dict[str, ModelEntry]:
-    """The models nodes offer, by id and alias, each pinned to its node. A name the
-    catalogue has, or a node that joined earlier offers, is not taken again (`remote` is
-    in the order the nodes joined)."""
+def offered_entries(
+    catalogue: Catalogue, remote: dict[str, RemoteEngine]
+) -> tuple[dict[str, ModelEntry], set[tuple[str, str]]]:
+    """The models nodes offer, by id and alias, each pinned to its node; and the (node,
+    model) offers left out because the name is taken: a name the catalogue has, or a node
+    that joined earlier offers (`remote` is in the order the nodes joined)."""
     out: dict[str, ModelEntry] = {}
+    taken: set[tuple[str, str]] = set()
     for node, engine in remote.items():
         for model in engine.offered:
             names = [n for n in (model.id, model.alias) if n]
             if any(catalogue.resolve(n) is not None or n in out for n in names):
-                if (node, model.id) not in _TOLD:
-                    _TOLD.add((node, model.id))
-                    log.warning("model %s offered by node %s: the name is taken; not listed",
-                                model.id, node)  # fmt: skip
+                taken.add((node, model.id))
                 continue
             entry = ModelEntry(id=model.id, alias=model.alias, engine=node, format=model.format)
             for name in names:
                 out[name] = entry
-    return out
+    return out, taken

@@ -89,15 +89,9 @@ def heartbeat(views: list[EngineView], front_rss: int) -> Heartbeat:
     )
 
 
-def local_entry(spec: ModelSpec, directory: ModelDirectory) -> ModelEntry:
-    """What the node runs for a model its head sends: its own catalogue's entry of that
-    id, if it has one (its own file, not a path on the head's machine), else the head's
-    spec as it is (a model on storage both machines share, or a fake one)."""
-    entry = directory.catalogue.resolve(spec.id)
-    if entry is not None:
-        return entry
-    return ModelEntry(id=spec.id, path=spec.path, format=spec.format,
-                      options=spec.options)  # fmt: skip
+def spec_entry(spec: ModelSpec) -> ModelEntry:
+    """A catalogue entry for a model the head sends that this node's catalogue lacks."""
+    return ModelEntry(id=spec.id, path=spec.path, format=spec.format, options=spec.options)
 
 
 def fail_of(job_id: int, error: CoderaiError) -> Fail:

@@ -300,22 +300,10 @@ class OpenAIRoutes:
         finished: set[int] = set()
         lead = jobs[0]
         while True:
-            for i, job in enumerate(jobs):
-                items = job.take_items()
-                if items:
-                    if job.held:
-                        self.dispatcher.resume(job)
-                    pending += stream.items(i, items)
-                if isinstance(job.outcome, Done) and i not in finished:
-                    finished.add(i)
-                    pending += stream.finish(i, job.outcome)
-            failed = next((j.outcome for j in jobs if isinstance(j.outcome, CoderaiError)), None)
-            done = failed is not None or len(finished) == len(jobs)
+            events, failed, done = stream.advance(jobs, finished, prompts, self.dispatcher.resume)
+            pending += events
             if failed is not None:
                 pending += error_event(failed)
-            elif done:
-                dones = [j.outcome for j in jobs if isinstance(j.outcome, Done)]
-                pending += stream.closing(dones, prompts)
             if pending:
                 if not await write_events(
                     request, response, lead, pending, done, error_event, time.monotonic()

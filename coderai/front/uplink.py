@@ -112,6 +112,7 @@ class NodeUplink:
         self._sending: set[asyncio.Task[None]] = set()
         self._drops = ThrottledLog(log)
         self._epoch = int(time.time() * 1000)
+        self._process = psutil.Process()
         # what the admin API shows
         self.state = "starting"
         self.joined_at: float | None = None
@@ -231,7 +232,7 @@ class NodeUplink:
             self._bus.send_nowait(encode(self._heartbeat()))
 
     def _heartbeat(self) -> Message:
-        return node.heartbeat(self._engines(), psutil.Process().memory_info().rss)
+        return node.heartbeat(self._engines(), self._process.memory_info().rss)
 
     def _close(self, linger: int = 0) -> None:
         if self._bus is not None:
@@ -360,19 +361,22 @@ class NodeUplink:
 
     def _resolve(self, model: object) -> tuple[ModelEntry, dict[str, Any], str, str | None]:
         """A model the head names: the entry this node runs, the spec its engines get,
-        the capability it needs and this node's owner of it (for its own models)."""
+        the capability it needs and this node's owner of it. A model of this node's own
+        catalogue runs from its own file, not from a path on the head's machine; any other
+        runs by the head's spec as it is (storage both share, or a fake model)."""
         spec = ModelSpec.parse(model)
-        entry = node.local_entry(spec, self.directory)
-        if self.directory.catalogue.resolve(spec.id) is entry:  # this node's own model
-            directory = self.directory
+        directory = self.directory
+        own = directory.catalogue.resolve(spec.id)
+        if own is not None:
             return (
-                entry,
-                directory.spec_of(entry),
-                directory.capability_of(entry),
-                (directory.owner_of(entry)),
+                own,
+                directory.spec_of(own),
+                directory.capability_of(own),
+                directory.owner_of(own),
             )
         assert isinstance(model, dict)  # ModelSpec.parse took it
-        return entry, model, required_capability(spec.format, spec.options), None
+        capability = required_capability(spec.format, spec.options)
+        return node.spec_entry(spec), model, capability, None
 
     async def _relay(self, head_id: int, job: FrontJob) -> None:
         """The local job's output to the head as it arrives, then how it ended."""
