@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report_cluster import cluster_section
 from bench.report_llamacpp import invariance_section, llamacpp_section
 from bench.report_paced import paced_relay_section
+from bench.report_ram import ram_cap_section
 from bench.report_table import table
 
 BENCH = Path(__file__).resolve().parent
@@ -551,6 +552,9 @@ def main() -> int:
     cluster = load("cluster")
     if cluster:
         out += cluster_section(cluster)
+    ram_cap = load("ram_cap")
+    if ram_cap:
+        out += ram_cap_section(ram_cap)
     (BENCH / "REPORT.md").write_text("\n".join(out) + "\n")
     print(f"wrote {BENCH / 'REPORT.md'}")
     return 0

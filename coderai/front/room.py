@@ -38,8 +38,13 @@ def room_evictions(engines: list[EngineRecord]) -> list[tuple[EngineRecord, str]
     capped = [e for e in engines if e.room_mb is not None]
     if not capped:
         return []
-    # the smallest room any engine saw, less what every engine's loads have yet to take
-    free = int((min(e.room_mb for e in capped if e.room_mb is not None)
+    # the smallest room seen, less what every engine's loads have yet to take. While loads
+    # are in flight, only the loading engines' rooms count: each was measured at the same
+    # instant as its own `coming_mb`, whereas another engine's later measure may already
+    # hold part of that load, which would then be counted twice (a spurious unload seen in
+    # CI: a 300 MiB load counted once in RSS and again as still to come)
+    loading = [e for e in capped if e.coming_mb > 0] or capped
+    free = int((min(e.room_mb for e in loading if e.room_mb is not None)
                 - sum(e.coming_mb for e in capped)) * MIB)  # fmt: skip
     needed = int(sum(e.wants_mb for e in capped) * MIB)
     views: dict[str, tuple[EngineRecord, str, ResidentView]] = {}

@@ -78,7 +78,33 @@ def test_a_fake_models_memory_is_really_taken() -> None:
     instance = FakeInstance({"memory_mb": 64})
     grown = process.memory_info().rss - before
     assert grown >= 60 * (1 << 20), grown  # every page touched, not merely reserved
-    assert len(instance.weights) == 64 * (1 << 20)
+    assert sum(len(piece) for piece in instance.weights) == 64 * (1 << 20)
+
+
+def test_a_fake_load_lets_other_threads_run_while_it_takes_its_memory() -> None:
+    # a real load reads its file in C without the GIL; the fake's must not hold it for the
+    # whole allocation either, or the engine's heartbeat stops while it loads
+    from coderai.engine.backends.fake import FakeInstance
+
+    done = threading.Event()
+    ticks = 0
+
+    def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.0005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    time.sleep(0.01)
+    started = ticks
+    try:
+        FakeInstance({"memory_mb": 512})  # 64 pieces
+    finally:
+        done.set()
+        ticker.join()
+    assert ticks - started >= 4, f"the other thread ran {ticks - started} times"
 
 
 def test_token_chars_repeats_each_word_to_that_length() -> None:

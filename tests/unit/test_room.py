@@ -71,6 +71,17 @@ def test_the_room_is_the_smallest_seen_less_every_engines_loads_in_flight() -> N
     assert room_evictions([engine("a", [idle("m", 1)], room=None, wants=250)]) == []
 
 
+def test_a_load_is_not_counted_twice_by_another_engines_later_measure() -> None:
+    # b reported 300 MiB still to load; c measured after b had taken it: c's room already
+    # holds the load, b's own room (measured with its coming) does not
+    a = engine("a", [idle("on-a", 1)], room=150)
+    b = engine("b", [], room=450, coming=300)
+    c = engine("c", [], room=150)
+    assert room_evictions([a, b, c]) == []
+    b.room_mb = 250  # by b's own measure, 50 MiB short once its load is in: on-a goes
+    assert names(room_evictions([a, b, c])) == [("a", "on-a")]
+
+
 def test_a_busy_model_never_goes_nor_one_with_a_job_on_its_way() -> None:
     busy = {"model": "busy", "mb": 300, "busy": True, "idle_for": 0.0}
     a = engine("a", [busy, idle("m", 1), idle("n", 5)], room=-500)

@@ -51,6 +51,8 @@ WORDS = (
 )  # fmt: skip
 
 DEFAULT_OUTPUT_TOKENS = 64
+#: the fake weights are allocated and touched in pieces this large (see FakeInstance)
+_WEIGHT_PIECE = 8 << 20
 #: the fake model's vocabulary: one token per byte value
 VOCABULARY = 256
 #: the fake model's fill-in-the-middle prompt, in prefix-suffix-middle order
@@ -135,10 +137,16 @@ class FakeInstance(ModelInstance):
         )
         self.tool_format = tool_format(None, options)
         # weights that are really there: allocated and every page written, so the
-        # process's RSS grows by them (a zero-filled allocation would stay virtual)
+        # process's RSS grows by them (a zero-filled allocation would stay virtual). In
+        # pieces: one 300 MiB allocate-and-touch holds the GIL for its whole length (over
+        # a second on a busy machine), starving the engine's heartbeat, which a real load
+        # (torch, llama.cpp: file reads in C) does not; between pieces the loop thread runs
         weight_bytes = int(_option(options, "memory_mb", 0) * (1 << 20))
-        self.weights = bytearray(weight_bytes)
-        self.weights[::4096] = b"\x01" * len(range(0, weight_bytes, 4096))
+        self.weights: list[bytearray] = []
+        for start in range(0, weight_bytes, _WEIGHT_PIECE):
+            piece = bytearray(min(_WEIGHT_PIECE, weight_bytes - start))
+            piece[::4096] = b"\x01" * len(range(0, len(piece), 4096))
+            self.weights.append(piece)
 
     def start(self, seq: Sequence) -> None:
         if seq.job.logprobs:
