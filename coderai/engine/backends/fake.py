@@ -22,6 +22,7 @@ with a suffix, its prompt is FIM_PROMPT filled with the prompt and the suffix.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import signal
 import time
@@ -51,7 +52,7 @@ WORDS = (
 )  # fmt: skip
 
 DEFAULT_OUTPUT_TOKENS = 64
-#: the fake weights are allocated and touched in pieces this large (see FakeInstance)
+#: the fake weights are touched in pieces this large (see FakeInstance)
 _WEIGHT_PIECE = 8 << 20
 #: the fake model's vocabulary: one token per byte value
 VOCABULARY = 256
@@ -136,17 +137,17 @@ class FakeInstance(ModelInstance):
             None if script is None else [script[i : i + size] for i in range(0, len(script), size)]
         )
         self.tool_format = tool_format(None, options)
-        # weights that are really there: allocated and every page written, so the
-        # process's RSS grows by them (a zero-filled allocation would stay virtual). In
-        # pieces: one 300 MiB allocate-and-touch holds the GIL for its whole length (over
-        # a second on a busy machine), starving the engine's heartbeat, which a real load
-        # (torch, llama.cpp: file reads in C) does not; between pieces the loop thread runs
+        # weights that are really there: mapped and every page written, so the process's
+        # RSS grows by them (a zero-filled allocation would stay virtual). One anonymous
+        # mapping, so that unloading gives it back to the OS at once (heap memory may stay
+        # with the process); touched in pieces: touching 300 MiB in one call holds the GIL
+        # for its whole length (over a second on a busy machine), starving the engine's
+        # heartbeat, which a real load (torch, llama.cpp: file reads in C) does not
         weight_bytes = int(_option(options, "memory_mb", 0) * (1 << 20))
-        self.weights: list[bytearray] = []
+        self.weights = mmap.mmap(-1, max(weight_bytes, 1))
         for start in range(0, weight_bytes, _WEIGHT_PIECE):
-            piece = bytearray(min(_WEIGHT_PIECE, weight_bytes - start))
-            piece[::4096] = b"\x01" * len(range(0, len(piece), 4096))
-            self.weights.append(piece)
+            end = min(start + _WEIGHT_PIECE, weight_bytes)
+            self.weights[start:end:4096] = b"\x01" * len(range(start, end, 4096))
 
     def start(self, seq: Sequence) -> None:
         if seq.job.logprobs:
