@@ -20,6 +20,11 @@ HIGH_WATER_MARK = 100_000
 #: behind, the engine's sends stop and its outbox merges the deltas waiting to go, so the
 #: front gets fewer, larger messages instead of a deep backlog of small ones.
 ENGINE_SEND_QUEUE = 16
+#: what the front takes from each engine ahead of handling it, in messages. Short for the
+#: same reason: a deep queue here held a fast stream's text while its client lagged (a
+#: one-off 15-57 MiB step of the front's RSS with 100,000), and the engine's outbox merges
+#: what waits behind it instead
+FRONT_RECEIVE_QUEUE = 256
 
 
 def bind_router(
@@ -36,7 +41,7 @@ def bind_router(
         sock.zap_domain = curve[2].encode()
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.SNDHWM, HIGH_WATER_MARK)
-    sock.setsockopt(zmq.RCVHWM, HIGH_WATER_MARK)
+    sock.setsockopt(zmq.RCVHWM, FRONT_RECEIVE_QUEUE)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)

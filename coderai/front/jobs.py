@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,9 @@ class FrontJob:
     #: run for a head (this front is a node): its output is kept as the engine sent it,
     #: to be relayed as is (take_items)
     raw: bool = False
+    #: a plain-text stream's writer on the bus callback's side (text_relay.TextStream):
+    #: it writes a text now, or returns False to leave it to the handler
+    sink: Callable[[str], bool] | None = None
     _parts: list[Any] = field(default_factory=list)
     #: set when output or the outcome arrives; the jobs of one request (n choices,
     #: several prompts) share one, so that their one handler wakes for any of them
@@ -78,6 +82,11 @@ class FrontJob:
         """Add text from the engine named; returns the characters now waiting."""
         if not self.started:
             self._first_output(engine)
+        # written at once unless the handler has text waiting or a write in flight, which
+        # this text must follow
+        sink = self.sink
+        if sink is not None and not self._parts and self.writing_since is None and sink(text):
+            return 0
         self._parts.append(text)
         self.pending += len(text)
         self.wake.set()

@@ -15,7 +15,7 @@ from aiohttp import web
 from coderai.bus.messages import Done, Job, JobKind
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
-from coderai.front import activity, choices
+from coderai.front import activity, choices, text_relay
 from coderai.front.choices import ChoiceStream
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
@@ -335,48 +335,7 @@ class OpenAIRoutes:
             return response
         self.dispatcher.streams.add(job)
         try:
-            await self._relay(request, response, job, template)
+            await text_relay.relay(request, response, job, template, self.dispatcher, self.metrics)
         finally:
             self.dispatcher.streams.discard(job)
         return response
-
-    async def _relay(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        job: FrontJob,
-        template: StreamTemplate,
-    ) -> None:
-        pending = template.opening()
-        last_write: float | None = None
-        now = time.monotonic()
-        while True:
-            text = job.take()
-            if text:
-                if job.held:  # the client caught up with what was held for it
-                    self.dispatcher.resume(job)
-                pending += template.content(text)
-                now = time.monotonic()
-                if last_write is None:
-                    self.metrics.ttft.observe(now - job.enqueued_at)
-                else:
-                    self.metrics.itl.observe(now - last_write)
-                last_write = now
-            outcome = job.outcome
-            # the last events, the chunked terminator (and, for a short answer, the
-            # headers) leave in one write
-            if isinstance(outcome, Done):
-                pending += template.closing(outcome)
-            elif isinstance(outcome, CoderaiError):
-                pending += error_event(outcome)
-            if pending:
-                since = now if text else time.monotonic()
-                last = outcome is not None
-                if not await write_events(
-                    request, response, job, pending, last, error_event, since
-                ):
-                    return
-                pending = b""
-            if outcome is not None:
-                return
-            await job.wait()
