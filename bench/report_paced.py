@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench.report_table import table
@@ -58,3 +59,86 @@ def paced_relay_section(result: dict[str, Any]) -> list[str]:
         " overload; CoderAI holds each stream's events apart until its engines fall behind.",
         "",
     ]
+
+
+def _ratios(
+    result: dict[str, Any], key: str, other: str, levels: tuple[int, ...]
+) -> list[tuple[float, float, int]]:
+    """(ratio coderai/other of `key`, rate, streams) for every rate at the levels named."""
+    by = {(r["rate"], r["concurrency"], r["design"]): r for r in result["rows"]}
+    out = []
+    for (rate, level, design), ours in by.items():
+        theirs = by.get((rate, level, other))
+        if design == "coderai" and level in levels and theirs is not None:
+            out.append((ours[key] / theirs[key], rate, level))
+    return out
+
+
+def _span(ratios: list[tuple[float, float, int]], worst: Any) -> str:
+    low, high = min(r for r, _, _ in ratios), max(r for r, _, _ in ratios)
+    ratio, rate, level = worst(ratios, key=lambda t: t[0])
+    return f"{low:.2f}-{high:.2f}x (worst {ratio:.2f}x: {rate:g} tok/s, {level} streams)"
+
+
+def paced_targets(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """Issue 16's targets, each with its worst case over the run's rates and levels."""
+    cpu = "front_cpu_us_per_event"
+    levels = tuple(sorted({r["concurrency"] for r in result["rows"]}))
+    big = tuple(n for n in levels if n >= 256)
+    rows = []
+    if proxy := _ratios(result, cpu, "proxy", big):
+        rows.append((f"front µs/event ≤ 0.5x the proxy's at {', '.join(map(str, big))} streams",
+                     _span(proxy, max), max(r for r, _, _ in proxy) <= 0.5))  # fmt: skip
+    if floor := _ratios(result, cpu, "floor", big):
+        rows.append((f"front µs/event ≤ 1.5x the floor's at {', '.join(map(str, big))} streams",
+                     _span(floor, max), max(r for r, _, _ in floor) <= 1.5))  # fmt: skip
+    if rate := _ratios(result, "events_per_s", "proxy", levels):
+        rows.append(("events/s ≥ the proxy's at every level", _span(rate, min),
+                     min(r for r, _, _ in rate) >= 1.0))  # fmt: skip
+    at = {(r["rate"], r["concurrency"], r["design"]): r for r in result["rows"]}
+    if (itl := at.get((200.0, 256, "coderai"))) is not None:
+        measured = f"{itl['itl_p99_ms']:.1f} ms"
+        if (floor_row := at.get((200.0, 256, "floor"))) is not None:
+            measured += f" (floor {floor_row['itl_p99_ms']:.1f})"
+        rows.append(("ITL p99 at 256 streams x 200 tok/s ≤ 2x the 5 ms pace", measured,
+                     itl["itl_p99_ms"] <= 2 * 1000 / 200))  # fmt: skip
+    single = result.get("single_stream_ttft", {})
+    if {"coderai", "proxy"} <= set(single):
+        ours, theirs = single["coderai"]["ttft_p50_ms"], single["proxy"]["ttft_p50_ms"]
+        rows.append(("TTFT at one stream (p50) ≤ the proxy's", f"{ours:.2f} vs {theirs:.2f} ms",
+                     ours <= theirs))  # fmt: skip
+    return rows
+
+
+def plot_paced(result: dict[str, Any], plots: Path) -> list[str]:
+    """Front µs/event and events/s against streams, one line per design, one figure per
+    measure with a panel per rate."""
+    import matplotlib.pyplot as plt
+
+    rates = sorted({r["rate"] for r in result["rows"]})
+    designs = list(dict.fromkeys(r["design"] for r in result["rows"]))
+    names = []
+    for key, label, name in [
+        ("front_cpu_us_per_event", "front CPU µs per event", "relay-paced-cpu.png"),
+        ("events_per_s", "events/s delivered", "relay-paced-events.png"),
+    ]:
+        fig, axes = plt.subplots(1, len(rates), figsize=(4 * len(rates), 3.4), squeeze=False)
+        for ax, rate in zip(axes[0], rates, strict=True):
+            for design in designs:
+                rows = sorted((r for r in result["rows"]
+                               if r["rate"] == rate and r["design"] == design),
+                              key=lambda r: r["concurrency"])  # fmt: skip
+                ax.plot([r["concurrency"] for r in rows], [r[key] for r in rows], marker="o",
+                        label=design)  # fmt: skip
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("streams")
+            ax.set_title(f"{rate:g} tok/s per stream")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(label)
+        axes[0][0].legend()
+        fig.tight_layout()
+        plots.mkdir(exist_ok=True)
+        fig.savefig(plots / name, dpi=100)
+        plt.close(fig)
+        names.append(name)
+    return names
