@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.report_cluster import cluster_section
 from bench.report_llamacpp import invariance_section, llamacpp_section
 from bench.report_paced import paced_relay_section, paced_targets, plot_paced
+from bench.report_plot import save, streams_panel
 from bench.report_ram import ram_cap_section
 from bench.report_table import table
 
@@ -57,23 +58,11 @@ def plot_relay(relay: dict[str, Any]) -> list[str]:
         ("ttft_p99_ms", "TTFT p99 (ms)", "relay-ttft-p99.png"),
     ]:
         fig, ax = plt.subplots(figsize=(6.5, 4))
-        for design, rows in designs.items():
-            ax.plot(
-                [r["concurrency"] for r in rows],
-                [r[key] for r in rows],
-                marker="o",
-                label=DESIGNS.get(design, design),
-            )
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent streams")
+        lines = {DESIGNS.get(design, design): rows for design, rows in designs.items()}
+        streams_panel(ax, lines, key, "concurrent streams")
         ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        PLOTS.mkdir(exist_ok=True)
-        fig.savefig(PLOTS / name, dpi=110)
-        plt.close(fig)
-        figures.append(name)
+        figures.append(save(fig, PLOTS, name, 110))
     return figures
 
 

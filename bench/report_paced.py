@@ -115,6 +115,8 @@ def plot_paced(result: dict[str, Any], plots: Path) -> list[str]:
     measure with a panel per rate."""
     import matplotlib.pyplot as plt
 
+    from bench.report_plot import save, streams_panel
+
     rates = sorted({r["rate"] for r in result["rows"]})
     designs = list(dict.fromkeys(r["design"] for r in result["rows"]))
     names = []
@@ -124,21 +126,11 @@ def plot_paced(result: dict[str, Any], plots: Path) -> list[str]:
     ]:
         fig, axes = plt.subplots(1, len(rates), figsize=(4 * len(rates), 3.4), squeeze=False)
         for ax, rate in zip(axes[0], rates, strict=True):
-            for design in designs:
-                rows = sorted((r for r in result["rows"]
-                               if r["rate"] == rate and r["design"] == design),
-                              key=lambda r: r["concurrency"])  # fmt: skip
-                ax.plot([r["concurrency"] for r in rows], [r[key] for r in rows], marker="o",
-                        label=design)  # fmt: skip
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("streams")
+            lines = {d: [r for r in result["rows"] if r["rate"] == rate and r["design"] == d]
+                     for d in designs}  # fmt: skip
+            streams_panel(ax, lines, key, "streams")
             ax.set_title(f"{rate:g} tok/s per stream")
-            ax.grid(alpha=0.3)
         axes[0][0].set_ylabel(label)
         axes[0][0].legend()
-        fig.tight_layout()
-        plots.mkdir(exist_ok=True)
-        fig.savefig(plots / name, dpi=100)
-        plt.close(fig)
-        names.append(name)
+        names.append(save(fig, plots, name, 100))
     return names
