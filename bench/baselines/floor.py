@@ -83,7 +83,7 @@ class Stream(asyncio.Protocol):
         if chunks is None:
             chunks = self.rendered[body] = render(json.loads(body))
         self.transport.write(HEAD + chunks[0])
-        self.start = self.loop.time()
+        self.due = self.loop.time()
         self._next(chunks, 1)
 
     def _next(self, chunks: list[bytes], i: int) -> None:
@@ -91,8 +91,10 @@ class Stream(asyncio.Protocol):
             return
         self.transport.write(chunks[i])
         if i + 1 < len(chunks):
-            # on a schedule from the start, as the fake model paces its tokens
-            self.loop.call_at(self.start + i * self.interval, self._next, chunks, i + 1)
+            # as the fake model's scheduler paces its tokens: on a schedule, but a late
+            # token never makes up its delay
+            self.due = max(self.due + self.interval, self.loop.time())
+            self.loop.call_at(self.due, self._next, chunks, i + 1)
         elif self.close_after:
             self.transport.close()
 

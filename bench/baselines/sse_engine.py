@@ -1,8 +1,9 @@
 """The bare handler: one aiohttp process that renders one OpenAI chat.completion.chunk per
 token and writes it, with no dispatch at all. It is the reference for the latency a
 dispatcher adds, and the engine of the HTTP-proxy baseline. With --tokens-per-second it
-paces each stream as CoderAI's fake model does (one token per interval, on a schedule
-from the first), so the proxy relays one event per token, as a real model makes it.
+paces each stream as CoderAI's fake model does (one token per interval, on a schedule,
+a late token never catching up), so the proxy relays one event per token, as a real model
+makes it.
 
     python bench/baselines/sse_engine.py --port 8780 [--tokens-per-second 200]
 """
@@ -35,10 +36,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     interval = request.app[INTERVAL]
-    start = time.monotonic()
+    due = time.monotonic()
     for i, token in enumerate(tokens):
         if interval and i:
-            await asyncio.sleep(max(0.0, start + i * interval - time.monotonic()))
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        # paced as the fake model's scheduler paces (scheduler._step_due): on a schedule,
+        # but a token made late never makes up its delay (no burst to catch up)
+        due = max(due + interval, time.monotonic())
         event = {**head, "choices": [{"index": 0, "delta": {"content": token},
                                       "logprobs": None, "finish_reason": None}]}  # fmt: skip
         await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
