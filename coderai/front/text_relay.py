@@ -58,6 +58,8 @@ class TextStream:
     def offer(self, text: str) -> bool:
         """Write text's event now, from the bus callback; False if it must wait for the
         handler (see the module's docstring)."""
+        if not text:
+            return True  # nothing to write: the handler's path makes no event of it either
         protocol = self._protocol
         transport = protocol.transport
         if transport is None or protocol.writing_paused or transport.is_closing():
