@@ -87,6 +87,23 @@ def from_http_exception(exc: web.HTTPException) -> CoderaiError:
     return error
 
 
+class MalformedRequestLog(logging.Filter):
+    """aiohttp logs a request it cannot parse (a NUL in a header, a broken request line) as
+    an ERROR with a traceback, though the fault is the client's and it has answered 400.
+    Such a record becomes one INFO line naming the fault: a client must not be able to
+    fill the log with tracebacks (found by schemathesis)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "a malformed request from %s was answered 400: %s"
+            record.args = (peer, exc.message)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None]) -> Any:
     """The middleware; `on_answer` sees every response (metrics count them)."""
 
@@ -100,6 +117,11 @@ def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None])
             if exc.status < 400:
                 raise
             response = error_response(from_http_exception(exc))
+            # what the exception says beside its body stays: a 405's Allow (RFC 9110
+            # requires it; found by schemathesis), a 413's or a 416's headers
+            for name, value in exc.headers.items():
+                if name.lower() not in ("content-type", "content-length"):
+                    response.headers[name] = value
         except HttpProcessingError as exc:
             response = error_response(UnreadableBody(f"bad request: {exc.message}"))
         except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,20 @@ def test_the_bearer_scheme_is_case_insensitive(server: Server, scheme: str) -> N
 def test_every_route_answers_errors_as_envelopes(server: Server) -> None:
     assert_envelope(httpx.get(server.url + "/no/such/route", timeout=10), 404)
     assert_envelope(httpx.post(server.url + "/healthz", timeout=10), 405)
-    assert_envelope(httpx.get(server.url + "/v1/chat/completions", timeout=10), 405)
+    wrong = httpx.get(server.url + "/v1/chat/completions", timeout=10)
+    assert_envelope(wrong, 405)
+    assert wrong.headers["Allow"] == "POST"  # RFC 9110: a 405 names the methods allowed
     assert_envelope(httpx.get(server.url + "/admin/api/nothing", timeout=10,
                               headers={"Authorization": f"Bearer {KEY}"}), 404)  # fmt: skip
+
+
+def test_a_request_aiohttp_cannot_parse_is_a_400_and_one_log_line(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: \x00\r\n\r\n")
+        answer = sock.recv(4096)
+    # aiohttp answers a request it cannot parse itself (before any handler or middleware)
+    assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), answer
+    wait_for(lambda: "was answered 400: Invalid header value char" in server.log())
 
 
 def test_client_errors_leave_no_traceback_in_the_log(server: Server) -> None:
