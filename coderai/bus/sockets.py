@@ -21,9 +21,11 @@ HIGH_WATER_MARK = 100_000
 #: front gets fewer, larger messages instead of a deep backlog of small ones.
 ENGINE_SEND_QUEUE = 16
 #: what the front takes from each engine ahead of handling it, in messages. Short for the
-#: same reason: a deep queue here held a fast stream's text while its client lagged (a
-#: one-off 15-57 MiB step of the front's RSS with 100,000), and the engine's outbox merges
-#: what waits behind it instead
+#: same reason: while a fast stream's client lagged, a deep queue here held its text in
+#: the front (test_slow_clients' one-off RSS step: 2.5-15.5 MiB over four runs with
+#: 100,000; 3.7-4.3 MiB in four runs of five with 256 and 29 MiB in the fifth, so it still
+#: varies with what the engine sends before its hold arrives), and the engine's outbox
+#: merges what waits behind it instead
 FRONT_RECEIVE_QUEUE = 256
 
 

@@ -104,6 +104,10 @@ class MalformedRequestLog(logging.Filter):
         return True
 
 
+#: one instance, so that installing it again (a second server in one process) is a no-op
+MALFORMED_REQUEST_LOG = MalformedRequestLog()
+
+
 def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None]) -> Any:
     """The middleware; `on_answer` sees every response (metrics count them)."""
 

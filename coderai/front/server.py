@@ -25,7 +25,7 @@ from coderai.front.dispatcher import Dispatcher
 from coderai.front.engine_plan import plan_engines
 from coderai.front.gpus import NvmlSensor
 from coderai.front.host import EngineHost
-from coderai.front.http import MalformedRequestLog
+from coderai.front.http import MALFORMED_REQUEST_LOG
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
@@ -55,7 +55,7 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         # 3); at shutdown, requests in flight get the grace period to finish.
         # Our own grace period comes first (see below); aiohttp's shutdown timeout is then
         # only the time handlers get to write their last events.
-        logging.getLogger("aiohttp.server").addFilter(MalformedRequestLog())
+        logging.getLogger("aiohttp.server").addFilter(MALFORMED_REQUEST_LOG)
         runner = web.AppRunner(
             app,
             handler_cancellation=True,

@@ -75,10 +75,6 @@ class StreamTemplate:
     def content(self, text: str) -> bytes:
         return self._prefix + encode_basestring(text).encode() + self._suffix
 
-    def content_parts(self) -> tuple[bytes, bytes]:
-        """What comes before and after a content event's JSON-escaped text."""
-        return self._prefix, self._suffix
-
     def opening(self) -> bytes:
         """Chat streams open with the assistant role, as OpenAI's do; a completion that
         echoes its prompt opens with it."""

@@ -93,6 +93,12 @@ async def write_events(
         job.writing_since = None
 
 
+def chunk(data: bytes) -> bytes:
+    """One chunk of HTTP/1.1 chunked encoding, framed by us where aiohttp's writer is not
+    used (the callback's writes, a cut stream's last event)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
 def cut_reason(job: FrontJob) -> CoderaiError:
     """Why a stream was cut: its error (stalled, shutting down), even when the engine's DONE
     arrived while the handler waited for the client."""
@@ -112,7 +118,7 @@ def abandon_stream(request: web.Request, response: web.StreamResponse, last: byt
     response.force_close()
     # aiohttp chunks a body of unknown length for HTTP/1.1 (our streams never set one)
     if last and request.version >= HttpVersion11:
-        last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(last), last)
+        last = chunk(last) + b"0\r\n\r\n"
     transport.write(last)
     transport.close()
     asyncio.get_running_loop().call_later(LAST_READ_SECONDS, transport.abort)

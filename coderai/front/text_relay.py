@@ -23,7 +23,6 @@ now could reorder the stream or ignore back-pressure:
 from __future__ import annotations
 
 import time
-from json.encoder import encode_basestring
 
 from aiohttp import HttpVersion11, web
 
@@ -33,17 +32,17 @@ from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 from coderai.front.metrics import Metrics
 from coderai.front.sse import StreamTemplate, error_event
-from coderai.front.stream_io import write_events
+from coderai.front.stream_io import chunk, write_events
 
 
 class TextStream:
     """One plain-text stream's content events: rendered, framed and timed, whichever path
     writes them. Its `last` write time is the one both paths share for the ITL metric."""
 
-    __slots__ = ("_itl", "_prefix", "_protocol", "_suffix", "_writer", "last")
+    __slots__ = ("_itl", "_protocol", "_render", "_writer", "last")
 
     def __init__(self, template: StreamTemplate, request: web.Request, metrics: Metrics) -> None:
-        self._prefix, self._suffix = template.content_parts()
+        self._render = template.content
         self._protocol = request.protocol
         self._writer = request.writer
         # bound once: the histogram's observe is the one metric call per event
@@ -53,7 +52,7 @@ class TextStream:
     def content(self, text: str) -> bytes:
         """A content event for the handler's own write (aiohttp frames it)."""
         self._written(time.monotonic())
-        return self._prefix + encode_basestring(text).encode() + self._suffix
+        return self._render(text)
 
     def offer(self, text: str) -> bool:
         """Write text's event now, from the bus callback; False if it must wait for the
@@ -64,17 +63,16 @@ class TextStream:
         transport = protocol.transport
         if transport is None or protocol.writing_paused or transport.is_closing():
             return False
-        event = self._prefix + encode_basestring(text).encode() + self._suffix
-        # one chunk of HTTP/1.1 chunked encoding, framed here (aiohttp's writer would cut
-        # the same bytes in three pieces and join them again)
-        chunk = b"%x\r\n%b\r\n" % (len(event), event)
-        transport.write(chunk)
+        # framed here in one piece (aiohttp's writer would cut the same bytes in three and
+        # join them again)
+        framed = chunk(self._render(text))
+        transport.write(framed)
         # counted as aiohttp counts its own writes: the handler's next write waits for the
         # client once 64 KiB went out since its last wait (the bound on a lagging client's
         # buffer, as before), and the access log has the body's size
         writer = self._writer
-        writer.buffer_size += len(chunk)
-        writer.output_size += len(chunk)
+        writer.buffer_size += len(framed)
+        writer.output_size += len(framed)
         self._written(time.monotonic())
         return True
 
@@ -121,7 +119,7 @@ async def relay(
                 ):
                     return
                 pending = b""
-                if direct and stream.last is not None:
+                if direct and job.sink is None and stream.last is not None:
                     job.sink = stream.offer  # headers and first content are out
             if outcome is not None:
                 return

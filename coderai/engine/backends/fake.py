@@ -144,10 +144,12 @@ class FakeInstance(ModelInstance):
         # for its whole length (over a second on a busy machine), starving the engine's
         # heartbeat, which a real load (torch, llama.cpp: file reads in C) does not
         weight_bytes = int(_option(options, "memory_mb", 0) * (1 << 20))
-        self.weights = mmap.mmap(-1, max(weight_bytes, 1))
-        for start in range(0, weight_bytes, _WEIGHT_PIECE):
-            end = min(start + _WEIGHT_PIECE, weight_bytes)
-            self.weights[start:end:4096] = b"\x01" * len(range(start, end, 4096))
+        self.weights: mmap.mmap | None = None
+        if weight_bytes:
+            weights = self.weights = mmap.mmap(-1, weight_bytes)
+            for start in range(0, weight_bytes, _WEIGHT_PIECE):
+                end = min(start + _WEIGHT_PIECE, weight_bytes)
+                weights[start:end:4096] = b"\x01" * len(range(start, end, 4096))
 
     def start(self, seq: Sequence) -> None:
         if seq.job.logprobs:
