@@ -232,6 +232,17 @@ def test_sigterm_lets_a_running_stream_finish_then_stops_everything(
     assert list(srv.runtime.iterdir()) == []
 
 
+def test_engines_start_with_a_passive_openmp_wait_unless_the_operator_set_one(
+    start_server: StartServer,
+) -> None:
+    # read from each engine's own environment, as the OS started it: `coderai run` set it
+    # for its children (see coderai.cli._passive_openmp)
+    srv = start_server({}, MODELS[-1:], engines=2)
+    expected = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    for pid in srv.engine_pids:
+        assert psutil.Process(pid).environ().get("OMP_WAIT_POLICY") == expected
+
+
 def test_engines_exit_when_the_front_is_killed(start_server: StartServer) -> None:
     srv = start_server({}, MODELS[-1:], engines=2)
     engines = [psutil.Process(pid) for pid in srv.engine_pids]
