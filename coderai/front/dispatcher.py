@@ -631,20 +631,27 @@ class Dispatcher:
         if len(deltas) % 2:
             raise BusProtocolError("CHUNKS deltas must pair job ids with texts")
         jobs = record.jobs
-        backlog = self.settings.stream_backlog_chars
+        # the whole message is checked before any of it is applied: a malformed one is
+        # dropped whole, never half taken (found by tests/unit/test_bus_stateful.py)
+        live: list[tuple[FrontJob, Any]] = []
         it = iter(deltas)
         for job_id, text in zip(it, it, strict=True):
             job = jobs.get(job_id)  # type: ignore[call-overload]
             if job is None or job.abandoned:
                 continue
+            if not (job.raw or isinstance(text, str)):
+                if not job.structured:
+                    raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
+                text = output.pieces(text)
+            live.append((job, text))
+        backlog = self.settings.stream_backlog_chars
+        for job, text in live:
             if job.raw:  # relayed as is to this node's head, which checks it
                 waiting = job.push_raw(record.name, text)
             elif isinstance(text, str):
                 waiting = job.push(record.name, text)
-            elif job.structured:
-                waiting = job.push_pieces(record.name, output.pieces(text))
             else:
-                raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
+                waiting = job.push_pieces(record.name, text)
             # only a stream's client can lag: a whole response takes all as it comes
             if waiting > backlog and job.writer is not None and not job.held:
                 self._hold(record, job)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coderai.bus.messages import Done, Heartbeat, Job, Tokens
+from coderai.bus.messages import Chunks, Done, Heartbeat, Job, Tokens
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatcher import Dispatcher
@@ -119,6 +119,34 @@ def test_a_tokens_answer_is_kept_for_its_job_and_one_with_ids_not_integers_is_dr
     dispatcher, job = asyncio.run(scenario())
     assert dispatcher.dropped_frames == 1
     assert job.tokens == Tokens(1, ids=[104, 105], context=8)
+
+
+def test_a_chunks_message_with_one_bad_delta_is_dropped_whole(tmp_path: Path) -> None:
+    """Found by test_bus_stateful: the deltas before the bad one used to be applied (the
+    job started, its text kept) although the message was counted as dropped."""
+
+    async def scenario() -> tuple[Dispatcher, str]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        entry = ModelEntry(id="m", format="fake")
+        job = FrontJob(1, entry, "fake", Job(1, entry.spec("fake"), "completion", "hi"))
+        dispatcher.submit(job)
+        assert await peer.job_ids(1) == [1]
+        await peer.send(Chunks([1, "kept?", 1, 7]))
+        await peer.send(Chunks([1, "after"]))
+        async with asyncio.timeout(5):
+            while not job.started:
+                await job.wait()
+        text = job.take()
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, text
+
+    dispatcher, text = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 1
+    assert text == "after"
 
 
 def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
