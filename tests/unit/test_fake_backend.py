@@ -7,7 +7,7 @@ import pytest
 
 from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import END, LoadProgress, Sequence
-from coderai.engine.backends.fake import FakeBackend, fake_tokens, job_prompt
+from coderai.engine.backends.fake import FakeBackend, fake_embedding, fake_tokens, job_prompt
 from coderai.errors import JobError
 
 
@@ -111,3 +111,19 @@ def test_token_chars_repeats_each_word_to_that_length() -> None:
     plain = fake_tokens("p", 0, 50)
     long = fake_tokens("p", 0, 50, token_chars=64)
     assert all(len(t) == 64 and t.startswith(w) for t, w in zip(long, plain, strict=True))
+
+
+def test_embeddings_are_unit_vectors_of_the_inputs_bytes_and_only_when_asked_for() -> None:
+    instance = FakeBackend().load(_spec({"embedding_dims": 12}), LoadProgress())
+    vectors, tokens = instance.embed(["café", "dog"])
+    assert tokens == len("café".encode()) + len(b"dog")
+    assert all(len(v) == 12 and abs(sum(x * x for x in v) - 1) < 1e-9 for v in vectors)
+    assert vectors[0] != vectors[1]
+    # token ids are the bytes: the same vector as their text, every time
+    assert instance.embed([list(b"dog")]) == ([vectors[1]], 3)
+    assert fake_embedding(list(b"dog"), 12) == vectors[1]
+    with pytest.raises(JobError, match="no tokens"):
+        instance.embed([""])
+    plain = FakeBackend().load(_spec({}), LoadProgress())
+    with pytest.raises(JobError, match="does not produce embeddings"):
+        plain.embed(["dog"])

@@ -11,7 +11,8 @@ hang_after_tokens (the process stops responding), token_chars (each word repeate
 exactly this many characters: a stream carries bytes many times faster, for tests of
 buffers and back-pressure), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
-the whole stack with it) and tool_format (the call format it is parsed as).
+the whole stack with it) and tool_format (the call format it is parsed as). With
+embedding_dims it embeds: each input's vector is a hash of its bytes (fake_embedding).
 
 Its vocabulary is the 256 byte values: /tokenize gives a text's UTF-8 bytes, /detokenize
 reads ids as bytes, and a token-id prompt reads as the text of its bytes (an id past 255
@@ -22,6 +23,7 @@ with a suffix, its prompt is FIM_PROMPT filled with the prompt and the suffix.
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import os
 import signal
@@ -32,12 +34,15 @@ from coderai.bus.messages import Job, JobKind, ModelSpec
 from coderai.engine.backends.base import (
     END,
     Backend,
+    EmbeddingInputs,
     LoadProgress,
     ModelInstance,
     Sequence,
     StepResult,
     as_prompt_job,
+    check_input_lengths,
     fit_prompt,
+    input_ids,
     known_ids,
 )
 from coderai.engine.chat_template import tool_format
@@ -104,6 +109,15 @@ def fake_tokens(prompt: str, seed: int, count: int, token_chars: int = 0) -> lis
     return out
 
 
+def fake_embedding(ids: list[int], dims: int) -> list[float]:
+    """The fake model's embedding of some token ids: `dims` components drawn from a hash
+    of the ids, scaled to unit length as embedding models' vectors usually are."""
+    digest = hashlib.shake_256(bytes(ids)).digest(dims)
+    raw = [b - 127.5 for b in digest]
+    norm = math.sqrt(sum(x * x for x in raw))
+    return [x / norm for x in raw]
+
+
 def _word(state: int, chars: int) -> str:
     word = WORDS[state % len(WORDS)]
     return word if not chars else (word * (chars // len(word) + 1))[:chars]
@@ -137,6 +151,7 @@ class FakeInstance(ModelInstance):
             None if script is None else [script[i : i + size] for i in range(0, len(script), size)]
         )
         self.tool_format = tool_format(None, options)
+        self.embedding_dims = int(_option(options, "embedding_dims", 0))
         # weights that are really there: mapped and every page written, so the process's
         # RSS grows by them (a zero-filled allocation would stay virtual). One anonymous
         # mapping, so that unloading gives it back to the OS at once (heap memory may stay
@@ -163,6 +178,15 @@ class FakeInstance(ModelInstance):
 
     def detokenize(self, ids: list[int]) -> str:
         return bytes_text(ids, "tokens")
+
+    def embed(self, inputs: EmbeddingInputs) -> tuple[list[list[float]], int]:
+        """With embedding_dims set: a unit vector per input, a pure function of its tokens
+        (the bytes of a text), so that a test or the soak can check what it got."""
+        if not self.embedding_dims:
+            return super().embed(inputs)
+        ids = input_ids(inputs, VOCABULARY, lambda text: list(text.encode()))
+        check_input_lengths([len(i) for i in ids], self.context)
+        return [fake_embedding(i, self.embedding_dims) for i in ids], sum(map(len, ids))
 
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
         out: list[StepResult] = []
