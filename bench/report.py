@@ -18,10 +18,12 @@ import matplotlib.pyplot as plt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.report_cluster import cluster_section
+from bench.report_fuzz import api_fuzz_section
 from bench.report_llamacpp import invariance_section, llamacpp_section
 from bench.report_paced import paced_relay_section, paced_targets, plot_paced
 from bench.report_plot import save, streams_panel
 from bench.report_ram import ram_cap_section
+from bench.report_soak import soak_section
 from bench.report_table import table
 
 BENCH = Path(__file__).resolve().parent
@@ -568,6 +570,12 @@ def main() -> int:
     ram_cap = load("ram_cap")
     if ram_cap:
         out += ram_cap_section(ram_cap)
+    soak = load("soak")
+    if soak:
+        out += soak_section(soak, PLOTS)
+    fuzz = load("api_fuzz")
+    if fuzz:
+        out += api_fuzz_section(fuzz)
     (BENCH / "REPORT.md").write_text("\n".join(out) + "\n")
     print(f"wrote {BENCH / 'REPORT.md'}")
     return 0

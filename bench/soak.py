@@ -55,6 +55,7 @@ RSS_BOUND_MB = 64
 LOG_LINES_PER_SECOND = 200
 #: seconds between chaos actions (drawn uniformly)
 CHAOS_GAP = (2.0, 6.0)
+ACTIONS = ["kill", "stop", "restart", "catalogue"]
 #: what fine outcomes are; anything else is a defect
 FINE = {"completed", "cancelled", "error", "refused"}
 MODELS: list[dict[str, Any]] = [
@@ -82,7 +83,7 @@ def _admin(server: BenchServer, method: str, path: str, body: object = None) -> 
 
 class Chaos(threading.Thread):
     """Every few seconds one of: SIGKILL an engine, SIGSTOP one (for less or more than
-    its liveness), restart one through the admin API, reload the catalogue."""
+    its liveness), restart one through the admin API, replace the catalogue."""
 
     def __init__(self, server: BenchServer, rng: random.Random) -> None:
         super().__init__(daemon=True)
@@ -112,8 +113,13 @@ class Chaos(threading.Thread):
         return self.rng.choice(old) if old else None
 
     def run(self) -> None:
+        # rounds of every action once, in a fresh order each round: a short run still
+        # does each of them
+        order: list[str] = []
         while not self.stop.wait(self.rng.uniform(*CHAOS_GAP)):
-            action = self.rng.choice(["kill", "stop", "restart", "catalogue"])
+            if not order:
+                order = self.rng.sample(ACTIONS, len(ACTIONS))
+            action = order.pop()
             record: dict[str, Any] = {"at": time.monotonic(), "action": action}
             try:
                 self._do(action, record)
@@ -155,12 +161,13 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.front = server.front
         self.stop = threading.Event()
+        #: (seconds since the load began, MiB)
         self.rss: list[tuple[float, float]] = []
+        self.t0 = time.monotonic()
 
     def run(self) -> None:
-        start = time.monotonic()
         while not self.stop.wait(1.0):
-            self.rss.append((time.monotonic() - start, self.front.memory_info().rss / 2**20))
+            self.rss.append((time.monotonic() - self.t0, self.front.memory_info().rss / 2**20))
 
 
 def _settled(server: BenchServer, limit: float) -> dict[str, Any]:
@@ -219,7 +226,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
         "latency": latency,
         "defects": [r for r in results if r["outcome"] not in FINE][:50],
-        "errors": dict(collections.Counter(f"{r['status']} {r['detail'][:60]}" for r in results
+        "errors": dict(collections.Counter(f"{r['status']} {r['detail'][:90]}" for r in results
                                            if r["outcome"] == "error").most_common(12)),
     }  # fmt: skip
 
@@ -244,6 +251,7 @@ def main() -> int:
                    str(seconds), str(requests_file), "--clients", str(args.clients),
                    "--seed", str(args.seed)]  # fmt: skip
         load = subprocess.Popen(command)
+        sampler.t0 = time.monotonic()
         sampler.start()
         chaos.start()
         load_code = load.wait(seconds + 180)
@@ -281,6 +289,8 @@ def main() -> int:
                 "busiest_second": busiest},
         "orphans": orphans, "invariants": invariants,
     }  # fmt: skip
+    for action in chaos.actions:
+        action["at"] -= sampler.t0  # on the RSS samples' clock
     args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps({k: report[k] for k in ("requests", "outcomes", "chaos", "restarts",
                                              "latency", "invariants")}, indent=1))  # fmt: skip

@@ -1,0 +1,71 @@
+"""The long schemathesis run: tests/integration/test_api_fuzz.py's command with many more
+examples per route and a fresh seed each run (CI's run is short and repeats exactly).
+It leaves out what that test leaves out, for the reasons its docstring gives.
+
+    python bench/api_fuzz.py [--examples 100]
+
+Writes bench/results/api_fuzz.json; exits 1 on a failure or a traceback in the server log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.server import BenchServer
+
+RESULTS = Path(__file__).resolve().parent / "results"
+KEY = "fuzz-admin-key-123"
+ST = Path(sys.executable).parent / "st"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--examples", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=RESULTS / "api_fuzz.json")
+    args = parser.parse_args()
+    models = [{"id": "fake", "format": "fake", "options": {"output_tokens": 8}}]
+    server = BenchServer({}, models, 1, extra={"auth": {"admin_key": KEY}})
+    command = [
+        str(ST), "run", server.url + "/admin/api/openapi.json",
+        "--header", f"Authorization: Bearer {KEY}",
+        "--max-examples", str(args.examples), "--workers", "1", "--request-timeout", "10",
+        "--phases", "examples,coverage,fuzzing",
+        "--checks", "all", "--exclude-checks", "positive_data_acceptance",
+        "--exclude-path", "/admin/api/events", "--exclude-path", "/admin/api/logs/stream",
+        "--exclude-path-regex", "^/admin/api/(models|settings|engines/)",
+    ]  # fmt: skip
+    start = time.monotonic()
+    try:
+        run = subprocess.run(command, cwd=server.dir, capture_output=True, text=True)
+    finally:
+        server.stop()
+    summary = run.stdout[run.stdout.find("=== SUMMARY") :]
+    seed = re.search(r"Seed: (\d+)", summary)
+    tested = re.search(r"Tested: (\d+)", summary)
+    cases = re.search(r"Test cases:\s*\n?\s*(\d+) generated", summary)
+    traceback = "Traceback" in server.log()
+    result = {
+        "examples_per_route": args.examples,
+        "seed": int(seed.group(1)) if seed else None,
+        "routes": int(tested.group(1)) if tested else None,
+        "cases": int(cases.group(1)) if cases else None,
+        "seconds": time.monotonic() - start,
+        "passed": run.returncode == 0 and not traceback,
+        "traceback_in_log": traceback,
+        "summary": summary[-3000:],
+    }
+    args.out.write_text(json.dumps(result, indent=1))
+    print(summary[-3000:] or run.stdout[-3000:])
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
