@@ -47,7 +47,8 @@ def main() -> int:
         run = subprocess.run(command, cwd=server.dir, capture_output=True, text=True)
     finally:
         server.stop()
-    summary = run.stdout[run.stdout.find("=== SUMMARY") :]
+    at = run.stdout.find("=== SUMMARY")
+    summary = run.stdout[at:] if at >= 0 else ""  # none: schemathesis itself failed
     seed = re.search(r"Seed: (\d+)", summary)
     tested = re.search(r"Tested: (\d+)", summary)
     cases = re.search(r"Test cases:\s*\n?\s*(\d+) generated", summary)
@@ -58,12 +59,12 @@ def main() -> int:
         "routes": int(tested.group(1)) if tested else None,
         "cases": int(cases.group(1)) if cases else None,
         "seconds": time.monotonic() - start,
-        "passed": run.returncode == 0 and not traceback,
+        "passed": run.returncode == 0 and bool(summary) and not traceback,
         "traceback_in_log": traceback,
         "summary": summary[-3000:],
     }
     args.out.write_text(json.dumps(result, indent=1))
-    print(summary[-3000:] or run.stdout[-3000:])
+    print(summary[-3000:] or run.stdout[-3000:] + run.stderr[-3000:])
     return 0 if result["passed"] else 1
 
 

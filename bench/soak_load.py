@@ -4,11 +4,12 @@ as one JSON line (kind, outcome, status, seconds, detail); bench/soak.py starts 
 reads what it wrote.
 
 Outcomes that are fine under chaos: completed (the whole answer, exactly the model's),
-cancelled (the client left on purpose), error (an explicit error: a status with an
+cancelled (the client left on purpose), error (an explicit error: 503 or 429 with an
 OpenAI error envelope, or an error event in the stream) and refused (a bad body answered
 400 with an envelope). Every other outcome is a defect: hung (no answer by the deadline),
 truncated (a stream that ended without [DONE] or an error event), wrong (text other than
-the model's) and bad_error (a 500, or an error without its envelope).
+the model's), bad_error (a status chaos does not explain, or an error without its
+envelope) and bad_response (an answer of the wrong shape).
 
     python bench/soak_load.py URL SECONDS OUT [--clients 12] [--seed 1]
 """
@@ -83,14 +84,20 @@ def _is_envelope(body: object) -> bool:
     return isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error
 
 
+#: what a valid request may be answered under chaos: no engine can serve it now (503), or
+#: the queue is full (429); any other status is a defect
+CHAOS_STATUSES = (503, 429)
+
+
 async def _refused(response: aiohttp.ClientResponse) -> None:
-    """A status other than 200: an explicit error if it carries the envelope."""
+    """A status other than 200 for a valid request: an explicit error if it is one chaos
+    explains and it carries the envelope."""
     raw = await response.read()
     try:
         body = json.loads(raw)
     except ValueError:
         body = None
-    if response.status == 500 or not _is_envelope(body):
+    if response.status not in CHAOS_STATUSES or not _is_envelope(body):
         raise Answer("bad_error", raw[:200].decode(errors="replace"), response.status)
     raise Answer("error", body["error"]["message"][:120], response.status)
 
@@ -220,10 +227,13 @@ class Client:
                 stream.take(line)
                 if not want.startswith(stream.text):
                     raise Answer("wrong", f"{stream.text[-40:]!r} is not the model's")
-                if stream.events >= 2:
+                if stream.events >= 2 and not stream.done:
                     r.close()
                     raise Answer("cancelled", f"after {stream.events} events")
-        raise Answer("truncated", f"ended after {stream.events} events")
+        # a short answer may come whole in fewer events (deltas merge when a step's
+        # output waits): then it was not left, it ended
+        if not stream.done or stream.text != want:
+            raise Answer("truncated", f"ended after {stream.events} events")
 
     async def slow_reader(self) -> None:
         """A stream of wide tokens read a little at a time: the front must hold it back."""
@@ -252,7 +262,7 @@ class Client:
             body = await r.read()
             if r.status == status and _is_envelope(json.loads(body)):
                 raise Answer("refused", path, r.status)
-            if r.status in (503, 429) and _is_envelope(json.loads(body)):
+            if r.status in CHAOS_STATUSES and _is_envelope(json.loads(body)):
                 raise Answer("error", "no engine for it now", r.status)  # chaos
             raise Answer("bad_error", f"{path} {raw[:40]!r} -> {r.status}", r.status)
 
@@ -268,9 +278,13 @@ async def one(client: Client, kind: str) -> Result:
         outcome, detail, status = answer.outcome, answer.detail, answer.status
     except TimeoutError:
         outcome, detail, status = "hung", f"no answer in {DEADLINE:.0f} s", 0
+    except aiohttp.ContentTypeError as exc:  # a 200 that is not JSON
+        outcome, detail, status = "bad_response", repr(exc)[:120], 0
     except (aiohttp.ClientError, ConnectionError) as exc:
         # the connection broke without an error event: nothing told the client why
         outcome, detail, status = "truncated", repr(exc)[:120], 0
+    except Exception as exc:  # an answer of the wrong shape: a defect, and the load goes on
+        outcome, detail, status = "bad_response", repr(exc)[:120], 0
     return {"kind": kind, "outcome": outcome, "status": status, "detail": detail,
             "at": start, "seconds": time.monotonic() - start}  # fmt: skip
 

@@ -631,21 +631,30 @@ class Dispatcher:
         if len(deltas) % 2:
             raise BusProtocolError("CHUNKS deltas must pair job ids with texts")
         jobs = record.jobs
-        # the whole message is checked before any of it is applied: a malformed one is
-        # dropped whole, never half taken (found by tests/unit/test_bus_stateful.py)
+        # read whole before any of it is applied: a delta that cannot be read ends its
+        # own job with an error and none of that job's text is taken, while the other
+        # jobs' deltas in the message are kept (dropping them would leave silent gaps in
+        # their answers). Found by tests/unit/test_bus_stateful.py.
         live: list[tuple[FrontJob, Any]] = []
+        unreadable: dict[FrontJob, str] = {}
         it = iter(deltas)
         for job_id, text in zip(it, it, strict=True):
             job = jobs.get(job_id)  # type: ignore[call-overload]
             if job is None or job.abandoned:
                 continue
             if not (job.raw or isinstance(text, str)):
-                if not job.structured:
-                    raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
-                text = output.pieces(text)
+                try:
+                    if not job.structured:
+                        raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
+                    text = output.pieces(text)
+                except BusProtocolError as exc:
+                    unreadable[job] = exc.message
+                    continue
             live.append((job, text))
         backlog = self.settings.stream_backlog_chars
         for job, text in live:
+            if job in unreadable:
+                continue
             if job.raw:  # relayed as is to this node's head, which checks it
                 waiting = job.push_raw(record.name, text)
             elif isinstance(text, str):
@@ -655,6 +664,10 @@ class Dispatcher:
             # only a stream's client can lag: a whole response takes all as it comes
             if waiting > backlog and job.writer is not None and not job.held:
                 self._hold(record, job)
+        for job, why in unreadable.items():
+            self._drop(record.identity, BusProtocolError(why), record.remote_key)
+            self._end(job, EngineFailed(f"engine {record.name} sent output that could not"
+                                        f" be read: {why}"), record)  # fmt: skip
 
     def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:
         job = record.jobs.pop(job_id, None)

@@ -214,7 +214,7 @@ class BusBooks(RuleBasedStateMachine):
 
     def _places(self, job: FrontJob) -> int:
         held = sum(job.id in r.jobs for r in self.dispatcher.registry.all())
-        return held + (job in list(self.dispatcher.queue))
+        return held + (job in self._queued())
 
     def _ids(self, data: st.DataObject, engine: FakeEngine) -> int:
         """A job id for a message: the engine's own, another's, a finished one, or none."""
@@ -312,19 +312,25 @@ class BusBooks(RuleBasedStateMachine):
         elif flaw == "not text" and deltas:
             deltas[-1] = 7
         engine.send(Chunks(deltas))
-        # a delta that is not text counts only for a job it would reach (the others'
-        # deltas are dropped unread); a malformed message is refused whole
-        refused = flaw == "odd" or (
-            flaw == "not text" and bool(ids) and self._lands(engine, ids[-1])
-        )
-        if refused:
+        if flaw == "odd":  # not pairs at all: refused whole
             self.drops += 1
-        else:
-            for job_id, text in zip(ids, texts, strict=True):
-                if self._lands(engine, job_id):
-                    self.requests[job_id].text += text
-                    self.requests[job_id].started = True
+            self._barrier(engine)
+            return
+        # a delta that is not text matters only for a job it would reach: that job ends
+        # with an error and takes none of the message's text; the others take theirs
+        bad = ids[-1] if flaw == "not text" and ids and self._lands(engine, ids[-1]) else None
+        for job_id, text in zip(ids, texts, strict=True):
+            if self._lands(engine, job_id) and job_id != bad:
+                self.requests[job_id].text += text
+                self.requests[job_id].started = True
+        if bad is not None:
+            self.drops += 1
+            want = self.requests[bad]
+            want.abandoned = True  # its engine is told to stop it, and keeps its credit
+            want.ends_as = want.ends_as or EngineFailed
         self._barrier(engine)
+        if bad is not None:
+            self._run(lambda: bad in engine.read().cancelled, lambda: f"no CANCEL for job {bad}")
 
     def _lands(self, engine: FakeEngine, job_id: object) -> bool:
         """Whether output for this id reaches a request: the engine runs it, uncancelled."""
@@ -399,16 +405,26 @@ class BusBooks(RuleBasedStateMachine):
     def credit_is_never_overdrawn(self) -> None:
         for record in self.dispatcher.registry.all():
             assert len(record.jobs) <= record.slots, (record.name, set(record.jobs))
-            assert all(job.outcome is None for job in record.jobs.values())
+            # a job the front answered itself keeps its credit until its engine confirms
+            assert all(j.outcome is None or j.abandoned for j in record.jobs.values())
 
     @invariant()
     def every_request_is_in_one_place_or_ended(self) -> None:
         for want in self.requests.values():
-            places = self._places(want.job)
-            if want.job.outcome is not None or self._withdrawn(want):
-                assert places == 0, (want.job.id, places)
+            job = want.job
+            places = self._places(job)
+            if job.outcome is not None:
+                # ended; one that the front ended may still hold its engine's credit
+                assert places == 0 or (
+                    places == 1 and job.abandoned and job not in self._queued()
+                ), (job.id, places)
+            elif self._withdrawn(want):
+                assert places == 0, (job.id, places)
             else:
-                assert places == 1, (want.job.id, places)
+                assert places == 1, (job.id, places)
+
+    def _queued(self) -> list[FrontJob]:
+        return list(self.dispatcher.queue)
 
     @invariant()
     def the_queue_waits_only_for_credit(self) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coderai.bus.messages import Chunks, Done, Heartbeat, Job, Tokens
+from coderai.bus.messages import Cancel, Chunks, Done, Heartbeat, Job, Tokens
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
+from coderai.front.output import CallPiece, Piece
 from tests.support.bus import TOKEN, Peer
 
 
@@ -121,32 +122,75 @@ def test_a_tokens_answer_is_kept_for_its_job_and_one_with_ids_not_integers_is_dr
     assert job.tokens == Tokens(1, ids=[104, 105], context=8)
 
 
-def test_a_chunks_message_with_one_bad_delta_is_dropped_whole(tmp_path: Path) -> None:
-    """Found by test_bus_stateful: the deltas before the bad one used to be applied (the
-    job started, its text kept) although the message was counted as dropped."""
+def test_an_unreadable_delta_ends_its_own_job_and_the_others_keep_their_text(
+    tmp_path: Path,
+) -> None:
+    """Found by test_bus_stateful: the deltas before a bad one used to be applied (the job
+    started, its text kept) and those after it lost, although the message was counted as
+    dropped. Now the job whose delta cannot be read ends with an error and takes none of
+    the message's text; the other jobs in it keep theirs."""
 
-    async def scenario() -> tuple[Dispatcher, str]:
+    async def scenario() -> tuple[Dispatcher, list[FrontJob], list[str]]:
         endpoint = f"ipc://{tmp_path}/bus.sock"
         dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
         await dispatcher.start()
-        peer = await _joined_engine(endpoint)
+        peer = await _joined_engine(endpoint)  # 2 slots
         entry = ModelEntry(id="m", format="fake")
-        job = FrontJob(1, entry, "fake", Job(1, entry.spec("fake"), "completion", "hi"))
-        dispatcher.submit(job)
-        assert await peer.job_ids(1) == [1]
-        await peer.send(Chunks([1, "kept?", 1, 7]))
-        await peer.send(Chunks([1, "after"]))
-        async with asyncio.timeout(5):
-            while not job.started:
-                await job.wait()
-        text = job.take()
+        jobs = [
+            FrontJob(i, entry, "fake", Job(i, entry.spec("fake"), "completion", "hi"))
+            for i in (1, 2)
+        ]
+        for job in jobs:
+            dispatcher.submit(job)
+        assert sorted(await peer.job_ids(2)) == [1, 2]
+        await peer.send(Chunks([1, "kept?", 2, "two", 1, 7, 2, " more"]))
+        assert isinstance(await peer.recv(), Cancel)  # its engine is told to stop job 1
+        texts = [job.take() for job in jobs]
         await dispatcher.stop()
         peer.close()
-        return dispatcher, text
+        return dispatcher, jobs, texts
 
-    dispatcher, text = asyncio.run(scenario())
+    dispatcher, jobs, texts = asyncio.run(scenario())
     assert dispatcher.dropped_frames == 1
-    assert text == "after"
+    assert texts == ["", "two more"]
+    assert isinstance(jobs[0].outcome, EngineFailed)
+    assert "could not be read" in jobs[0].outcome.message
+
+
+def test_a_structured_jobs_unreadable_pieces_end_it_alone(tmp_path: Path) -> None:
+    """Pieces (calls, logprobs) are read before anything is applied too: a malformed call
+    ends that job; a plain job's text and a good call in the same message are kept."""
+
+    async def scenario() -> tuple[Dispatcher, list[object], list[list[object]]]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = Peer(endpoint, "e", slots=3)
+        await peer.join()
+        entry = ModelEntry(id="m", format="fake")
+        jobs = [
+            FrontJob(i, entry, "fake", Job(i, entry.spec("fake"), "completion", "hi"))
+            for i in (1, 2, 3)
+        ]
+        jobs[0].structured = jobs[1].structured = True
+        for job in jobs:
+            dispatcher.submit(job)
+        assert sorted(await peer.job_ids(3)) == [1, 2, 3]
+        good = {"calls": [[0, "f", "{}"]]}
+        bad = {"calls": [[0, "f"]]}  # not [index, name, arguments]
+        await peer.send(Chunks([1, good, 2, "a", 3, "plain", 2, bad]))
+        assert isinstance(await peer.recv(), Cancel)
+        items: list[list[object]] = [list(job.take_items()) for job in jobs]
+        outcomes: list[object] = [job.outcome for job in jobs]
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, outcomes, items
+
+    dispatcher, outcomes, items = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 1
+    assert items == [[Piece("", [CallPiece(0, "f", "{}")])], [], ["plain"]]
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], EngineFailed)
 
 
 def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
