@@ -12,6 +12,7 @@ from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 from coderai.front.output import CallPiece, Piece
 from tests.support.bus import TOKEN, Peer
+from tests.support.bus import job as make_job
 
 
 async def _joined_engine(endpoint: str) -> Peer:
@@ -53,11 +54,7 @@ def test_stop_ends_every_job_running_or_queued(tmp_path: Path) -> None:
         dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
         await dispatcher.start()
         peer = await _joined_engine(endpoint)  # 2 slots
-        entry = ModelEntry(id="m", format="fake")
-        jobs = [
-            FrontJob(i, entry, "fake", Job(i, entry.spec("fake"), "completion", "hi"))
-            for i in (1, 2, 3)
-        ]
+        jobs = [make_job(i) for i in (1, 2, 3)]
         for job in jobs:
             dispatcher.submit(job)
         assert sorted(await peer.job_ids(2)) == [1, 2]  # two dispatched, one queued
@@ -135,11 +132,7 @@ def test_an_unreadable_delta_ends_its_own_job_and_the_others_keep_their_text(
         dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
         await dispatcher.start()
         peer = await _joined_engine(endpoint)  # 2 slots
-        entry = ModelEntry(id="m", format="fake")
-        jobs = [
-            FrontJob(i, entry, "fake", Job(i, entry.spec("fake"), "completion", "hi"))
-            for i in (1, 2)
-        ]
+        jobs = [make_job(i) for i in (1, 2)]
         for job in jobs:
             dispatcher.submit(job)
         assert sorted(await peer.job_ids(2)) == [1, 2]
@@ -167,11 +160,7 @@ def test_a_structured_jobs_unreadable_pieces_end_it_alone(tmp_path: Path) -> Non
         await dispatcher.start()
         peer = Peer(endpoint, "e", slots=3)
         await peer.join()
-        entry = ModelEntry(id="m", format="fake")
-        jobs = [
-            FrontJob(i, entry, "fake", Job(i, entry.spec("fake"), "completion", "hi"))
-            for i in (1, 2, 3)
-        ]
+        jobs = [make_job(i) for i in (1, 2, 3)]
         jobs[0].structured = jobs[1].structured = True
         for job in jobs:
             dispatcher.submit(job)
