@@ -19,11 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results import RESULTS
 from bench.server import BenchServer
-
-RESULTS = Path(__file__).resolve().parent / "results"
-KEY = "fuzz-admin-key-123"
-ST = Path(sys.executable).parent / "st"
+from tests.support.fuzz import KEY, st_command
 
 
 def main() -> int:
@@ -33,15 +31,7 @@ def main() -> int:
     args = parser.parse_args()
     models = [{"id": "fake", "format": "fake", "options": {"output_tokens": 8}}]
     server = BenchServer({}, models, 1, extra={"auth": {"admin_key": KEY}})
-    command = [
-        str(ST), "run", server.url + "/admin/api/openapi.json",
-        "--header", f"Authorization: Bearer {KEY}",
-        "--max-examples", str(args.examples), "--workers", "1", "--request-timeout", "10",
-        "--phases", "examples,coverage,fuzzing",
-        "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-        "--exclude-path", "/admin/api/events", "--exclude-path", "/admin/api/logs/stream",
-        "--exclude-path-regex", "^/admin/api/(models|settings|engines/)",
-    ]  # fmt: skip
+    command = st_command(server.url, args.examples)
     start = time.monotonic()
     try:
         run = subprocess.run(command, cwd=server.dir, capture_output=True, text=True)

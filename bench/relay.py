@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.designs import Running, start_bare, start_coderai, start_floor, start_proxy
 from bench.server import cpu_seconds
+from bench.stats import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -49,13 +50,6 @@ def request_body(tokens: int) -> dict[str, Any]:
         "max_tokens": tokens,
         "messages": [{"role": "user", "content": "benchmark"}],
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 _UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}

@@ -44,10 +44,10 @@ def soak_section(result: dict[str, Any], plots: Path) -> list[str]:
         table(["kind", *columns, "all"], rows),
         "",
         "completed: the whole answer, exactly the model's; cancelled: the client left on"
-        " purpose; error: an explicit error, a status with its OpenAI envelope or an error"
-        " event in the stream; refused: a bad body answered 400 (404 for an unknown model)."
-        " Any other outcome (hung, truncated, wrong, bad_error) is a defect."
-        + (f" The errors: {errors}." if errors else ""),
+        " purpose (or read a short answer whole first); error: an explicit error, 503 or 429"
+        " with its OpenAI envelope or an error event in the stream; refused: a bad body"
+        " answered 400 (404 for an unknown model). Any other outcome (hung, truncated, wrong,"
+        " bad_error, bad_response) is a defect." + (f" The errors: {errors}." if errors else ""),
         "",
         table(["kind (completed)", "p50 ms", "p99 ms"], latency),
         "",

@@ -31,6 +31,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer
+from bench.stats import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "bench-admin-key"
@@ -131,11 +132,6 @@ async def load_and_generate(url: str, seconds: float, streams: int) -> dict[str,
         await asyncio.gather(*(generate() for _ in range(streams)))
         load_seconds = await load_task
     return {"load_seconds": load_seconds, "generated_tokens": tokens}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def run_mode(single: bool, models: list[dict[str, Any]], seconds: float, streams: int,

@@ -33,6 +33,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.results import RESULTS
 from bench.server import BenchServer
 from bench.soak_load import (
     CHAT,
@@ -44,9 +45,9 @@ from bench.soak_load import (
     WIDE_TOKEN_CHARS,
     WIDE_TOKENS,
 )
+from bench.stats import percentile
 from coderai.front.supervisor import STARTUP_FAILURE_SECONDS
 
-RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "soak-admin-key"
 ENGINES = 3
 HEARTBEAT_INTERVAL = 0.5
@@ -126,9 +127,14 @@ class Chaos(threading.Thread):
             record: dict[str, Any] = {"at": time.monotonic(), "action": action}
             try:
                 self._do(action, record)
-            except OSError as exc:  # the front busy or an engine gone meanwhile
+            except OSError as exc:  # the front unreachable, or an engine gone meanwhile
                 record["error"] = repr(exc)
             self.actions.append(record)
+
+    def undone(self) -> list[dict[str, Any]]:
+        """Actions that did not take effect: an admin call answered otherwise than 200, or
+        not answered. A chaos that silently did nothing would flatter the run."""
+        return [a for a in self.actions if "error" in a or a.get("status", 200) != 200]
 
     def _do(self, action: str, record: dict[str, Any]) -> None:
         if action == "catalogue":
@@ -142,19 +148,30 @@ class Chaos(threading.Thread):
             return
         record["engine"], pid = victim["name"], int(victim["pid"])
         if action == "kill":
-            os.kill(pid, signal.SIGKILL)
+            self._signal(record, pid, signal.SIGKILL)
         elif action == "stop":
             # half the time back before the front gives up on it, half the time not
             silence = HEARTBEAT_INTERVAL * LIVENESS
-            record["seconds"] = held = self.rng.choice([0.5, 1.5 * silence]) * self.rng.uniform(
-                0.8, 1.2
-            )
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(held)
-            if psutil.pid_exists(pid):
-                os.kill(pid, signal.SIGCONT)
+            held = self.rng.choice([0.5, 1.5 * silence]) * self.rng.uniform(0.8, 1.2)
+            record["seconds"] = held
+            if self._signal(record, pid, signal.SIGSTOP):
+                time.sleep(held)
+                # the front kills an engine silent for too long: then there is none to wake
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         else:
             record["status"] = _admin(self.server, "POST", f"engines/{victim['name']}/restart")
+
+    @staticmethod
+    def _signal(record: dict[str, Any], pid: int, sig: signal.Signals) -> bool:
+        """Whether the signal was sent; an engine that exited since it was chosen (the
+        front killed it, say) is a skipped action, not a failed one."""
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            record["skipped"] = "the engine exited before the signal"
+            return False
+        return True
 
 
 class Sampler(threading.Thread):
@@ -220,13 +237,6 @@ def _orphans(processes: set[tuple[int, float]]) -> list[int]:
     return alive
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for r in results:
@@ -236,7 +246,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     for kind in sorted({r["kind"] for r in completed}):
         seconds = [r["seconds"] for r in completed if r["kind"] == kind]
         latency[kind] = {"p50_ms": statistics.median(seconds) * 1e3,
-                         "p99_ms": _percentile(seconds, 0.99) * 1e3}  # fmt: skip
+                         "p99_ms": percentile(seconds, 0.99) * 1e3}  # fmt: skip
     answered = {
         kind: sum(n for o, n in counts.items() if o in MEANT.get(kind, {"completed"}))
         / sum(counts.values())
@@ -303,6 +313,7 @@ def main() -> int:
         " or refused as a bad body)": all(
             share >= MOSTLY for share in summary["answered"].values()
         ),
+        "every chaos action took effect (the admin API answered 200)": not chaos.undone(),
         "no leaked slot": all(e["in_flight"] == 0 for e in health["engines"]),
         "no queued job left": health["queued"] == 0,
         "every engine back": sum("pid" in e for e in health["engines"]) == ENGINES,

@@ -30,7 +30,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coderai.engine.backends.fake import fake_embedding, fake_tokens, render_chat
+from coderai.engine.backends.fake import fake_embedding, fake_tokens
+from tests.support.server import expected_chat
+from tests.support.sse import DONE, event
 
 #: no request may take longer under any chaos: past it, it is counted as hung
 DEADLINE = 60.0
@@ -113,18 +115,17 @@ class Stream:
         self.done = False
 
     def take(self, line: bytes) -> None:
-        if not line.startswith(b"data: "):
+        parsed = event(line)
+        if parsed is None:
             return
-        data = line[6:].strip()
-        if data == b"[DONE]":
+        if parsed is DONE:
             self.done = True
             return
-        event = json.loads(data)
-        if "error" in event:
-            if not _is_envelope(event):
-                raise Answer("bad_error", data[:200].decode(errors="replace"))
-            raise Answer("error", "in stream: " + event["error"]["message"][:100], 200)
-        for choice in event.get("choices", []):
+        if "error" in parsed:
+            if not _is_envelope(parsed):
+                raise Answer("bad_error", json.dumps(parsed)[:200])
+            raise Answer("error", "in stream: " + parsed["error"]["message"][:100], 200)
+        for choice in parsed.get("choices", []):
             piece = choice["delta"].get("content") if self.field == "delta" else choice["text"]
             if piece:
                 self.text += piece
@@ -141,9 +142,8 @@ class Client:
         tokens, seed = self.rng.randint(4, most), self.rng.randrange(1000)
         messages = [{"role": "user", "content": content}]
         body = {"model": model, "messages": messages, "max_tokens": tokens, "seed": seed}
-        prompt = render_chat(messages)
         width = WIDE_TOKEN_CHARS if model == WIDE else 0
-        return body, "".join(fake_tokens(prompt, seed, tokens, width))
+        return body, expected_chat(content, tokens, seed, width)
 
     def _completion_body(self) -> tuple[dict[str, Any], str]:
         prompt = f"def soak_{self.rng.randrange(10**6)}():"

@@ -3,8 +3,8 @@ and not) to every described route, each answer checked for no server error, a st
 content type, headers and body the description allows, and a 405 with its Allow header
 for a method a route lacks.
 
-Bounded for CI (examples per route, a fixed seed, so a run repeats exactly); a longer run
-by hand: the same command with a larger `-n` and no `--seed`.
+Bounded for CI (examples per route, a fixed seed, so a run repeats exactly); the long
+run, with the same command (tests/support/fuzz.py), is bench/api_fuzz.py.
 
 Left out, and why:
 - the admin routes that change the fleet: models, settings and engine actions. A
@@ -20,16 +20,13 @@ Left out, and why:
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.fuzz import KEY, ROUTES, st_command
 from tests.support.server import Server, serving
-
-KEY = "fuzz-admin-key-123"
-ST = Path(sys.executable).parent / "st"
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +40,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_generated_requests_get_described_answers_and_no_server_error(
     server: Server, tmp_path: Path
 ) -> None:
-    command = [
-        str(ST), "run", server.url + "/admin/api/openapi.json",
-        "--header", f"Authorization: Bearer {KEY}",
-        "--max-examples", "8", "--seed", "1", "--workers", "1", "--request-timeout", "10",
-        "--phases", "examples,coverage,fuzzing",
-        "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-        "--exclude-path", "/admin/api/events", "--exclude-path", "/admin/api/logs/stream",
-        "--exclude-path-regex", "^/admin/api/(models|settings|engines/)",
-    ]  # fmt: skip
+    command = st_command(server.url, examples=8, seed=1)
     run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=280)
     summary = run.stdout[run.stdout.find("=== SUMMARY") :]
     assert run.returncode == 0, run.stdout[-8000:]
-    assert "Tested: 29" in summary, summary  # every route meant to be fuzzed was
+    assert f"Tested: {ROUTES}" in summary, summary  # every route meant to be fuzzed was
     assert "passed" in summary and "failures" not in summary, summary
     log = server.log()
     at = log.find("Traceback")

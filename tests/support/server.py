@@ -47,9 +47,10 @@ def site_hook(folder: Path, code: str) -> dict[str, str]:
     return {"PYTHONPATH": str(folder)}
 
 
-def expected_chat(content: str, tokens: int, seed: int = 0) -> str:
+def expected_chat(content: str, tokens: int, seed: int = 0, token_chars: int = 0) -> str:
     """What the fake model streams for one user message (no stop sequences)."""
-    return "".join(fake_tokens(render_chat([{"role": "user", "content": content}]), seed, tokens))
+    prompt = render_chat([{"role": "user", "content": content}])
+    return "".join(fake_tokens(prompt, seed, tokens, token_chars))
 
 
 class Server:
