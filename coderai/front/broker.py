@@ -1,10 +1,13 @@
 """The AISBF broker uplink: the front connects out to a broker over a WebSocket (so a node
 behind NAT can be offered), registers with a summary of its hardware, sends heartbeats,
 and answers the broker's requests (broker_chat.py) until the socket closes; then it
-connects again after a wait that doubles up to `reconnect_max_seconds`.
+connects again after a wait that doubles up to `reconnect_max_seconds`. It registers again
+when what a registration says changes (engines join after the first one).
 
 One task owns the socket and runs one session at a time, so the old socket is always
 closed before a new one opens: the broker is confused by two sockets with one client id.
+At shutdown that task leaves: the requests' last frames, a round trip that shows the broker
+has read them, then the closing handshake (see `_leave`).
 """
 
 from __future__ import annotations
@@ -33,8 +36,14 @@ REGISTER_TIMEOUT = 20.0
 #: a session that lasted this long was a success: the next wait starts small again
 STABLE_SECONDS = 60.0
 FIRST_WAIT = 1.0
-#: a request cut by this node's leaving still tries to tell the broker, this long
+#: a request cut by this node's leaving still tries to tell the broker, this long; and
+#: each later step of leaving (the round trip, the closing handshake) gets as long
 LAST_WORD_SECONDS = 1.0
+#: leaving takes its steps' time at most; past this the socket is dropped
+LEAVE_SECONDS = 5 * LAST_WORD_SECONDS
+#: how often the fleet is looked at for a change to register (more often if the node beats
+#: more often)
+FLEET_LOOK_SECONDS = 2.0
 
 
 def without_secrets(text: str) -> str:
@@ -67,6 +76,9 @@ class BrokerClient:
         self._send_lock = asyncio.Lock()
         self._requests: dict[str, asyncio.Task[None]] = {}
         self._registered = asyncio.Event()
+        self._leaving = asyncio.Event()
+        #: this node's messages whose answer it waits for, by request id
+        self._awaited: dict[str, asyncio.Future[None]] = {}
         self._refusals = ThrottledLog(log)
         #: why this node cut the current socket, if it did
         self._cut: str | None = None
@@ -85,10 +97,17 @@ class BrokerClient:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker")
 
     async def stop(self) -> None:
-        if self._task is not None:
+        """Leave the broker, telling it what it should hear first (see `_leave`)."""
+        if self._task is None:
+            return
+        self._leaving.set()
+        if self._ws is None:  # between sessions: nothing to tell
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await asyncio.wait({self._task}, timeout=LEAVE_SECONDS)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.state = "stopped"
 
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -115,7 +134,7 @@ class BrokerClient:
     async def _run(self) -> None:
         wait = FIRST_WAIT
         async with aiohttp.ClientSession() as http:
-            while True:
+            while not self._leaving.is_set():
                 self.state = "connecting"
                 self._registered_at = None
                 try:
@@ -129,6 +148,8 @@ class BrokerClient:
                     self.last_error = without_secrets(f"{type(exc).__name__}: {exc}")
                 finally:
                     self.connected_since = self.session_id = None
+                if self._leaving.is_set():
+                    return
                 registered = self._registered_at
                 if registered is not None and time.monotonic() - registered > STABLE_SECONDS:
                     wait = FIRST_WAIT
@@ -157,6 +178,7 @@ class BrokerClient:
             max_msg_size=wire.MAX_FRAME_BYTES,
             # WebSocket pings find a dead broker (or a dead path to it) between requests
             heartbeat=c.ping_seconds,
+            timeout=aiohttp.ClientWSTimeout(ws_close=LAST_WORD_SECONDS),
         )
         self._ws = ws
         self._cut = None
@@ -164,18 +186,63 @@ class BrokerClient:
         self.connects += 1
         self.connected_since = time.monotonic()
         self.state = "registering"
-        beats = asyncio.get_running_loop().create_task(self._heartbeats(ws))
+        loop = asyncio.get_running_loop()
+        registration = self._register(wire.new_request_id("reg"))
+        told = wire.standing(registration["payload"])
+        helpers = [loop.create_task(self._heartbeats(ws)),
+                   loop.create_task(self._follow_fleet(ws, told))]  # fmt: skip
+        # the socket is read by a task of its own, so that leaving never cancels a read: a
+        # cancelled read makes aiohttp drop the socket on close, without the handshake
+        reader = loop.create_task(self._read(ws))
+        leaving = loop.create_task(self._leaving.wait())
         try:
-            await self._send(ws, self._register(wire.new_request_id("reg")))
-            await self._read(ws)
+            await self._send(ws, registration)
+            await asyncio.wait({reader, leaving}, return_when=asyncio.FIRST_COMPLETED)
+            if leaving.done():
+                await self._leave(ws, helpers)
+            await reader  # how the socket ended: a registration never answered raises
         finally:
-            beats.cancel()
             requests = list(self._requests.values())
-            for task in requests:
-                task.cancel()  # their jobs are cancelled; the broker's clients see it end
-            await asyncio.gather(beats, *requests, return_exceptions=True)
+            for task in [leaving, *helpers, reader, *requests]:
+                task.cancel()  # the requests' jobs are cancelled; each says its last word
+            await asyncio.gather(leaving, *helpers, reader, *requests, return_exceptions=True)
             self._ws = None
             await ws.close()
+
+    async def _leave(
+        self, ws: aiohttp.ClientWebSocketResponse, helpers: list[asyncio.Task[None]]
+    ) -> None:
+        """End the session so that the broker keeps what it was told last. AISBF reads its
+        socket in order but handles replies on another task, which the socket's closing
+        cancels: frames followed within a millisecond by the close are lost. So the
+        requests end first (at shutdown their jobs have just ended, their last frames are
+        on the way; the rest are cut and say their last word), then a heartbeat's answer
+        shows that the broker has read them all and gives it that round trip to handle
+        them, and only then does the socket close, with the closing handshake."""
+        for task in helpers:
+            task.cancel()
+        requests = list(self._requests.values())
+        if requests:
+            _, running = await asyncio.wait(requests, timeout=LAST_WORD_SECONDS)
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(LAST_WORD_SECONDS):
+                await self._round_trip(ws)
+        self._cut = "this node left"
+        await ws.close()
+
+    async def _round_trip(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """A heartbeat, answered."""
+        request_id = wire.new_request_id("hb")
+        answered = asyncio.get_running_loop().create_future()
+        self._awaited[request_id] = answered
+        try:
+            await self._send(ws, wire.heartbeat(request_id, self._engines(), len(self._requests)))
+            await answered
+        finally:
+            del self._awaited[request_id]
 
     def _register(self, request_id: str) -> dict[str, Any]:
         token = self.config.registration_token or ""
@@ -228,13 +295,17 @@ class BrokerClient:
 
     def _on_answer(self, message: dict[str, Any]) -> None:
         """The broker's answer to our register or heartbeat."""
+        awaited = self._awaited.get(str(message.get("request_id")))
+        if awaited is not None and not awaited.done():
+            awaited.set_result(None)
         if message.get("event") == "registered" and message.get("status") == "ok":
             self.session_id = str(message.get("session_id") or "") or None
             self.state = "registered"
-            self._registered_at = time.monotonic()
-            self._registered.set()
-            log.info("registered with the broker %s (session %s)", self.config.url,
-                     self.session_id)  # fmt: skip
+            if not self._registered.is_set():  # the session began here, not at a re-register
+                self._registered_at = time.monotonic()
+                self._registered.set()
+                log.info("registered with the broker %s (session %s)", self.config.url,
+                         self.session_id)  # fmt: skip
         elif message.get("status") == "error":
             self.last_error = f"the broker answered: {message.get('error')}"
             log.warning("the broker answered an error: %s", message.get("error"))
@@ -247,19 +318,24 @@ class BrokerClient:
         self, ws: aiohttp.ClientWebSocketResponse, request: wire.BrokerRequest
     ) -> None:
         """One request, answered however it ends: the broker keeps a client waiting for
-        hours on a request that gets no reply with an event."""
+        hours on a request whose answer does not end in a way it reads as an end."""
         rid = request.request_id
 
         async def send(message: dict[str, Any]) -> None:
-            if message.get("status") == "error":
-                self.errors += 1
             await self._send(ws, message)
+
+        async def fail(message: str, code: str, error_type: str = "server_error") -> None:
+            self.errors += 1
+            reply = wire.error(rid, message, code, error_type=error_type)
+            for frame in wire.ending(reply, wire.streams(request.payload)):
+                await send(frame)
 
         try:
             if request.op == "models.list":
                 await send(wire.ok(rid, self.answers.models()))
             elif request.op == "chat.completions":
-                await self.answers.chat(rid, request.payload, send)
+                if await self.answers.chat(rid, request.payload, send):
+                    self.errors += 1
             elif request.op == "capabilities":
                 await send(wire.ok(rid, wire.capabilities(self._engines(), self._models())))
             elif request.op == "register":
@@ -267,8 +343,8 @@ class BrokerClient:
                 await send(wire.ok(rid, {k: v for k, v in payload.items()
                                          if k != "registration_token"}))  # fmt: skip
             else:  # `proxy` included: this node answers the operations above only
-                await send(wire.error(rid, f"this node does not answer {request.op!r}",
-                                      "unsupported_operation"))  # fmt: skip
+                await fail(f"this node does not answer {request.op!r}", "unsupported_operation",
+                           "invalid_request_error")  # fmt: skip
             self.answered += 1
         except ConnectionError:
             pass  # the socket went; the session ends and connects again
@@ -277,12 +353,12 @@ class BrokerClient:
             # takes one, so the broker's client is not left waiting
             with contextlib.suppress(ConnectionError, TimeoutError):
                 async with asyncio.timeout(LAST_WORD_SECONDS):
-                    await send(wire.error(rid, "the node is disconnecting", "node_disconnecting"))
+                    await fail("the node is disconnecting", "node_disconnecting")
             raise
         except Exception:
             log.exception("answering the broker's %s %s failed", request.op, rid)
             with contextlib.suppress(ConnectionError):
-                await send(wire.error(rid, "the node failed to answer", "internal_error"))
+                await fail("the node failed to answer", "internal_error")
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         await self._registered.wait()
@@ -297,6 +373,32 @@ class BrokerClient:
             except Exception:  # one bad beat must not end the beats
                 log.exception("a heartbeat to the broker failed")
             await asyncio.sleep(self.config.heartbeat_seconds)
+
+    async def _follow_fleet(
+        self, ws: aiohttp.ClientWebSocketResponse, told: dict[str, Any]
+    ) -> None:
+        """Register again when what a registration says changes: the broker keeps the last
+        registration's engines and slots (heartbeats change neither), and this node
+        registers before its engines have joined."""
+        await self._registered.wait()
+        before = told
+        every = min(self.config.heartbeat_seconds, FLEET_LOOK_SECONDS)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                registration = self._register(wire.new_request_id("reg"))
+                now = wire.standing(registration["payload"])
+                if wire.register_again(told, now, before):
+                    caps = now["capabilities"]
+                    log.info("registering with the broker again: %d engines, %d slots, %d models",
+                             caps["engines"], caps["slots"], len(caps["models"]))  # fmt: skip
+                    await self._send(ws, registration)
+                    told = now
+                before = now
+            except ConnectionError:
+                return  # the session ends and connects again
+            except Exception:  # one bad look must not end the looking
+                log.exception("registering with the broker again failed")
 
     async def _send(self, ws: aiohttp.ClientWebSocketResponse, message: dict[str, Any]) -> None:
         """Send one frame; frames go out whole and one at a time. A broker that takes

@@ -26,7 +26,6 @@ from coderai.front.jobs import FrontJob, collect
 from coderai.front.openai_api import OpenAIRoutes, job_fields
 from coderai.front.output import Collected
 from coderai.front.schemas import ChatRequest, parse
-from coderai.front.sse import error_event
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -49,9 +48,10 @@ class BrokerAnswers:
             data.append(model)
         return {"object": "list", "data": data}
 
-    async def chat(self, request_id: str, payload: dict[str, Any], send: Send) -> None:
-        """Answer one chat: the OpenAI body, or its stream's events then `done`; an error
-        (before or during the stream) as an error reply, which carries an event."""
+    async def chat(self, request_id: str, payload: dict[str, Any], send: Send) -> bool:
+        """Answer one chat: the OpenAI body, or its stream's events then `done`. An error,
+        before or during the stream, ends it as `wire.ending` says. Whether it ended in an
+        error."""
         ticket = self.activity.open("broker:chat.completions", None, "broker", shown=True)
         status, client_left = 200, False
         jobs: list[FrontJob] = []
@@ -68,12 +68,15 @@ class BrokerAnswers:
             head = (f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), entry.id)
             if req.stream:
                 stream = ChoiceStream(True, *head, req.include_usage(), len(jobs))
-                status = await self._stream(request_id, jobs, stream, send)
+                status, failed = await self._stream(request_id, jobs, stream, send)
             else:
-                status = await self._whole(request_id, jobs, head, req.logprobs, send)
+                status, failed = await self._whole(request_id, jobs, head, req.logprobs, send)
+            return failed
         except CoderaiError as exc:
+            # a stream as the broker sees it, even when its payload was refused
             status = exc.status
-            await send(wire.failure(request_id, exc))
+            await send_failure(request_id, exc, wire.streams(payload), send)
+            return True
         except (asyncio.CancelledError, ConnectionError):
             client_left = True  # the broker (or this node's socket to it) went away
             raise
@@ -84,9 +87,10 @@ class BrokerAnswers:
 
     async def _stream(
         self, request_id: str, jobs: list[FrontJob], stream: ChoiceStream, send: Send
-    ) -> int:
+    ) -> tuple[int, bool]:
         """The choices' events as they come, one SSE event per chunk message, ending with
-        `data: [DONE]` and then `done`; a failure ends it with an error event instead."""
+        `data: [DONE]` and then `done`; a failure ends it with an error event instead.
+        The status HTTP would have answered, and whether it failed."""
         dispatcher = self.openai.dispatcher
         lead = jobs[0]
         for job in jobs:  # a lagging broker holds every choice (see open_stream)
@@ -98,21 +102,18 @@ class BrokerAnswers:
             events, failed, done = stream.advance(jobs, finished, 1, dispatcher.resume)
             pending += events
             if failed is not None:
-                if not started:  # nothing sent yet: an error reply, as HTTP would answer
-                    await send(wire.failure(request_id, failed))
-                    return failed.status
-                for event in wire.sse_events(pending + error_event(failed)):
-                    await send(wire.chunk(request_id, event))
-                await send(wire.failure(request_id, failed))
-                return 200
+                if started:  # what came before the failure, then the failure
+                    await send_events(request_id, pending, send)
+                await send_failure(request_id, failed, True, send)
+                # before its first byte, HTTP would have answered with the error's status
+                return (200 if started else failed.status), True
             if pending and (started or any(j.started for j in jobs) or done):
                 started = True
-                for event in wire.sse_events(pending):
-                    await send(wire.chunk(request_id, event))
+                await send_events(request_id, pending, send)
                 pending = b""
             if done:
                 await send(wire.done(request_id))
-                return 200
+                return 200, False
             await lead.wait()
 
     async def _whole(
@@ -122,7 +123,7 @@ class BrokerAnswers:
         head: tuple[str, int, str],
         logprobs: bool,
         send: Send,
-    ) -> int:
+    ) -> tuple[int, bool]:
         collected = [Collected() for _ in jobs]
         lead = jobs[0]
         loop = asyncio.get_running_loop()
@@ -137,9 +138,19 @@ class BrokerAnswers:
                 next_pending = loop.time() + PENDING_EVERY
         for job in jobs:
             if isinstance(job.outcome, CoderaiError):
-                await send(wire.failure(request_id, job.outcome))
-                return job.outcome.status
+                await send_failure(request_id, job.outcome, False, send)
+                return job.outcome.status, True
         dones = [job.outcome for job in jobs if isinstance(job.outcome, Done)]
         body = choices.whole(True, *head, collected, dones, 1, logprobs, [""] * len(jobs))
         await send(wire.ok(request_id, body))  # over the frame limit, the sender refuses it
-        return 200
+        return 200, False
+
+
+async def send_events(request_id: str, data: bytes, send: Send) -> None:
+    for event in wire.sse_events(data):
+        await send(wire.chunk(request_id, event))
+
+
+async def send_failure(request_id: str, exc: CoderaiError, stream: bool, send: Send) -> None:
+    for frame in wire.ending(wire.failure(request_id, exc), stream):
+        await send(frame)

@@ -11,6 +11,7 @@ from typing import Any
 
 from coderai.errors import CoderaiError
 from coderai.front.engine_view import EngineView
+from coderai.front.sse import data_event
 
 VERSION = 1
 #: the broker's frame limit; a reply that would exceed it is answered with an error
@@ -66,16 +67,25 @@ def ok(request_id: str, payload: Any) -> dict[str, Any]:
     return {"request_id": request_id, "status": "ok", "payload": payload}
 
 
-def error(request_id: str, message: str, code: str, details: Any = None) -> dict[str, Any]:
-    """An error reply. It always carries an event: without one the broker keeps a
-    streaming client waiting until its own timeout (hours)."""
+def error(
+    request_id: str,
+    message: str,
+    code: str,
+    details: dict[str, Any] | None = None,
+    error_type: str = "server_error",
+) -> dict[str, Any]:
+    """An error reply; its details are the OpenAI error object (what `ending` streams).
+    It carries an event all the same: without one the broker keeps a client waiting until
+    its own timeout (hours)."""
+    if details is None:
+        details = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
     return {
         "request_id": request_id,
         "status": "error",
         "event": "error",
         "error": message,
         "code": code,
-        "details": details if details is not None else {},
+        "details": details,
     }
 
 
@@ -92,6 +102,23 @@ def chunk(request_id: str, event: str) -> dict[str, Any]:
 
 def done(request_id: str) -> dict[str, Any]:
     return {"request_id": request_id, "status": "ok", "event": "done", "payload": {}}
+
+
+def streams(payload: dict[str, Any]) -> bool:
+    """Whether the broker relays a request's answer as a stream: it goes by the payload's
+    `stream` alone, whatever the operation."""
+    return bool(payload.get("stream"))
+
+
+def ending(reply: dict[str, Any], stream: bool) -> list[dict[str, Any]]:
+    """The frames that end a request with the error reply `reply`. The broker relays to a
+    stream only its chunk-like events and ends it only on `done` (an error reply is
+    dropped there, and its client waits for hours), so a stream's error is its last chunk,
+    the error event an SSE client reads, then `done`."""
+    if not stream:
+        return [reply]
+    request_id = reply["request_id"]
+    return [chunk(request_id, data_event(reply["details"]).decode()), done(request_id)]
 
 
 def pending(request_id: str, estimated_timeout: float) -> dict[str, Any]:
@@ -169,6 +196,21 @@ def heartbeat(request_id: str, views: list[EngineView], in_flight: int) -> dict[
         "in_flight": in_flight,
     }
     return {"op": "heartbeat", "request_id": request_id, "payload": payload}
+
+
+def standing(register_payload: dict[str, Any]) -> dict[str, Any]:
+    """What a registration tells the broker that holds until the fleet changes: its cards
+    and capabilities. VRAM in use, which moves with every load, is left to heartbeats."""
+    hardware = register_payload["hardware"]
+    cards = [{k: v for k, v in gpu.items() if k != "used_mb"} for gpu in hardware["gpus"]]
+    return {"gpus": cards, "capabilities": register_payload["capabilities"]}
+
+
+def register_again(told: dict[str, Any], now: dict[str, Any], before: dict[str, Any]) -> bool:
+    """Whether to register again: the broker keeps what the last registration said (a
+    heartbeat changes none of it), so a change is told once it has held for one look;
+    engines that join one after another then make one registration, not one each."""
+    return now != told and now == before
 
 
 def sse_events(data: bytes) -> list[str]:

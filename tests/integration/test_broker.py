@@ -1,12 +1,16 @@
-"""The AISBF uplink against a test-side broker written from the documented protocol: the
-node registers with its hardware and models, sends heartbeats, answers models.list and
-chats (streamed and whole) through its own dispatcher, ends every error with an event,
-and reconnects after the broker restarts or refuses a frame, never holding two sockets."""
+"""The AISBF uplink against a test-side broker written from the documented protocol and as
+strict as AISBF itself: the node registers with its hardware and models (and again when
+they change), sends heartbeats, answers models.list and chats (streamed and whole) through
+its own dispatcher, ends every error in a way the broker reads as an end (a stream's as its
+last chunk, then `done`), leaves with its last frames delivered, and reconnects after the
+broker restarts or refuses a frame, never holding two sockets."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,15 +38,35 @@ def peer() -> Iterator[AisbfPeer]:
     peer.close()
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory, peer: AisbfPeer) -> Iterator[Server]:
+def node(folder: Path, peer: AisbfPeer) -> AbstractContextManager[Server]:
+    """A node offered to `peer`, entered once its engine has joined; it ends its requests at
+    once when stopped (no grace period)."""
     broker = {"url": peer.url, "provider_id": aisbf.PROVIDER, "client_id": aisbf.CLIENT,
               "registration_token": aisbf.TOKEN, "heartbeat_seconds": 0.3,
               "reconnect_max_seconds": 1}  # fmt: skip
-    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.3}
-    with serving(tmp_path_factory.mktemp("broker"), config, MODELS, 1, KEY,
-                 extra_config={"broker": broker}) as srv:  # fmt: skip
+    config = {"engine_specs": ENGINES, "heartbeat_interval": 0.3, "shutdown_grace_seconds": 0}
+    return serving(folder, config, MODELS, 1, KEY, extra_config={"broker": broker})
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, peer: AisbfPeer) -> Iterator[Server]:
+    with node(tmp_path_factory.mktemp("broker"), peer) as srv:
         wait_for(lambda: peer.registered() == 1)
+        yield srv
+
+
+@pytest.fixture
+def own_peer() -> Iterator[AisbfPeer]:
+    """A broker for one test, whose node it may stop."""
+    peer = AisbfPeer()
+    yield peer
+    peer.close()
+
+
+@pytest.fixture
+def own_srv(tmp_path: Path, own_peer: AisbfPeer) -> Iterator[Server]:
+    with node(tmp_path, own_peer) as srv:
+        wait_for(lambda: own_peer.registered() == 1)
         yield srv
 
 
@@ -58,6 +82,16 @@ def chat(peer: AisbfPeer, stream: bool, model: str = "chat", **kw: Any) -> list[
     payload = {"model": model, "messages": [{"role": "user", "content": "hello"}],
                "stream": stream, "temperature": None, "tools": None, **kw}  # fmt: skip
     return peer.call("chat.completions", payload)
+
+
+def streamed_error(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """The OpenAI error object a stream's last chunk carries, checked to be followed by
+    `done`, the one end of a stream the broker relays."""
+    assert [(r["status"], r["event"]) for r in replies[-2:]] == [("ok", "chunk"), ("ok", "done")]
+    event = replies[-2]["payload"]["chunk"]
+    assert event.startswith("data: ") and event.endswith("\n\n"), event
+    error: dict[str, Any] = json.loads(event[6:])["error"]
+    return error
 
 
 def streamed_text(replies: list[dict[str, Any]]) -> str:
@@ -91,6 +125,27 @@ def test_the_node_registers_with_its_hardware_and_models_and_beats(
     shown = status(srv)
     assert shown["state"] == "registered" and shown["session_id"].startswith("coderai_")
     assert "registration_token" not in json.dumps(shown)
+
+
+def test_the_node_registers_again_when_its_engines_or_models_change(
+    own_srv: Server, own_peer: AisbfPeer
+) -> None:
+    # it registered before its engine joined; the broker keeps what the last registration
+    # said, so the node tells it again once the engine serves
+    wait_for(lambda: own_peer.capabilities()["engines"] == 1)
+    assert own_peer.capabilities()["slots"] >= 1
+    session = own_peer.sessions[-1]
+    registrations, beats = len(session.registrations), len(session.heartbeats)
+    # a fleet that does not change is not registered at each heartbeat
+    wait_for(lambda: len(session.heartbeats) >= beats + 5)
+    assert len(session.registrations) == registrations
+    headers = {"Authorization": f"Bearer {KEY}"}
+    added = httpx.post(own_srv.url + "/admin/api/models", headers=headers,
+                       json={"id": "extra", "format": "fake"}, timeout=10)  # fmt: skip
+    assert added.status_code == 200, added.text
+    wait_for(lambda: "extra" in own_peer.capabilities()["models"])
+    assert len(session.registrations) == registrations + 1  # once for one change
+    assert len(own_peer.sessions) == 1 and own_peer.registered() == 1  # the same session
 
 
 def test_a_streamed_chat_ends_with_done_then_the_done_event(srv: Server, peer: AisbfPeer) -> None:
@@ -133,17 +188,38 @@ def test_a_request_the_node_cannot_answer_gets_an_error_with_an_event(
     assert reply["code"] == code and reply["error"]
 
 
+@pytest.mark.parametrize(
+    ("op", "payload", "error_type", "code"),
+    [
+        ("chat.completions", {"model": "chat"}, "invalid_request_error", None),
+        ("chat.completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+         "invalid_request_error", "model_not_found"),
+        ("proxy", {"endpoint_path": "/v1/chat/completions"}, "invalid_request_error",
+         "unsupported_operation"),
+    ],
+)  # fmt: skip
+def test_a_streamed_request_that_fails_ends_with_its_error_as_the_last_chunk(
+    srv: Server, peer: AisbfPeer, op: str, payload: dict[str, Any], error_type: str,
+    code: str | None,
+) -> None:  # fmt: skip
+    session = peer.sessions[-1]
+    dropped = len(session.dropped)
+    replies = peer.call(op, {**payload, "stream": True})
+    assert len(replies) == 2
+    error = streamed_error(replies)
+    assert (error["type"], error["code"]) == (error_type, code) and error["message"]
+    assert len(session.dropped) == dropped  # nothing was sent that the broker does not relay
+
+
 def test_a_stream_cut_by_a_dying_engine_ends_with_an_error_event(
     srv: Server, peer: AisbfPeer
 ) -> None:
     replies = chat(peer, stream=True, model="doomed")
     chunks = [r for r in replies if r.get("event") == "chunk"]
-    assert chunks, "the stream began before the engine died"
+    assert len(chunks) > 1, "the stream began before the engine died"
     assert "data: [DONE]\n\n" not in [c["payload"]["chunk"] for c in chunks]
-    last = replies[-1]
-    assert last["status"] == "error" and last["event"] == "error"
-    # the relayed stream carried the error too, as an HTTP client would read it
-    assert '"error"' in chunks[-1]["payload"]["chunk"]
+    # the error, as an HTTP client reads it, then the end the broker relays
+    assert streamed_error(replies)["code"] == "engine_failed"
     srv.wait_ready(1, timeout=30)  # its replacement joins before the next test
 
 
@@ -186,3 +262,18 @@ def test_after_the_broker_restarts_the_node_registers_again(srv: Server, peer: A
     (reply,) = chat(peer, stream=False, max_tokens=3)
     assert reply["payload"]["choices"][0]["message"]["content"] == expected_chat("hello", 3)
     assert status(srv)["connects"] >= 3
+
+
+def test_at_shutdown_a_brokered_stream_ends_and_its_last_frames_reach_the_broker(
+    own_srv: Server, own_peer: AisbfPeer
+) -> None:
+    slow = {"model": "slow", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    running = own_peer.begin("chat.completions", slow)
+    wait_for(lambda: own_srv.health()["engines"][0]["in_flight"] == 1)
+    own_srv.stop()
+    replies = running.result(10)
+    assert streamed_error(replies)["code"] == "shutting_down"
+    session = own_peer.sessions[-1]
+    # the broker had handled every frame before the node closed the socket
+    assert session.lost == [] and session.dropped == []
+    assert session.close_code == 1000

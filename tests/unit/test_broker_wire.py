@@ -50,6 +50,51 @@ def test_every_error_reply_carries_an_event() -> None:
     assert json.loads(wire.encode(reply))["v"] == 1
 
 
+def test_a_streamed_error_is_its_last_chunk_then_done_and_a_whole_ones_a_reply() -> None:
+    reply = wire.failure("r1", ModelNotFound("no model 'x'", param="model"))
+    assert wire.ending(reply, stream=False) == [reply]
+    last, end = wire.ending(reply, stream=True)
+    # the broker relays to a stream only such events, and ends it on `done` alone
+    assert [(f["status"], f["event"]) for f in (last, end)] == [("ok", "chunk"), ("ok", "done")]
+    assert last["request_id"] == end["request_id"] == "r1"
+    event = last["payload"]["chunk"]
+    assert event.startswith("data: ") and event.endswith("\n\n")
+    assert json.loads(event[6:]) == ModelNotFound("no model 'x'", param="model").envelope()
+
+
+def test_the_nodes_own_errors_carry_an_openai_error_object_too() -> None:
+    reply = wire.error("r2", "no", "unsupported_operation", error_type="invalid_request_error")
+    error = {"message": "no", "type": "invalid_request_error", "param": None,
+             "code": "unsupported_operation"}  # fmt: skip
+    assert reply["details"] == {"error": error}
+    (last, _) = wire.ending(reply, stream=True)
+    assert json.loads(last["payload"]["chunk"][6:]) == reply["details"]
+
+
+@pytest.mark.parametrize(("stream", "streams"), [(True, True), (False, False), (None, False)])
+def test_the_broker_streams_what_its_payload_says_streams(stream: object, streams: bool) -> None:
+    assert wire.streams({"model": "m", "stream": stream}) is streams
+
+
+def test_what_a_registration_says_leaves_vram_in_use_to_heartbeats() -> None:
+    card = {"GPU-a": {"vendor": "nvidia", "vram_total_mb": 24576, "vram_used_mb": 4000}}
+    busier = {"GPU-a": {**card["GPU-a"], "vram_used_mb": 9000}}
+    said = wire.register("r", "", "t", [view("n", card)], ["m"])["payload"]
+    said_busier = wire.register("r", "", "t", [view("n", busier)], ["m"])["payload"]
+    assert wire.standing(said) == wire.standing(said_busier)
+    more = wire.register("r", "", "t", [view("n", card), view("o", {})], ["m"])["payload"]
+    assert wire.standing(more) != wire.standing(said)
+
+
+def test_a_change_is_registered_once_it_has_held_for_one_look() -> None:
+    told, joining, joined = {"engines": 0}, {"engines": 1}, {"engines": 2}
+    assert not wire.register_again(told, told, told)  # nothing changed
+    assert not wire.register_again(told, joining, told)  # just changed: wait a look
+    assert not wire.register_again(told, joined, joining)  # still changing
+    assert wire.register_again(told, joined, joined)  # settled
+    assert not wire.register_again(joined, joined, joined)  # told already
+
+
 @pytest.mark.parametrize(
     "frame",
     ["not json", "[1, 2]", '{"op": 3, "request_id": "r"}', '{"op": "x"}',
