@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coderai.errors import ConfigError
+from coderai.templatefile import TEMPLATE_OPTION
 from coderai.validation import first_problem
 
 ModelFormat = Literal["fake", "gguf", "transformers"]
@@ -77,6 +78,11 @@ class ServerConfig(_Strict):
     stream_backlog_chars: int = Field(256 * 1024, ge=1024)
     #: how long a stream may wait for its client to read before it is ended with an error
     stream_stall_timeout: float = Field(60.0, gt=0)
+    #: a stream's longest silence before its first token: it opens at once when its
+    #: prompt is admitted (or after this long waiting for that: a queue, a model load),
+    #: then sends a keep-alive with the prompt's progress at this interval while the
+    #: prompt is read (agents give up on a silent connection)
+    stream_keepalive_seconds: float = Field(10.0, gt=0)
     #: run the front and one engine in one process (no isolation; for small machines)
     single_process: bool = False
     default_engine: str | None = None
@@ -271,25 +277,43 @@ class ModelEntry(_Strict):
             raise ValueError("an entry needs a path or an explicit format")
         return self
 
+    @field_validator("options")
+    @classmethod
+    def _chat_template_is_text(cls, options: dict[str, Any]) -> dict[str, Any]:
+        template = options.get(TEMPLATE_OPTION)
+        if TEMPLATE_OPTION in options and not (isinstance(template, str) and template.strip()):
+            raise ValueError(
+                f"{TEMPLATE_OPTION} must be a Jinja template or the path of a file holding one"
+            )
+        return options
+
     def names(self) -> tuple[str, ...]:
         """The names a client may request this model by."""
         return (self.id,) if self.alias in (None, self.id) else (self.id, self.alias or "")
 
-    def spec(self, resolved_format: str) -> dict[str, Any]:
-        """What an engine needs to load the model (sent inside each JOB)."""
+    def spec(self, resolved_format: str, chat_template: str | None = None) -> dict[str, Any]:
+        """What an engine needs to load the model (sent inside each JOB). Its
+        chat_template option is sent as `chat_template`, the template's text: the engine
+        may not see this machine's files."""
+        options = self.options
+        if chat_template is not None:
+            options = {**options, TEMPLATE_OPTION: chat_template}
         return {
             "id": self.id,
             "path": self.path,
             "format": resolved_format,
-            "options": self.options,
+            "options": options,
         }
 
 
 class Catalogue:
     """The models a front serves, addressable by id or alias."""
 
-    def __init__(self, entries: list[ModelEntry]) -> None:
+    def __init__(self, entries: list[ModelEntry], templates: dict[str, str] | None = None) -> None:
         self.entries = entries
+        #: the text of each entry's chat_template option, by model id: a file the option
+        #: names is read when the catalogue is loaded or saved (front.probe.with_templates)
+        self.templates = templates or {}
         self._by_name: dict[str, ModelEntry] = {}
         for entry in entries:
             for name in entry.names():

@@ -3,6 +3,8 @@ the front answers with; only the front maps them to HTTP."""
 
 from __future__ import annotations
 
+import re
+
 
 class CoderaiError(Exception):
     status = 500
@@ -42,6 +44,31 @@ class ContextLengthExceeded(InvalidRequest):
     OpenAI's, which agents (Cline, litellm) look for to shorten a conversation and retry."""
 
     code = "context_length_exceeded"
+
+    @staticmethod
+    def wording(context: int, tokens: int, what: str) -> str:
+        return (
+            f"This model's maximum context length is {context} tokens. However, your {what}"
+            f" resulted in {tokens} tokens. Please reduce the length of the {what}."
+        )
+
+    def counts(self) -> tuple[int, int] | None:
+        """(prompt tokens, context) read back from the wording, which crossed the bus as
+        text; None for a message not in it."""
+        found = _CONTEXT_COUNTS.search(self.message)
+        return (int(found[2]), int(found[1])) if found else None
+
+    def anthropic_message(self) -> str:
+        """Anthropic's wording, which Claude Code looks for to compact a conversation."""
+        counts = self.counts()
+        if counts is None:
+            return self.message
+        return f"prompt is too long: {counts[0]} tokens > {counts[1]} maximum"
+
+
+_CONTEXT_COUNTS = re.compile(
+    r"maximum context length is (\d+) tokens\. However, your \w+ resulted in (\d+) tokens"
+)
 
 
 class UnreadableBody(InvalidRequest):

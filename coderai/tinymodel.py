@@ -36,15 +36,18 @@ VOCAB = 384
 CONTEXT = 512
 
 
-def build(out: Path, seed: int = 0, fim: bool = False) -> tuple[Path, Path]:
+def build(
+    out: Path, seed: int = 0, fim: bool = False, chat_template: bool = True
+) -> tuple[Path, Path]:
     """Write <out>/hf (transformers folder) and <out>/tiny.gguf; return both paths. With
     `fim`, the variant whose vocabulary also has FIM_TOKENS (special tokens, named in the
     GGUF's metadata as its fill-in-the-middle tokens); its weights differ from the plain
-    model's."""
+    model's. Without `chat_template`, neither the tokenizer nor the GGUF has one (as base
+    models ship)."""
     hf = out / "hf"
     gguf_path = out / "tiny.gguf"
     specials = SPECIAL_TOKENS + FIM_TOKENS if fim else SPECIAL_TOKENS
-    tokenizer = _tokenizer(specials)
+    tokenizer = _tokenizer(specials, chat_template)
     model = _model(tokenizer, seed, specials)
     hf.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(hf)
@@ -53,7 +56,7 @@ def build(out: Path, seed: int = 0, fim: bool = False) -> tuple[Path, Path]:
     return hf, gguf_path
 
 
-def _tokenizer(specials: list[str]) -> Any:
+def _tokenizer(specials: list[str], chat_template: bool) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -70,7 +73,8 @@ def _tokenizer(specials: list[str]) -> Any:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
     )
-    fast.chat_template = CHAT_TEMPLATE
+    if chat_template:
+        fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
@@ -159,7 +163,8 @@ def _write_gguf(path: Path, model: Any, tokenizer: Any, specials: list[str]) -> 
         fim_keys = (keys.FIM_PRE_ID, keys.FIM_SUF_ID, keys.FIM_MID_ID)
         for key, token in zip(fim_keys, FIM_TOKENS, strict=True):
             writer.add_uint32(key, vocab[token])
-    writer.add_chat_template(CHAT_TEMPLATE)
+    if tokenizer.chat_template:
+        writer.add_chat_template(tokenizer.chat_template)
 
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads

@@ -107,6 +107,7 @@ class MsgType(enum.IntEnum):
     BYE = 7
     EMBEDDINGS = 8
     TOKENS = 9  #: a tokenize or detokenize job's answer
+    PROMPT = 10  #: a job's prompt admitted (its tokens counted), and how far it is read
     # front -> engine
     WELCOME = 16
     REFUSE = 17  #: HELLO rejected (bad token, protocol version): the engine must exit
@@ -313,6 +314,28 @@ class Tokens(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class Prompt(Message):
+    """How far a job's prompt is read: sent once the job is admitted, its prompt counted
+    (`tokens`), and again as the prompt is read, a few times a second at most. A long
+    prompt takes minutes on a CPU: with this the front opens the stream at admission,
+    with the real input count, and reports progress while the prompt is read, instead
+    of staying silent until the first token (agents give up on silence)."""
+
+    TYPE = MsgType.PROMPT
+    job_id: int
+    tokens: int
+    #: prompt tokens in the model's KV cache now, those from the prefix cache included
+    read: int = 0
+    #: prompt tokens taken from the prefix cache (known once the prompt is placed)
+    cached: int = 0
+
+    def check(self) -> Prompt:
+        if not all(is_number(v, 0) for v in (self.tokens, self.read, self.cached)):
+            raise BusProtocolError(f"PROMPT counts {self!r} are not integers >= 0")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
 class Bye(Message):
     TYPE = MsgType.BYE
     reason: str
@@ -458,6 +481,10 @@ class Job(Message):
     #: whether a tokenize job's messages end with the assistant's turn opened, as a chat
     #: job's prompt does
     add_generation_prompt: bool = True
+    #: how hard a reasoning model thinks: "" its default, "none" not at all, else a level
+    #: ("minimal", "low", "medium", "high", "xhigh", "max"), given to its chat template's
+    #: switch where it has one (engine/chat_template.py); a model without one ignores it
+    reasoning_effort: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +533,7 @@ RECORDS: dict[MsgType, type[Message]] = {
         Fail,
         Embeddings,
         Tokens,
+        Prompt,
         Bye,
         Welcome,
         Refuse,

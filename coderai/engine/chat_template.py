@@ -1,5 +1,9 @@
-"""What a model's chat template receives for a job: its messages and tools, and the format
-in which the model writes a tool call.
+"""Which chat template a model's prompts are written with, what it receives for a job (its
+messages and tools), and the format in which the model writes a tool call.
+
+A catalogue entry's `chat_template` option, whose text the front sends (coderai/
+templatefile.py), stands in for the template the model ships, or gives one to a model that
+ships none.
 
 A template that knows tools (its source uses `tools`) gets them as Hugging Face's templates
 expect: the `tools` variable, assistant messages with `tool_calls` whose arguments are
@@ -17,7 +21,8 @@ from typing import Any
 
 from coderai.bus.messages import Job
 from coderai.engine.tool_parse import FORMATS
-from coderai.errors import JobError
+from coderai.errors import ConfigError, JobError
+from coderai.templatefile import TEMPLATE_OPTION, check, is_inline
 
 FALLBACK_PROMPT = (
     "You may call these functions (JSON schemas):\n<tools>\n{tools}\n</tools>\n"
@@ -25,6 +30,53 @@ FALLBACK_PROMPT = (
     '<tool_call>\n{{"name": "<name>", "arguments": {{<arguments>}}}}\n</tool_call>\n'
     "Results come back inside <tool_response></tool_response> tags."
 )
+
+
+def chosen_template(options: dict[str, Any], own: Any) -> Any:
+    """The entry's template, else the model's own (None: it has none; transformers may
+    hold several by name)."""
+    given = options.get(TEMPLATE_OPTION)
+    if given is None:
+        return own
+    # a path here is a spec the front did not make: its files are not this machine's
+    if not isinstance(given, str) or not is_inline(given):
+        raise JobError(f"the {TEMPLATE_OPTION} option is not a template's text", kind="bad_model")
+    try:
+        check(given, f"the {TEMPLATE_OPTION} option")
+    except ConfigError as exc:
+        raise JobError(exc.message, kind="bad_model") from None
+    return given
+
+
+def no_template() -> JobError:
+    """The answer to a chat request for a model without a chat template."""
+    return JobError(
+        f"this model has no chat template: use /v1/completions, or give it one with the"
+        f" {TEMPLATE_OPTION} option of its catalogue entry",
+        kind="bad_request",
+    )
+
+
+#: gpt-oss's template takes three levels; the APIs name more
+_HARMONY_LEVELS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                   "xhigh": "high", "max": "high"}  # fmt: skip
+
+
+def reasoning_switches(job: Job, template: str | None) -> dict[str, Any]:
+    """The template variables that a reasoning switch reads, set from the job's effort:
+    `enable_thinking` (Qwen3 and the templates that copy it) and `reasoning_effort`
+    (gpt-oss). A job that names no effort, or a template that reads neither variable (a
+    model that does not reason, or cannot be told), gets none: it is asked nothing."""
+    effort = job.reasoning_effort
+    source = str(template or "")
+    switches: dict[str, Any] = {}
+    if not effort:
+        return switches
+    if "enable_thinking" in source:
+        switches["enable_thinking"] = effort != "none"
+    if "reasoning_effort" in source and effort in _HARMONY_LEVELS:
+        switches["reasoning_effort"] = _HARMONY_LEVELS[effort]
+    return switches
 
 
 def knows_tools(template: str | None) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coderai.bus.codec import encode, encode_body
@@ -33,6 +33,8 @@ class Outbox:
         self._lock = threading.Lock()
         self._deltas: dict[int, list[Delta]] = {}
         self._terminal: list[Message] = []
+        #: messages that go ahead of the deltas (a prompt's progress)
+        self._notes: list[Message] = []
         self._woken = False
         self._ready = asyncio.Event()
         self._last_flush = 0.0
@@ -40,9 +42,16 @@ class Outbox:
         self._held: set[int] = set()
         self._held_terminal: list[Message] = []
 
-    def publish(self, deltas: list[tuple[int, Delta]], terminal: list[Message]) -> None:
-        """Scheduler thread: add one step's output and wake the loop once."""
+    def publish(
+        self,
+        deltas: list[tuple[int, Delta]],
+        terminal: list[Message],
+        notes: Iterable[Message] = (),
+    ) -> None:
+        """Scheduler thread: add one step's output (notes go out ahead of it) and wake the
+        loop once."""
         with self._lock:
+            self._notes.extend(notes)
             for job_id, text in deltas:
                 parts = self._deltas.get(job_id)
                 if parts is None:
@@ -59,7 +68,7 @@ class Outbox:
         """Drop everything not yet sent: the front it was for is gone (a remote engine
         starting over as a new incarnation)."""
         with self._lock:
-            self._deltas, self._terminal = {}, []
+            self._deltas, self._terminal, self._notes = {}, [], []
             self._held, self._held_terminal = set(), []
 
     def hold(self, job_id: int) -> None:
@@ -88,7 +97,8 @@ class Outbox:
         return now
 
     async def run(self, send: Sender) -> None:
-        """Event loop: send what has accumulated, CHUNKS before the DONE/FAIL they precede.
+        """Event loop: send what has accumulated: notes (PROMPT), then CHUNKS, then the
+        DONE/FAIL they precede.
 
         At most one batch per MIN_FLUSH_INTERVAL: an engine stepping faster than that (a
         fast model, many streams) would otherwise send the front many small messages, and
@@ -106,8 +116,11 @@ class Outbox:
             with self._lock:
                 deltas, self._deltas = self._deltas, {}
                 terminal, self._terminal = self._terminal, []
+                notes, self._notes = self._notes, []
                 self._woken = False
             terminal = self._split_held(deltas, terminal)
+            for msg in notes:
+                await send(encode(msg))
             if deltas:
                 flat: list[object] = []
                 for job_id, parts in deltas.items():

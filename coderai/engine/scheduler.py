@@ -26,6 +26,7 @@ from coderai.bus.messages import (
     JobKind,
     Message,
     ModelSpec,
+    Prompt,
     Tokens,
 )
 from coderai.engine import structured
@@ -49,6 +50,8 @@ log = logging.getLogger("coderai.engine")
 ANSWERED = frozenset({JobKind.EMBEDDING, JobKind.TOKENIZE, JobKind.DETOKENIZE})
 #: seconds between copies of the counters the heartbeat reports
 STATS_INTERVAL = 0.2
+#: seconds between two reports of one prompt's progress while it is read
+PROGRESS_INTERVAL = 0.25
 
 
 class Scheduler:
@@ -66,6 +69,8 @@ class Scheduler:
         self._freed: set[str] = set()
         self._deltas: list[tuple[int, Delta]] = []
         self._terminal: list[Message] = []
+        #: prompts admitted and read (PROMPT), sent ahead of the step's deltas
+        self._notes: list[Message] = []
         #: jobs whose client lags (the front said HOLD): not stepped where the backend allows
         self._held: set[int] = set()
         #: instances whose last step moved no sequence (all wait for KV room that only a
@@ -131,6 +136,9 @@ class Scheduler:
         try:
             while not self._stopped:
                 self._admit(self._wait_time())
+                # what admission decided (a prompt admitted, a job refused) goes out now,
+                # not after the step, which may read a long prompt's first chunk
+                self._flush()
                 self._step_due()
                 self._admit_freed()
                 self._flush()
@@ -333,6 +341,7 @@ class Scheduler:
             self._finish_fail(seq, FailKind.BACKEND_ERROR, f"structured output: {exc!r}")
             return
         seq.limit = completion_limit(seq.job.max_tokens, seq.room)
+        self._report(seq)
         batch = self._batches.setdefault(instance, [])
         if not batch:
             self._next_step[instance] = time.monotonic()
@@ -376,8 +385,19 @@ class Scheduler:
                     self._next_step[instance] + instance.step_interval, now
                 )
 
+    def _report(self, seq: Sequence, now: float = 0.0) -> None:
+        """Tell the front how far the prompt is read: once at admission (now 0), then at
+        most every PROGRESS_INTERVAL."""
+        if now and now - seq.reported_at < PROGRESS_INTERVAL:
+            return
+        seq.reported_at = now or time.monotonic()
+        self._notes.append(Prompt(seq.job.job_id, seq.prompt_tokens, seq.read, seq.cached_tokens))
+
     def _apply(self, seq: Sequence, result: StepResult) -> None:
-        if result is PENDING or result is READING:
+        if result is READING:
+            self._report(seq, time.monotonic())
+            return
+        if result is PENDING:
             return
         if isinstance(result, Exception):
             kind = result.kind if isinstance(result, JobError) else FailKind.BACKEND_ERROR
@@ -516,7 +536,8 @@ class Scheduler:
         self._terminal.append(Fail(job_id, kind, message))
 
     def _flush(self) -> None:
-        if self._deltas or self._terminal:
-            self._outbox.publish(self._deltas, self._terminal)
+        if self._deltas or self._terminal or self._notes:
+            self._outbox.publish(self._deltas, self._terminal, self._notes)
             self._deltas = []
             self._terminal = []
+            self._notes = []

@@ -14,7 +14,7 @@ from coderai.bus.messages import ControlAction
 from coderai.config import Catalogue, ModelEntry, catalogue_from, write_json_atomically
 from coderai.errors import ConfigError, Conflict, InvalidRequest, NoEngine, NotFound
 from coderai.front.http import ADMIN_PREFIX, read_json, validate
-from coderai.front.probe import probe, refusals
+from coderai.front.probe import probe, refusals, with_templates
 
 if TYPE_CHECKING:
     from coderai.front.app import Front
@@ -198,7 +198,10 @@ class AdminRoutes:
         # one save at a time, in the order they came: they share the temp file, and the
         # last one sent is the one that stays
         async with self._saving:
-            catalogue = make()
+            try:
+                catalogue = await with_templates(make())
+            except ConfigError as exc:  # a chat template file that cannot be read or used
+                raise InvalidRequest(exc.message) from None
             probed = await probe(catalogue.entries)
             refused = refusals(probed)
             if refused:

@@ -16,11 +16,12 @@ from typing import Any
 
 from aiohttp import web
 
-from coderai.bus.messages import Done, FinishReason
-from coderai.errors import CoderaiError
+from coderai.bus.messages import Done, FinishReason, Prompt
+from coderai.errors import CoderaiError, ContextLengthExceeded
 from coderai.front.event_relay import EventTemplate, render, sse
 from coderai.front.http import error_response
 from coderai.front.output import CallPiece, Collected, Piece
+from coderai.front.stream_io import progress_comment
 
 STOP_REASONS: dict[str, str] = {
     FinishReason.STOP: "end_turn",
@@ -52,6 +53,9 @@ _ERROR_TYPES = {
 }
 
 
+_PING = sse("ping", {"type": "ping"})
+
+
 def message_id() -> str:
     return f"msg_{uuid.uuid4().hex[:24]}"
 
@@ -62,10 +66,10 @@ def tool_use_id() -> str:
 
 def error_body(error: CoderaiError) -> dict[str, Any]:
     kind = _ERROR_TYPES.get(error.status, "api_error" if error.status >= 500 else None)
-    return {
-        "type": "error",
-        "error": {"type": kind or "invalid_request_error", "message": error.message},
-    }
+    message = (
+        error.anthropic_message() if isinstance(error, ContextLengthExceeded) else error.message
+    )
+    return {"type": "error", "error": {"type": kind or "invalid_request_error", "message": message}}
 
 
 def refuse(error: CoderaiError, engine: str | None = None) -> web.Response:
@@ -80,6 +84,8 @@ def usage(done: Done) -> dict[str, Any]:
         "input_tokens": done.prompt_tokens - done.cached_tokens,
         "output_tokens": done.completion_tokens,
         "cache_read_input_tokens": done.cached_tokens,
+        # the prefix cache keeps every prompt without being asked, and charges nothing
+        "cache_creation_input_tokens": 0,
     }
 
 
@@ -128,15 +134,23 @@ class MessageStream:
         self._block: tuple[str, int] | None = None
         self._text_delta: EventTemplate | None = None
 
-    def opening(self) -> bytes:
-        # The prompt's tokens are counted by the engine and known at the end: they come
-        # with message_delta's usage (the SDKs take input_tokens from there too).
+    def opening(self, prompt: Prompt | None) -> bytes:
+        """message_start, with the prompt's tokens as the engine counted them when it
+        admitted the prompt. Tokens read from the prefix cache are known once the prompt
+        is placed, usually after this: message_delta's usage has the final split (the
+        SDKs take input_tokens from there too)."""
+        tokens, cached = (prompt.tokens, prompt.cached) if prompt is not None else (0, 0)
         message: dict[str, Any] = {
             "id": self.msg_id, "type": "message", "role": "assistant", "model": self.model,
             "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": tokens - cached, "output_tokens": 0,
+                      "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0},
         }  # fmt: skip
         return sse("message_start", {"type": "message_start", "message": message})
+
+    def keepalive(self, prompt: Prompt | None) -> bytes:
+        """Anthropic's own keep-alive, after the progress (a comment its SDK skips)."""
+        return progress_comment(prompt) + _PING
 
     def items(self, items: list[str | Piece]) -> bytes:
         return render(items, self._text, self._call)

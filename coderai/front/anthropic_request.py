@@ -11,6 +11,24 @@ anywhere (the engines' prefix cache keeps every prompt's prefix anyway),
 `service_tier`, `eager_input_streaming` (a tool's arguments stream in increments anyway).
 A `tool_result` marked `is_error` reaches the model with its content prefixed "Error: "
 (chat templates have no place for the flag).
+
+What coding agents send by default (Claude Code on every request), and how it is honoured:
+- `thinking`: `disabled` turns a reasoning model's thinking off where its chat template
+  has a switch; `enabled` (with its `budget_tokens`) and `adaptive` leave it on. A model
+  that does not reason satisfies all three by writing no thinking blocks.
+- `output_config.effort` goes to the template's reasoning switch (Job.reasoning_effort),
+  where the model has one; a model without one is asked nothing by it.
+- `context_management` edits that clear thinking blocks: earlier turns' thinking blocks
+  are never given to the model here (chat templates drop them), so any `keep` holds.
+- `thinking` and `redacted_thinking` blocks in earlier assistant turns are accepted and
+  not given to the model, for the same reason.
+- A `system` message inside `messages` (Claude Code sends its environment block so) joins
+  the user turn before it, or the next one, as text: chat templates take one system
+  prompt, first; its place in the conversation is kept, so the prompt's prefix is too.
+- A system block that is Claude Code's `x-anthropic-billing-header` (a nonce that changes
+  on every request) is dropped before the prompt is built: it tells the model nothing,
+  and kept it would make every prompt differ from its first tokens, defeating the prefix
+  cache.
 """
 
 from __future__ import annotations
@@ -70,7 +88,22 @@ class ToolResultBlock(Body):
         return f"Error: {text}" if self.is_error else text
 
 
-Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+class ThinkingBlock(Body):
+    """An earlier answer's thinking, sent back with the conversation: accepted, and not
+    given to the model (see the module's note)."""
+
+    type: Literal["thinking", "redacted_thinking"]
+    thinking: Text = ""
+    signature: Text = ""
+    data: Text = ""
+    cache_control: CacheControl | None = None
+
+
+Block = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock, Field(discriminator="type")
+]
+#: the blocks this server reads
+_READ = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking")
 
 #: blocks that carry what these models cannot read, by what they are
 _NOT_TEXT = {"image": "an image", "document": "a document", "search_result": "a search result"}
@@ -101,25 +134,33 @@ def _refuse_block(block: object, where: str, model: object) -> None:
         raise InvalidRequest(
             f"{where} is {_NOT_TEXT[kind]}; model {model!r} takes text only", param=where
         )
-    if kind not in ("text", "tool_use", "tool_result"):
+    if kind not in _READ:
         raise InvalidRequest(
-            f"{where} is a {kind!r} block; this server takes text, tool_use and tool_result blocks",
+            f"{where} is a {kind!r} block; this server takes {', '.join(_READ)} blocks",
             param=where,
         )
 
 
 class Message(Body):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: Text | list[Block]
 
     @model_validator(mode="after")
     def _blocks_of_its_role(self) -> Message:
         blocks = self.content if isinstance(self.content, list) else []
-        if self.role == "user" and any(isinstance(b, ToolUseBlock) for b in blocks):
-            raise ValueError("tool_use blocks belong in assistant messages")
-        if self.role == "assistant" and any(isinstance(b, ToolResultBlock) for b in blocks):
+        if self.role != "assistant" and any(
+            isinstance(b, ToolUseBlock | ThinkingBlock) for b in blocks
+        ):
+            raise ValueError("tool_use and thinking blocks belong in assistant messages")
+        if self.role != "user" and any(isinstance(b, ToolResultBlock) for b in blocks):
             raise ValueError("tool_result blocks belong in user messages")
         return self
+
+    def text(self) -> str:
+        """A system message's text: its text blocks joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return join([b for b in self.content if isinstance(b, TextBlock)])
 
     def for_chat(self) -> list[dict[str, Any]]:
         """The OpenAI-shape messages of this one."""
@@ -163,6 +204,42 @@ class Message(Body):
 
 def _parts(blocks: list[TextBlock]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": b.text} for b in blocks]
+
+
+#: how Claude Code's per-request billing block begins (module note)
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def prompt_blocks(system: list[TextBlock] | None) -> list[TextBlock]:
+    """The system blocks the model reads: all but a billing header."""
+    return [b for b in system or [] if not b.text.lstrip().startswith(BILLING_HEADER)]
+
+
+def with_system_turns(messages: list[Message]) -> list[dict[str, Any]]:
+    """The conversation in chat's shape, each system message's text joined to the user
+    turn before it (or, with none before it, the next one) as a text part."""
+    out: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []  # system text for the next user turn
+    for message in messages:
+        if message.role == "system":
+            part = {"type": "text", "text": message.text()}
+            if out and out[-1]["role"] == "user":
+                out[-1]["content"] = [*_as_parts(out[-1]["content"]), part]
+            else:
+                waiting.append(part)
+            continue
+        turns = message.for_chat()
+        if waiting and turns[0]["role"] == "user":
+            turns[0]["content"] = [*waiting, *_as_parts(turns[0]["content"])]
+            waiting = []
+        out.extend(turns)
+    if waiting:
+        out.append({"role": "user", "content": waiting})
+    return out
+
+
+def _as_parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 class Tool(Body):
@@ -221,14 +298,36 @@ class JsonFormat(Body):
 
 class OutputConfig(Body):
     format: JsonFormat | None = None
-    #: how hard a Claude model works: these models have no such setting
-    effort: Text | None = None
+    #: how hard the model works: given to a reasoning model's template switch
+    effort: Literal["low", "medium", "high", "max"] | None = None
+
+
+class Thinking(Body):
+    """Extended thinking, as the module's note says it is honoured."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    #: at least 1,024 and under max_tokens, as Anthropic checks it
+    budget_tokens: int | None = Field(None, ge=1024)
+    #: how thinking is shown (summarised or omitted): this server shows what the model wrote
+    display: Text | None = None
 
     @model_validator(mode="after")
-    def _no_effort(self) -> OutputConfig:
-        if self.effort is not None:
-            raise ValueError("effort is not supported by this server")
+    def _budget_when_enabled(self) -> Thinking:
+        if (self.type == "enabled") != (self.budget_tokens is not None):
+            raise ValueError("budget_tokens is given with type enabled, and only then")
         return self
+
+
+class ContextEdit(Body):
+    """One of context_management's edits. Clearing thinking blocks is all this server is
+    asked: they never reach the model here, whatever is kept."""
+
+    type: Annotated[str, Field(pattern=r"^clear_thinking_\d+$")]
+    keep: Any = None
+
+
+class ContextManagement(Body):
+    edits: list[ContextEdit] = Field(default_factory=list)
 
 
 class Metadata(Body):
@@ -237,11 +336,8 @@ class Metadata(Body):
 
 #: Anthropic's parameters this server does not build, with the values that ask nothing
 NOT_BUILT = {
-    # extended thinking: these models write no thinking blocks
-    "thinking": asks_nothing({"type": "disabled"}),
     "container": asks_nothing(),
     "mcp_servers": asks_nothing([]),
-    "context_management": asks_nothing(),
     "inference_geo": asks_nothing(),
     "speed": asks_nothing("standard"),
     "diagnostics": asks_nothing(),
@@ -258,6 +354,8 @@ class CountTokensRequest(Body):
     tool_choice: ToolChoice | None = None
     output_config: OutputConfig | None = None
     cache_control: CacheControl | None = None
+    thinking: Thinking | None = None
+    context_management: ContextManagement | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -280,12 +378,17 @@ class CountTokensRequest(Body):
 
     def chat_messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        if self.system:
-            system = self.system if isinstance(self.system, str) else _parts(self.system)
+        system = self.system if isinstance(self.system, str) else _parts(prompt_blocks(self.system))
+        if system:
             out.append({"role": "system", "content": system})
-        for message in self.messages:
-            out.extend(message.for_chat())
-        return out
+        return out + with_system_turns(self.messages)
+
+    def reasoning_effort(self) -> str | None:
+        """What the request asks of a reasoning model's switch: off when thinking is
+        disabled, else the effort it names (None: the model's default)."""
+        if self.thinking is not None and self.thinking.type == "disabled":
+            return "none"
+        return self.output_config.effort if self.output_config else None
 
     def chat_body(self) -> dict[str, Any]:
         """The request as a chat completions body (stop sequences aside: see stops)."""
@@ -295,6 +398,9 @@ class CountTokensRequest(Body):
         if self.tool_choice is not None:
             body["tool_choice"] = self.tool_choice.for_chat()
             body["parallel_tool_calls"] = not self.tool_choice.disable_parallel_tool_use
+        effort = self.reasoning_effort()
+        if effort is not None:
+            body["reasoning_effort"] = effort
         fmt = self.output_config.format if self.output_config else None
         if fmt is not None:
             schema = {"name": "output", "schema": fmt.json_schema, "strict": True}
@@ -311,6 +417,15 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     metadata: Metadata | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
+
+    @model_validator(mode="after")
+    def _budget_under_max_tokens(self) -> MessagesRequest:
+        budget = self.thinking.budget_tokens if self.thinking else None
+        if budget is not None and budget >= self.max_tokens:
+            raise InvalidRequest(
+                "thinking.budget_tokens must be less than max_tokens", param="thinking"
+            )
+        return self
 
     def chat_body(self) -> dict[str, Any]:
         return {

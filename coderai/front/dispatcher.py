@@ -34,6 +34,7 @@ from coderai.bus.messages import (
     Hold,
     Message,
     Ping,
+    Prompt,
     Refuse,
     Resume,
     Tokens,
@@ -483,6 +484,10 @@ class Dispatcher:
             job = record.jobs.get(msg.job_id)
             if job is not None:
                 job.tokens = msg
+        elif isinstance(msg, Prompt):
+            job = record.jobs.get(msg.job_id)
+            if job is not None and not job.abandoned:
+                job.prompted(msg.check())
         elif isinstance(msg, Done):
             self._ended(record, msg.job_id, msg)
         elif isinstance(msg, Fail):

@@ -17,13 +17,13 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from coderai.bus.messages import Done
+from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 from coderai.front.output import CallPiece, Collected, Piece
 from coderai.front.sse import dumps
-from coderai.front.stream_io import Refuse, open_stream, write_events
+from coderai.front.stream_io import Preamble, Refuse, open_stream, write_events
 
 
 def sse(name: str, obj: object) -> bytes:
@@ -83,7 +83,9 @@ def render(
 class Renderer(Protocol):
     """The events of one streamed answer in an API's own shape."""
 
-    def opening(self) -> bytes: ...
+    def opening(self, prompt: Prompt | None) -> bytes: ...
+
+    def keepalive(self, prompt: Prompt | None) -> bytes: ...
 
     def items(self, items: list[str | Piece]) -> bytes: ...
 
@@ -109,13 +111,16 @@ async def stream(
     job: FrontJob,
     renderer: Renderer,
     refuse: Refuse,
+    headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    response = await open_stream(request, [job], refuse)
+    keepalive = dispatcher.settings.stream_keepalive_seconds
+    response = await open_stream(request, [job], refuse, keepalive, headers)
     if not response.prepared:
         return response
     dispatcher.streams.add(job)
     try:
-        await _relay(request, response, dispatcher, job, renderer)
+        preamble = Preamble(renderer.opening, renderer.keepalive, keepalive)
+        await _relay(request, response, dispatcher, job, renderer, preamble)
     finally:
         dispatcher.streams.discard(job)
     return response
@@ -127,9 +132,15 @@ async def _relay(
     dispatcher: Dispatcher,
     job: FrontJob,
     renderer: Renderer,
+    preamble: Preamble | None,
 ) -> None:
-    pending = renderer.opening()
+    pending = b""
+    jobs = [job]
     while True:
+        if preamble is not None:
+            pending += preamble.events(jobs)
+            if not preamble.waiting(jobs):
+                preamble = None
         items = job.take_items()
         if items:
             if job.held:  # the client caught up with what was held for it
@@ -148,4 +159,4 @@ async def _relay(
             pending = b""
         if outcome is not None:
             return
-        await job.wait()
+        await (job.wait() if preamble is None else preamble.wait(jobs))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coderai.bus.messages import Done, Job, Tokens
+from coderai.bus.messages import Done, Job, Prompt, Tokens
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
 from coderai.front.output import Collected, Piece
@@ -49,6 +49,8 @@ class FrontJob:
     #: an embedding job's vectors, or a tokenize job's answer, which arrive before its DONE
     vectors: list[Any] | None = None
     tokens: Tokens | None = None
+    #: its prompt as the engine last reported it: admitted (counted) and how far read
+    prompt: Prompt | None = None
     #: engines that died while this job ran on them, in order
     lost_on: list[str] = field(default_factory=list)
     #: its engine was told to hold it until the client catches up
@@ -77,6 +79,11 @@ class FrontJob:
         self.started = True
         self.served_by = engine
         self.first_at = time.monotonic()
+
+    def prompted(self, prompt: Prompt) -> None:
+        """The engine admitted the prompt, or read more of it."""
+        self.prompt = prompt
+        self.wake.set()
 
     def push(self, engine: str, text: str) -> int:
         """Add text from the engine named; returns the characters now waiting."""

@@ -133,7 +133,7 @@ class ModelDirectory:
 
     def spec_of(self, entry: ModelEntry) -> dict[str, object]:
         """What an engine needs to load the entry (sent in each JOB and in preloads)."""
-        return entry.spec(self.format_of(entry))
+        return entry.spec(self.format_of(entry), self.catalogue.templates.get(entry.id))
 
     def capability_of(self, entry: ModelEntry) -> str:
         return required_capability(self.format_of(entry), entry.options)

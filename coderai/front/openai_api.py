@@ -25,7 +25,7 @@ from coderai.front.models import ModelDirectory
 from coderai.front.output import Collected
 from coderai.front.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.sse import StreamTemplate, error_event, whole_response
-from coderai.front.stream_io import open_stream, write_events
+from coderai.front.stream_io import Preamble, open_stream, progress_comment, write_events
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -54,7 +54,8 @@ def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
         seed=req.seed,
     )
     if isinstance(req, ChatRequest):
-        fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs)
+        fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                      reasoning_effort=req.reasoning_effort or "")  # fmt: skip
     elif req.logprobs is not None:
         fields.update(logprobs=True, top_logprobs=req.logprobs)
     return fields
@@ -274,7 +275,8 @@ class OpenAIRoutes:
     async def _stream_many(
         self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
     ) -> web.StreamResponse:
-        response = await open_stream(request, jobs, error_response)
+        keepalive = self.dispatcher.settings.stream_keepalive_seconds
+        response = await open_stream(request, jobs, error_response, keepalive)
         if not response.prepared:
             return response
         # the first job stands for the stream with the stall reaper, which interrupts the
@@ -296,10 +298,18 @@ class OpenAIRoutes:
     ) -> None:
         """Every choice's events as they come; each choice's finish once it ends; then the
         usage and [DONE] once all have. An error ends the whole stream."""
-        pending = stream.opening()
+        pending = b""
         finished: set[int] = set()
         lead = jobs[0]
+        keepalive = self.dispatcher.settings.stream_keepalive_seconds
+        preamble: Preamble | None = Preamble(
+            lambda _prompt: stream.opening(), progress_comment, keepalive
+        )
         while True:
+            if preamble is not None:
+                pending += preamble.events(jobs)
+                if not preamble.waiting(jobs):
+                    preamble = None
             events, failed, done = stream.advance(jobs, finished, prompts, self.dispatcher.resume)
             pending += events
             if failed is not None:
@@ -312,7 +322,7 @@ class OpenAIRoutes:
                 pending = b""
             if done:
                 return
-            await lead.wait()
+            await (lead.wait() if preamble is None else preamble.wait(jobs))
 
     async def _whole(
         self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str
@@ -330,7 +340,8 @@ class OpenAIRoutes:
     async def _stream(
         self, request: web.Request, job: FrontJob, template: StreamTemplate
     ) -> web.StreamResponse:
-        response = await open_stream(request, [job], error_response)
+        keepalive = self.dispatcher.settings.stream_keepalive_seconds
+        response = await open_stream(request, [job], error_response, keepalive)
         if not response.prepared:
             return response
         self.dispatcher.streams.add(job)

@@ -1,7 +1,7 @@
-"""Checks of model files, off the event loop. A check stats and reads a file, which on a
-hung network mount can take any time, so each path is checked in its own thread under one
-deadline per catalogue; a check that misses it is that model's error, never a stalled
-front."""
+"""Checks of model files and reads of chat template files, off the event loop. A check
+stats and reads a file, which on a hung network mount can take any time, so each path is
+checked in its own thread under one deadline per catalogue; a check that misses it is that
+model's error, never a stalled front."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeAlias
 
-from coderai.config import ModelEntry
-from coderai.errors import ModelFileError, NotAFileOrFolder
+from coderai.config import Catalogue, ModelEntry
+from coderai.errors import ConfigError, ModelFileError, NotAFileOrFolder
 from coderai.modelfile import detect_format
+from coderai.templatefile import TEMPLATE_OPTION, template_text
 
 #: how long the checks of a catalogue's files may take; slower ones count as failed
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -49,6 +50,38 @@ async def probe(
         for check in checks.values():
             check.cancel()  # stop waiting on late checks; their threads end on their own
     return out
+
+
+async def with_templates(
+    catalogue: Catalogue,
+    timeout: float = PROBE_TIMEOUT_SECONDS,
+    read: Detect = template_text,
+) -> Catalogue:
+    """The catalogue with the text of its entries' chat_template options: inline, or read
+    from the file named. A template that cannot be used (no such file, a read past the
+    deadline, a template that does not compile) is a ConfigError naming its model, so a
+    catalogue with one is refused when it is loaded or saved, not at a request."""
+    given = {e.id: e.options[TEMPLATE_OPTION] for e in catalogue.entries
+             if TEMPLATE_OPTION in e.options}  # fmt: skip
+    reads = {value: asyncio.wrap_future(_check(value, read)) for value in set(given.values())}
+    try:
+        if reads:
+            await asyncio.wait(reads.values(), timeout=timeout)
+        templates: dict[str, str] = {}
+        for model_id, value in given.items():
+            done = reads[value]
+            where = f"model {model_id!r}: options.{TEMPLATE_OPTION}"
+            if not done.done():
+                raise ConfigError(f"{where}: reading {value} took more than {timeout:g} s")
+            error = done.exception()
+            if error is not None:
+                why = error.message if isinstance(error, ConfigError) else repr(error)
+                raise ConfigError(f"{where}: {why}")
+            templates[model_id] = done.result()
+    finally:
+        for pending in reads.values():
+            pending.cancel()
+    return Catalogue(catalogue.entries, templates)
 
 
 def refusals(probed: Mapping[str, Probed]) -> list[str]:

@@ -12,12 +12,13 @@ import time
 import uuid
 from typing import Any
 
-from coderai.bus.messages import Done, FinishReason
+from coderai.bus.messages import Done, FinishReason, Prompt
 from coderai.errors import CoderaiError
 from coderai.front.choices import call_id
 from coderai.front.event_relay import EventTemplate, render, sse
 from coderai.front.output import CallPiece, Collected, Piece
 from coderai.front.responses_request import ResponsesRequest
+from coderai.front.stream_io import progress_comment
 
 
 def new_id(prefix: str) -> str:
@@ -40,7 +41,7 @@ def head(req: ResponsesRequest, model: str) -> dict[str, Any]:
         "output": [],
         "parallel_tool_calls": req.parallel_tool_calls,
         "previous_response_id": None,
-        "reasoning": None,
+        "reasoning": req.reasoning_echo(),
         "store": False,
         "temperature": req.temperature,
         "text": req.text.echo() if req.text else {"format": {"type": "text"}},
@@ -85,21 +86,29 @@ def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> di
             "content": content}  # fmt: skip
 
 
-def call_item(name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"type": "function_call", "id": new_id("fc"), "call_id": call_id(), "name": name,
+#: the model's name of each namespaced function: (namespace, name)
+Names = dict[str, tuple[str, str]]
+
+
+def call_item(name: str, arguments: str, status: str, names: Names) -> dict[str, Any]:
+    """A function_call item; a namespaced function's carries its namespace and own name."""
+    item = {"type": "function_call", "id": new_id("fc"), "call_id": call_id(), "name": name,
             "arguments": arguments, "status": status}  # fmt: skip
+    if name in names:
+        item["namespace"], item["name"] = names[name]
+    return item
 
 
 def _text_status(done: Done) -> str:
     return "incomplete" if done.finish_reason == FinishReason.LENGTH else "completed"
 
 
-def whole(start: dict[str, Any], got: Collected, done: Done) -> dict[str, Any]:
+def whole(start: dict[str, Any], got: Collected, done: Done, names: Names) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     text, calls = got.content(), got.calls()
     if text or not calls:
         output.append(message_item(new_id("msg"), _text_status(done), [output_text(text)]))
-    output += [call_item(name, arguments, "completed") for name, arguments in calls]
+    output += [call_item(name, arguments, "completed", names) for name, arguments in calls]
     return finished(start, output, done)
 
 
@@ -112,8 +121,9 @@ class ResponseStream:
 
     _TEXT, _SEQ = "\x00coderai-text\x00", "\x00coderai-seq\x00"
 
-    def __init__(self, start: dict[str, Any]) -> None:
+    def __init__(self, start: dict[str, Any], names: Names) -> None:
         self.start = start
+        self.names = names
         self.seq = 0
         #: the items done, in order; the open one, what it holds so far, and its call
         self.output: list[dict[str, Any]] = []
@@ -127,10 +137,13 @@ class ResponseStream:
         self.seq += 1
         return sse(event["type"], event)
 
-    def opening(self) -> bytes:
+    def opening(self, prompt: Prompt | None) -> bytes:
         return self._event({"type": "response.created", "response": self.start}) + self._event(
             {"type": "response.in_progress", "response": self.start}
         )
+
+    def keepalive(self, prompt: Prompt | None) -> bytes:
+        return progress_comment(prompt)
 
     def items(self, items: list[str | Piece]) -> bytes:
         return render(items, self._text, self._call_delta)
@@ -163,7 +176,7 @@ class ResponseStream:
     def _call_delta(self, call: CallPiece) -> bytes:
         out = b""
         if self._item is None or self._item["type"] != "function_call" or self._call != call.index:
-            out += self._open(call_item(call.name, "", "in_progress"))
+            out += self._open(call_item(call.name, "", "in_progress", self.names))
             self._call = call.index
         if call.arguments:
             self._held.append(call.arguments)

@@ -10,16 +10,32 @@ every other parameter this server does not build. Accepted as asking nothing:
 `user`, `safety_identifier`, `prompt_cache_key` (the prefix cache needs no key),
 `stream_options` (deltas are not padded), `service_tier` `auto`/`default`; `metadata`
 is sent back on the response, as OpenAI does.
+
+What coding agents send by default (Codex on every request), and how it is honoured:
+- `reasoning.effort` goes to a reasoning model's chat-template switch where it has one
+  (`none` turns thinking off); `reasoning.summary` asks for summaries of reasoning items.
+  A model that writes no reasoning yields no reasoning items, which satisfies both.
+- `include: ["reasoning.encrypted_content"]` asks for the encrypted reasoning of the
+  reasoning items: there are none to carry it (nothing is stored, and reasoning is
+  returned as text when a model writes it). Other `include` values are refused.
+- `reasoning` items sent back with the conversation are accepted and not given to the
+  model: chat templates drop earlier turns' reasoning.
+- Tools: function tools are offered to the model; a `namespace` group's function tools
+  too, each named `<namespace>__<name>` to the model and answered as a `function_call`
+  with the tool's `name` and its `namespace`, as the API reference defines them. A hosted
+  tool the server cannot run (`web_search`, `file_search`, `code_interpreter`, …) is not
+  offered: the answer names those left out in the `X-CoderAI-Tools-Omitted` header, and
+  the front logs them, instead of failing the request.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from coderai.errors import InvalidRequest
-from coderai.front.schemas import Text, TokenCount
+from coderai.front.schemas import Effort, Text, TokenCount
 from coderai.front.translation import Body, asks_nothing
 
 #: OpenAI's rule for a function's name
@@ -70,6 +86,7 @@ class FunctionCallItem(Body):
     call_id: Text = Field(min_length=1)
     name: Text = Field(min_length=1)
     arguments: Text
+    namespace: Text | None = None
 
 
 class FunctionCallOutputItem(Body):
@@ -83,9 +100,21 @@ class FunctionCallOutputItem(Body):
         return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
 
 
+class ReasoningItem(Body):
+    """An earlier answer's reasoning, sent back with the conversation: accepted, and not
+    given to the model (chat templates drop earlier turns' reasoning)."""
+
+    type: Literal["reasoning"]
+    summary: list[Any] = Field(default_factory=list)
+    encrypted_content: Text | None = None
+
+
 Item = Annotated[
-    MessageItem | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+    MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
+    Field(discriminator="type"),
 ]
+#: the input items this server reads
+_READ = ("message", "function_call", "function_call_output", "reasoning")
 
 
 def _readable_items(items: object, model: object) -> None:
@@ -96,10 +125,9 @@ def _readable_items(items: object, model: object) -> None:
         if not isinstance(item, dict):
             continue
         kind = item.setdefault("type", "message") if "role" in item else item.get("type")
-        if kind not in ("message", "function_call", "function_call_output"):
+        if kind not in _READ:
             raise InvalidRequest(
-                f"input[{i}] is a {kind!r} item; this server takes message, function_call"
-                " and function_call_output items",
+                f"input[{i}] is a {kind!r} item; this server takes {', '.join(_READ)} items",
                 param=f"input[{i}]",
             )
         content = item.get("content", item.get("output"))
@@ -119,23 +147,74 @@ class FunctionTool(Body):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _a_function(cls, data: Any) -> Any:
-        kind = data.get("type") if isinstance(data, dict) else None
-        if kind != "function":
-            raise ValueError(f"a {kind!r} tool; this server runs function tools only")
-        return data
-
-    def for_chat(self) -> dict[str, Any]:
+    def for_chat(self, namespace: str = "") -> dict[str, Any]:
+        function = self.model_dump(exclude={"type"}, exclude_none=True)
         return {
             "type": "function",
-            "function": self.model_dump(exclude={"type"}, exclude_none=True),
+            "function": {**function, "name": qualified(namespace, self.name)},
         }
 
     def echo(self) -> dict[str, Any]:
         """The tool as the response lists it."""
         return {**self.model_dump(), "strict": bool(self.strict)}
+
+
+#: how a namespace's function is named to the model (chat templates know no namespaces)
+NAMESPACE_JOIN = "__"
+
+
+def qualified(namespace: str, name: str) -> str:
+    return f"{namespace}{NAMESPACE_JOIN}{name}" if namespace else name
+
+
+class NamespaceTool(Body):
+    """Function tools grouped under a shared name (an MCP server's, say)."""
+
+    type: Literal["namespace"]
+    name: Annotated[str, Field(pattern=_FUNCTION_NAME)]
+    description: Text | None = None
+    tools: list[FunctionTool | HostedTool] = Field(default_factory=list)
+
+    def functions(self) -> list[FunctionTool]:
+        return [t for t in self.tools if isinstance(t, FunctionTool)]
+
+    def echo(self) -> dict[str, Any]:
+        return {**self.model_dump(exclude={"tools"}), "tools": [t.echo() for t in self.tools]}
+
+
+class HostedTool(Body):
+    """A tool the API's own servers run (web search, file search, …), or any type this
+    server does not know: not offered to the model, and named in the answer."""
+
+    type: Text
+
+    def label(self, namespace: str = "") -> str:
+        return qualified(namespace, self.type)
+
+    def echo(self) -> dict[str, Any]:
+        return {"type": self.type}
+
+
+def _tool_class(data: Any) -> str:
+    kind = data.get("type") if isinstance(data, dict) else getattr(data, "type", None)
+    return kind if kind in ("function", "namespace") else "hosted"
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[HostedTool, Tag("hosted")],
+    Discriminator(_tool_class),
+]
+
+
+class Reasoning(Body):
+    """How a reasoning model thinks (see the module's note)."""
+
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    #: the older name of summary
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class FunctionChoice(Body):
@@ -186,8 +265,6 @@ NOT_BUILT = {
     "background": asks_nothing(False),
     "conversation": asks_nothing(),
     "prompt": asks_nothing(),
-    "reasoning": asks_nothing(),
-    "include": asks_nothing([]),
     "max_tool_calls": asks_nothing(),
     "top_logprobs": asks_nothing(0),
     "truncation": asks_nothing("disabled"),
@@ -204,7 +281,7 @@ class ResponsesRequest(Body):
     model: Text = Field(min_length=1)
     input: Text | Annotated[list[Item], Field(min_length=1)]
     instructions: Text | None = None
-    tools: list[FunctionTool] = Field(default_factory=list)
+    tools: list[Tool] = Field(default_factory=list)
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool = True
     text: TextConfig | None = None
@@ -214,6 +291,8 @@ class ResponsesRequest(Body):
     stream: bool = False
     metadata: dict[str, Text] | None = Field(None, max_length=16)
     user: Text | None = None
+    reasoning: Reasoning | None = None
+    include: list[Literal["reasoning.encrypted_content"]] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -235,7 +314,7 @@ class ResponsesRequest(Body):
                 out.append({"role": item.role, "content": _parts(item.content)})
             elif isinstance(item, FunctionCallOutputItem):
                 out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
-            else:
+            elif isinstance(item, FunctionCallItem):
                 _add_call(out, item)
         return out
 
@@ -250,8 +329,11 @@ class ResponsesRequest(Body):
         }
         if self.max_output_tokens is not None:
             body["max_tokens"] = self.max_output_tokens
-        if self.tools:
-            body["tools"] = [tool.for_chat() for tool in self.tools]
+        offered = self.offered()
+        if offered:
+            body["tools"] = offered
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            body["reasoning_effort"] = self.reasoning.effort
         if isinstance(self.tool_choice, FunctionChoice):
             body["tool_choice"] = {"type": "function", "function": {"name": self.tool_choice.name}}
         elif self.tool_choice is not None:
@@ -263,6 +345,42 @@ class ResponsesRequest(Body):
         elif fmt is not None:
             body["response_format"] = {"type": fmt.type}
         return body
+
+    def offered(self) -> list[dict[str, Any]]:
+        """The tools the model is offered, in chat's shape: functions, a namespace's
+        functions among them."""
+        out: list[dict[str, Any]] = []
+        for tool in self.tools:
+            if isinstance(tool, FunctionTool):
+                out.append(tool.for_chat())
+            elif isinstance(tool, NamespaceTool):
+                out += [f.for_chat(tool.name) for f in tool.functions()]
+        return out
+
+    def omitted(self) -> list[str]:
+        """The tools not offered (hosted ones), by type, a namespace's as `<ns>__<type>`."""
+        out: list[str] = []
+        for tool in self.tools:
+            if isinstance(tool, HostedTool):
+                out.append(tool.label())
+            elif isinstance(tool, NamespaceTool):
+                out += [t.label(tool.name) for t in tool.tools if isinstance(t, HostedTool)]
+        return out
+
+    def namespaces(self) -> dict[str, tuple[str, str]]:
+        """The model's name of each namespaced function: (namespace, name)."""
+        return {
+            qualified(tool.name, f.name): (tool.name, f.name)
+            for tool in self.tools
+            if isinstance(tool, NamespaceTool)
+            for f in tool.functions()
+        }
+
+    def reasoning_echo(self) -> dict[str, Any] | None:
+        if self.reasoning is None:
+            return None
+        summary = self.reasoning.summary or self.reasoning.generate_summary
+        return {"effort": self.reasoning.effort, "summary": summary}
 
     def tool_choice_echo(self) -> str | dict[str, Any]:
         if isinstance(self.tool_choice, FunctionChoice):
@@ -276,7 +394,10 @@ def _add_call(messages: list[dict[str, Any]], item: FunctionCallItem) -> None:
     call = {
         "id": item.call_id,
         "type": "function",
-        "function": {"name": item.name, "arguments": item.arguments},
+        "function": {
+            "name": qualified(item.namespace or "", item.name),
+            "arguments": item.arguments,
+        },
     }
     if not messages or messages[-1]["role"] != "assistant":
         messages.append({"role": "assistant", "content": None})

@@ -289,6 +289,9 @@ class ResponseFormat(_Body):
         return {"type": "json_schema", "schema": schema, "strict": bool(self.json_schema.strict)}
 
 
+#: reasoning efforts the APIs name (OpenAI's, and Anthropic's "max"), from none to most
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
 #: choices one request may ask for, and engine jobs (prompts times n) one completions
 #: request may start
 MAX_CHOICES = 16
@@ -305,6 +308,9 @@ class ChatRequest(_Sampling):
     response_format: ResponseFormat | None = None
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=20)
+    #: given to the chat template's reasoning switch, where the model's template has one;
+    #: a model that does not reason is asked nothing by it
+    reasoning_effort: Effort | None = None
 
     def check(self) -> None:
         super().check()
@@ -500,7 +506,6 @@ NOT_BUILT: dict[str, Callable[[Any], bool]] = {
     "prediction": _absent(),
     "audio": _absent(),
     "modalities": _absent(["text"]),
-    "reasoning_effort": _absent("none"),
     "verbosity": _absent(),
     "web_search_options": _absent(),
     "store": _absent(False),

@@ -29,7 +29,7 @@ from coderai.front.http import MALFORMED_REQUEST_LOG
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
-from coderai.front.probe import Probed, probe
+from coderai.front.probe import Probed, probe, with_templates
 from coderai.front.registry import EngineRecord
 from coderai.front.supervisor import Supervisor
 
@@ -44,6 +44,7 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
     try:
         # before the site starts, so no request finds the catalogue unchecked; off the loop
         # all the same, so a file that cannot be read never holds startup past the deadline
+        catalogue = await with_templates(catalogue)  # a template that cannot be used stops it
         probed = await probe(catalogue.entries)
         front = assemble(config, files, catalogue, probed, runtime_dir)
         admin_key = config.auth.admin_key

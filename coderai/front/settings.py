@@ -56,7 +56,12 @@ ENGINE_SETTINGS = frozenset(
     }
 )
 #: settings the running front and engines take at once; the rest wait for a restart
-LIVE = ENGINE_SETTINGS | {"server.default_engine", "server.max_queue", "server.queue_timeout"}
+LIVE = ENGINE_SETTINGS | {
+    "server.default_engine",
+    "server.max_queue",
+    "server.queue_timeout",
+    "server.stream_keepalive_seconds",
+}
 #: settings kept per engine name
 OVERRIDES = frozenset(
     {"server.max_parallel_requests_overrides", "models.max_model_instances_overrides"}

@@ -1,15 +1,27 @@
-"""What every streamed response does at its two edges, whatever its wire format: open the
-stream once the first output (or an error) is known, write its events with the stall
-reaper's interruption handled, and leave a cut stream's last event in the socket.
+"""What every streamed response does at its edges, whatever its wire format: open the
+stream once its prompt is admitted, keep it alive while the prompt is read, write its
+events with the stall reaper's interruption handled, and leave a cut stream's last event
+in the socket.
+
+A stream opens (status line, headers, the API's opening event) as soon as an engine has
+admitted its prompt (PROMPT: counted, and so known to fit the context), not at the first
+token: on a CPU a long prompt takes minutes to read, and agents give up on a connection
+that has said nothing (Claude Code after 360 s, then retries from scratch). Until then
+an error is still a status code. A prompt that is not admitted within the keep-alive
+interval (a queue, a model load) opens the stream anyway; an error after that is an event.
+While the prompt is read the stream carries its progress and a keep-alive at that
+interval (an SSE comment, and Anthropic's `ping`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 from aiohttp import HttpVersion11, web
 
+from coderai.bus.messages import Prompt
 from coderai.errors import CoderaiError, StreamStalled
 from coderai.front import activity
 from coderai.front.http import ENGINE_HEADER, FRONT
@@ -23,15 +35,21 @@ Refuse = Callable[[CoderaiError, str | None], web.Response]
 
 
 async def open_stream(
-    request: web.Request, jobs: list[FrontJob], refuse: Refuse
+    request: web.Request,
+    jobs: list[FrontJob],
+    refuse: Refuse,
+    keepalive: float,
+    headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    """The stream's response, prepared once a job has output (or all have ended); until
-    then an error can still be a status code, and the engine header names the engine that
-    really served it. A job that failed first is answered by `refuse` instead. Every job
-    gets this handler as its writer (so a lagging client holds them all)."""
-    while not _ready(jobs):
-        await jobs[0].wait()  # the jobs of one request share one wake-up
-    # nothing is written yet: a failure is still a status code
+    """The stream's response, prepared once a prompt is admitted, a job has output, or
+    all have ended, or after `keepalive` seconds without any of these. Until then an error
+    can still be a status code: a job that failed first is answered by `refuse` instead.
+    The engine header names the engine that admitted or served it. Every job gets this
+    handler as its writer (so a lagging client holds them all). The caller's first write
+    sends the headers (aiohttp holds them until then)."""
+    deadline = time.monotonic() + keepalive
+    while not _ready(jobs) and await wait_until(jobs[0], deadline):
+        pass  # the jobs of one request share one wake-up
     failed = next((j for j in jobs if isinstance(j.outcome, CoderaiError)), None)
     if failed is not None and isinstance(failed.outcome, CoderaiError):
         return refuse(failed.outcome, failed.served_by)
@@ -41,9 +59,10 @@ async def open_stream(
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
             ENGINE_HEADER: served_by or FRONT,
+            **(headers or {}),
         }
     )
-    await response.prepare(request)  # aiohttp holds the headers until the first write
+    await response.prepare(request)
     activity.streaming()
     for job in jobs:
         job.writer = asyncio.current_task()
@@ -51,12 +70,98 @@ async def open_stream(
 
 
 def _ready(jobs: list[FrontJob]) -> bool:
-    """Whether a stream can open: a job has output, one has failed, or all have ended."""
+    """Whether a stream can open: a prompt is admitted, a job has output or has failed,
+    or all have ended."""
     return (
-        any(j.started for j in jobs)
+        any(j.prompt is not None or j.started for j in jobs)
         or any(isinstance(j.outcome, CoderaiError) for j in jobs)
         or all(j.outcome is not None for j in jobs)
     )
+
+
+async def wait_until(job: FrontJob, deadline: float) -> bool:
+    """Wait for the job's wake-up, or until the deadline (monotonic): whether it woke
+    before the deadline. A timer sets the same event, so waiting costs no extra task."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
+    timer = asyncio.get_running_loop().call_later(left, job.wake.set)
+    try:
+        await job.wait()
+    finally:
+        timer.cancel()
+    return time.monotonic() < deadline
+
+
+def progress_comment(prompt: Prompt | None) -> bytes:
+    """A keep-alive that says how far the prompt is read: an SSE comment, which every SSE
+    client skips and a person or a script watching the stream can read."""
+    if prompt is None:
+        return b": waiting for the model\n\n"
+    return b": prompt %d/%d tokens read, %d cached\n\n" % (
+        prompt.read,
+        prompt.tokens,
+        prompt.cached,
+    )
+
+
+class Preamble:
+    """What a stream sends before its first output: the API's opening event once the
+    prompt is admitted (or output or the end comes first), then, while the prompt is read,
+    a keep-alive with its progress whenever the progress changed or `interval` passed.
+    The first call always sends something, which carries the headers."""
+
+    __slots__ = ("_due", "_interval", "_keepalive", "_opening", "_read", "_spoke", "opened")
+
+    def __init__(
+        self,
+        opening: Callable[[Prompt | None], bytes],
+        keepalive: Callable[[Prompt | None], bytes],
+        interval: float,
+    ) -> None:
+        self._opening = opening
+        self._keepalive = keepalive
+        self._interval = interval
+        self._due = 0.0
+        self._read: tuple[int, int] | None = None
+        self._spoke = False
+        self.opened = False
+
+    def events(self, jobs: Sequence[FrontJob]) -> bytes:
+        """What to send now, ahead of any output."""
+        prompt = jobs[0].prompt
+        waiting = self.waiting(jobs)
+        if not self.opened and (prompt is not None or not waiting):
+            self.opened = True
+            # an API whose stream opens with nothing (a completion) still says something
+            opening = self._opening(prompt) or (self._keepalive(prompt) if waiting else b"")
+            return self._sent(prompt, opening)
+        if not waiting:
+            return b""
+        progress = prompt is not None and (prompt.read, prompt.tokens) != self._read
+        if self._spoke and not progress and time.monotonic() < self._due:
+            return b""
+        return self._sent(prompt, self._keepalive(prompt))
+
+    def _sent(self, prompt: Prompt | None, events: bytes) -> bytes:
+        self._spoke = True
+        self._due = time.monotonic() + self._interval
+        if prompt is not None:
+            self._read = (prompt.read, prompt.tokens)
+        return events
+
+    @staticmethod
+    def waiting(jobs: Sequence[FrontJob]) -> bool:
+        """Whether no job has output yet and none has ended."""
+        return not any(j.started or j.outcome is not None for j in jobs)
+
+    async def wait(self, jobs: Sequence[FrontJob]) -> None:
+        """Wait for the jobs' wake-up; while they wait for their first output, no longer
+        than until the next keep-alive is due."""
+        if self.waiting(jobs):
+            await wait_until(jobs[0], self._due)
+        else:
+            await jobs[0].wait()
 
 
 async def write_events(

@@ -32,7 +32,7 @@ from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
 from coderai.front.metrics import Metrics
 from coderai.front.sse import StreamTemplate, error_event
-from coderai.front.stream_io import chunk, write_events
+from coderai.front.stream_io import Preamble, chunk, progress_comment, write_events
 
 
 class TextStream:
@@ -95,9 +95,19 @@ async def relay(
     (aiohttp sends them with the first write) and the stream is chunked (HTTP/1.1)."""
     stream = TextStream(template, request, metrics)
     direct = request.version >= HttpVersion11
-    pending = template.opening()
+    jobs = [job]
+    preamble: Preamble | None = Preamble(
+        lambda _prompt: template.opening(),
+        progress_comment,
+        dispatcher.settings.stream_keepalive_seconds,
+    )
+    pending = b""
     try:
         while True:
+            if preamble is not None:
+                pending += preamble.events(jobs)
+                if not preamble.waiting(jobs):
+                    preamble = None
             text = job.take()
             if text:
                 if job.held:  # the client caught up with what was held for it
@@ -123,6 +133,6 @@ async def relay(
                     job.sink = stream.offer  # headers and first content are out
             if outcome is not None:
                 return
-            await job.wait()
+            await (job.wait() if preamble is None else preamble.wait(jobs))
     finally:
         job.sink = None

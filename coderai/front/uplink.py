@@ -381,10 +381,15 @@ class NodeUplink:
     async def _relay(self, head_id: int, job: FrontJob) -> None:
         """The local job's output to the head as it arrives, then how it ended."""
         try:
+            told = None
             while True:
                 # whether it has ended is read before its output is taken: output that
                 # arrives while a send waits is taken on the next turn, never lost
                 ended = job.outcome is not None
+                prompt = job.prompt
+                if prompt is not None and prompt is not told:  # ahead of the output, as sent
+                    told = prompt
+                    await self._send(dataclasses.replace(prompt, job_id=head_id))
                 items = job.take_items()
                 if items:
                     await self._send(Chunks([x for item in items for x in (head_id, item)]))

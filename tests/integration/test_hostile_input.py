@@ -210,7 +210,7 @@ def test_a_missing_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path) 
 NOT_BUILT_VALUES = [
     ("functions", [{"name": "f", "parameters": {}}]),
     ("function_call", "auto"),
-    ("reasoning_effort", "low"),
+    ("web_search_options", {}),
     ("verbosity", "high"),
     ("service_tier", "flex"),
     ("store", True),

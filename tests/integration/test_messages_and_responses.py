@@ -371,11 +371,10 @@ def test_responses_json_schema(oai: openai.OpenAI, model: str) -> None:
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"store": True}, "store"),
-        ({"reasoning": {"effort": "low"}}, "reasoning"),
-        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"include": ["file_search_call.results"]}, "include"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
          "input[0].content[0]"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, "input[0]"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),
         ({"tools": [FUNCTION], "tool_choice": {"type": "function", "name": "nope"}},
          "tool_choice"),
         ({"text": {"format": {"type": "json_schema", "name": "x", "schema": UNENFORCEABLE,

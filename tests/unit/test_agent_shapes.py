@@ -10,7 +10,7 @@ import pytest
 
 from coderai import grammar
 from coderai.bus.messages import Done, Job
-from coderai.engine.chat_template import template_input, tool_format
+from coderai.engine.chat_template import reasoning_switches, template_input, tool_format
 from coderai.errors import BusProtocolError, JobError
 from coderai.front.choices import ChoiceStream, usage
 from coderai.front.output import CallPiece, Collected, Piece, pieces
@@ -178,3 +178,20 @@ def test_the_fallback_puts_parallel_results_in_one_user_turn() -> None:
     messages, _ = template_input(job, None)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[-1]["content"].count("<tool_response>") == 2
+
+
+QWEN3 = "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}"
+GPT_OSS = "Reasoning: {{ reasoning_effort | default('medium') }}"
+
+
+@pytest.mark.parametrize(
+    ("template", "effort", "switches"),
+    [(QWEN3, "none", {"enable_thinking": False}), (QWEN3, "high", {"enable_thinking": True}),
+     (QWEN3, "", {}), (GPT_OSS, "xhigh", {"reasoning_effort": "high"}),
+     (GPT_OSS, "none", {}), ("{{ messages }}", "high", {}), (None, "low", {})],
+)  # fmt: skip
+def test_an_effort_reaches_the_templates_own_reasoning_switch_only(
+    template: str | None, effort: str, switches: dict[str, Any]
+) -> None:
+    job = Job(job_id=1, model={}, kind="chat", reasoning_effort=effort)
+    assert reasoning_switches(job, template) == switches

@@ -7,7 +7,13 @@ import pytest
 
 from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import END, LoadProgress, Sequence
-from coderai.engine.backends.fake import FakeBackend, fake_embedding, fake_tokens, job_prompt
+from coderai.engine.backends.fake import (
+    FakeBackend,
+    fake_embedding,
+    fake_tokens,
+    job_prompt,
+    scripted,
+)
 from coderai.errors import JobError
 
 
@@ -127,3 +133,14 @@ def test_embeddings_are_unit_vectors_of_the_inputs_bytes_and_only_when_asked_for
     plain = FakeBackend().load(_spec({}), LoadProgress())
     with pytest.raises(JobError, match="does not produce embeddings"):
         plain.embed(["dog"])
+
+
+def test_a_scripted_tool_loop_answers_turn_by_turn_with_the_tools_output() -> None:
+    script = ['<tool_call>{"name": "f", "arguments": {}}</tool_call>', "It said: {tool_result}"]
+    asked = [{"role": "user", "content": "go"}]
+    assert scripted(script, asked) == script[0]
+    called = [*asked, {"role": "assistant", "content": ""},
+              {"role": "tool", "tool_call_id": "c", "content": " done \n"}]  # fmt: skip
+    assert scripted(script, called) == "It said: done"
+    # past the script's end, its last turn again
+    assert scripted(script, [*called, *called[1:]]) == "It said: done"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from coderai.bus.messages import Done
-from coderai.errors import EngineFailed, InvalidRequest, ModelNotFound
+from coderai.bus.messages import Done, Prompt
+from coderai.errors import ContextLengthExceeded, EngineFailed, InvalidRequest, ModelNotFound
 from coderai.front import anthropic_reply, anthropic_request, responses_reply, responses_request
 from coderai.front.event_relay import EventTemplate, texts_and_calls
 from coderai.front.output import CallPiece, Collected, Piece
@@ -110,11 +110,20 @@ def test_anthropic_output_format_is_a_json_schema_constraint() -> None:
            "content": [{"type": "image", "source": {}}]}]}]},
          "messages[0].content[0].content[0]", "an image"),
         ({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]},
-         "messages[0].content[0]", "'thinking' block"),
+         "messages", "assistant messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "server_tool_use", "id": "x"}]}]},
+         "messages[0].content[0]", "'server_tool_use' block"),
         ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
          "messages", "prefill"),
         ({"messages": [{"role": "user", "content": "a"}],
-          "thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking", "thinking"),
+          "thinking": {"type": "enabled"}}, "thinking", "budget_tokens"),
+        ({"messages": [{"role": "user", "content": "a"}],
+          "thinking": {"type": "enabled", "budget_tokens": 500}}, "thinking", "1024"),
+        ({"messages": [{"role": "user", "content": "a"}],
+          "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking", "max_tokens"),
+        ({"messages": [{"role": "user", "content": "a"}],
+          "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
+         "context_management", "clear_thinking"),
         ({"messages": [{"role": "user", "content": "a"}], "temperature": 1.5},
          "temperature", "temperature"),
         ({"messages": [{"role": "user", "content": "a"}],
@@ -123,7 +132,7 @@ def test_anthropic_output_format_is_a_json_schema_constraint() -> None:
             {"type": "tool_use", "id": "t", "name": "w", "input": {}}]}]},
          "messages", "assistant messages"),
         ({"messages": [{"role": "user", "content": "a"}],
-          "output_config": {"effort": "high"}}, "output_config", "effort"),
+          "output_config": {"effort": "extreme"}}, "output_config", "effort"),
     ],
 )  # fmt: skip
 def test_anthropic_refusals_name_what_and_where(
@@ -156,7 +165,8 @@ def test_more_stop_sequences_than_chat_completions_allow_are_taken() -> None:
 
 def test_anthropic_usage_counts_cached_tokens_apart() -> None:
     usage = anthropic_reply.usage(Done(1, "stop", 100, 7, cached_tokens=60))
-    assert usage == {"input_tokens": 40, "output_tokens": 7, "cache_read_input_tokens": 60}
+    assert usage == {"input_tokens": 40, "output_tokens": 7, "cache_read_input_tokens": 60,
+                     "cache_creation_input_tokens": 0}  # fmt: skip
 
 
 def test_a_whole_message_has_text_then_tool_uses() -> None:
@@ -178,7 +188,7 @@ def test_a_call_cut_by_max_tokens_has_an_empty_input() -> None:
 
 def test_a_message_stream_opens_and_closes_each_block() -> None:
     stream = anthropic_reply.MessageStream("msg_1", "m")
-    raw = stream.opening()
+    raw = stream.opening(Prompt(1, tokens=10, read=0, cached=0))
     raw += stream.items(["Let ", 'me "see"', Piece(calls=[CallPiece(0, "w", '{"a"')])])
     raw += stream.items([Piece(calls=[CallPiece(0, "", ": 1}"), CallPiece(1, "t", "{}")])])
     raw += stream.closing(Done(1, "tool_calls", 10, 4))
@@ -262,11 +272,12 @@ def test_response_tools_and_format_map_to_chats() -> None:
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stored responses"),
         ({"store": True}, "store", "store"),
-        ({"include": ["reasoning.encrypted_content"]}, "include", "include"),
+        ({"include": ["message.output_text.logprobs"]}, "include", "include"),
+        ({"reasoning": {"effort": "extreme"}}, "reasoning", "effort"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
          "input[0].content[0]", "an image"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]", "'item_reference'"),
-        ({"tools": [{"type": "file_search"}]}, "tools", "function tools only"),
+        ({"tools": [{"name": "no_type"}]}, "tools", "type"),
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice", "function tools only"),
     ],
 )  # fmt: skip
@@ -285,7 +296,7 @@ def test_a_whole_response_cut_by_the_limit_is_incomplete() -> None:
     got = Collected()
     got.add("Some text")
     start = responses_reply.head(_responses({"input": "hi"}), "m")
-    body = responses_reply.whole(start, got, Done(1, "length", 3, 4))
+    body = responses_reply.whole(start, got, Done(1, "length", 3, 4), {})
     assert body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["output"][0]["status"] == "incomplete"
@@ -294,8 +305,10 @@ def test_a_whole_response_cut_by_the_limit_is_incomplete() -> None:
 
 def test_a_response_stream_numbers_its_events_and_ends_each_item() -> None:
     start = responses_reply.head(_responses({"input": "hi"}), "m")
-    stream = responses_reply.ResponseStream(start)
-    raw = stream.opening() + stream.items(["Hi", " there", Piece(calls=[CallPiece(0, "w", "{")])])
+    stream = responses_reply.ResponseStream(start, {})
+    raw = stream.opening(None) + stream.items(
+        ["Hi", " there", Piece(calls=[CallPiece(0, "w", "{")])]
+    )
     raw += stream.items([Piece(calls=[CallPiece(0, "", "}")])])
     raw += stream.closing(Done(1, "tool_calls", 3, 4))
     events = _events(raw)
@@ -325,3 +338,144 @@ def test_runs_of_text_merge_and_calls_keep_their_place() -> None:
     call = CallPiece(0, "w", "{}")
     items: list[str | Piece] = ["a", Piece(text="b"), Piece(text="c", calls=[call]), "d"]
     assert texts_and_calls(items) == ["abc", Piece(calls=[call]), "d"]
+
+
+# -- what coding agents send by default ------------------------------------------------------
+
+#: the fields Claude Code sends on every request (FACTS.md), none of which asks anything of
+#: a model that does not reason
+CLAUDE_CODE = {
+    "thinking": {"type": "adaptive", "display": "updates"},
+    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    "output_config": {"effort": "medium"},
+    "metadata": {"user_id": "user_abc_account__session_1"},
+    "system": [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=9f2c1;"},
+        {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}},
+    ],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "List the files."}]},
+        {"role": "system", "content": "<env>cwd: /tmp</env>"},
+    ],
+}
+
+
+def test_claude_codes_default_request_is_read_and_its_billing_nonce_dropped() -> None:
+    req = _messages(CLAUDE_CODE)
+    chat = chat_request(req.chat_body(), anthropic_request.RENAMES)
+    assert [m.for_template() for m in chat.messages] == [
+        {"role": "system", "content": "You are Claude Code.Be careful."},
+        {"role": "user", "content": "List the files.<env>cwd: /tmp</env>"},
+    ]
+    assert chat.reasoning_effort == "medium"
+
+
+def test_a_system_message_joins_the_next_user_turn_when_none_is_before_it() -> None:
+    req = _messages({"messages": [
+        {"role": "system", "content": [{"type": "text", "text": "Note. "}]},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "system", "content": "Late note."},
+        {"role": "user", "content": "Bye"},
+    ]})  # fmt: skip
+    chat = chat_request(req.chat_body(), anthropic_request.RENAMES)
+    assert [(m.role, m.text()) for m in chat.messages] == [
+        ("user", "Note. Hi"), ("assistant", "Hello"), ("user", "Late note.Bye"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "effort"),
+    [({}, None), ({"thinking": {"type": "disabled"}}, "none"),
+     ({"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096}, None),
+     ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, "high")],
+)  # fmt: skip
+def test_thinking_and_effort_reach_the_templates_switch(
+    fields: dict[str, Any], effort: str | None
+) -> None:
+    req = _messages({"messages": [{"role": "user", "content": "a"}], **fields})
+    assert chat_request(req.chat_body(), anthropic_request.RENAMES).reasoning_effort == effort
+
+
+def test_earlier_thinking_blocks_are_accepted_and_not_given_to_the_model() -> None:
+    req = _messages({"messages": [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "c"},
+    ]})  # fmt: skip
+    chat = chat_request(req.chat_body(), anthropic_request.RENAMES)
+    assert [m.text() for m in chat.messages] == ["a", "b", "c"]
+
+
+def test_message_start_carries_the_admitted_prompts_tokens() -> None:
+    stream = anthropic_reply.MessageStream("msg_1", "m")
+    ((name, event),) = _events(stream.opening(Prompt(1, tokens=2048, read=0, cached=512)))
+    assert name == "message_start"
+    usage = event["message"]["usage"]
+    assert usage["input_tokens"] == 1536 and usage["cache_read_input_tokens"] == 512
+
+
+def test_the_anthropic_context_overflow_uses_anthropics_wording() -> None:
+    error = ContextLengthExceeded(ContextLengthExceeded.wording(8192, 21037, "messages"))
+    assert error.counts() == (21037, 8192)
+    body = anthropic_reply.error_body(error)
+    assert body["error"] == {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 21037 tokens > 8192 maximum",
+    }
+
+
+#: the fields Codex sends on every request (FACTS.md)
+CODEX_TOOLS = [
+    {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}},
+    {"type": "web_search"},
+    {"type": "namespace", "name": "mcp", "description": "an MCP server's tools", "tools": [
+        {"type": "function", "name": "lookup", "parameters": {"type": "object"}},
+        {"type": "image_generation"}]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "reasoning", [{}, {"effort": "none"}, {"summary": "auto"}, {"effort": "low", "summary": "auto"}]
+)
+def test_codex_reasoning_and_include_ask_nothing_of_a_model_that_does_not_reason(
+    reasoning: dict[str, Any],
+) -> None:
+    req = _responses({"input": "hi", "reasoning": reasoning, "store": False,
+                      "include": ["reasoning.encrypted_content"]})  # fmt: skip
+    chat = chat_request(req.chat_body(), responses_request.RENAMES)
+    assert chat.reasoning_effort == reasoning.get("effort")
+    start = responses_reply.head(req, "m")
+    assert start["reasoning"] == {"effort": reasoning.get("effort"),
+                                  "summary": reasoning.get("summary")}  # fmt: skip
+
+
+def test_function_tools_are_offered_and_hosted_ones_named_as_left_out() -> None:
+    req = _responses({"input": "hi", "tools": CODEX_TOOLS})
+    fields = chat_request(req.chat_body(), responses_request.RENAMES).tool_fields()
+    assert [t["function"]["name"] for t in fields["tools"]] == ["shell", "mcp__lookup"]
+    assert req.omitted() == ["web_search", "mcp__image_generation"]
+    assert req.namespaces() == {"mcp__lookup": ("mcp", "lookup")}
+
+
+def test_a_namespaced_call_is_answered_with_its_namespace_and_read_back() -> None:
+    req = _responses({"input": "hi", "tools": CODEX_TOOLS})
+    got = Collected()
+    got.add(Piece(calls=[CallPiece(0, "mcp__lookup", "{}")]))
+    start = responses_reply.head(req, "m")
+    (item,) = responses_reply.whole(start, got, Done(1, "tool_calls", 3, 4), req.namespaces())[
+        "output"
+    ]
+    assert (item["namespace"], item["name"]) == ("mcp", "lookup")
+    # sent back with the conversation, it is the same call to the model
+    again = _responses({"tools": CODEX_TOOLS, "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "namespace": "mcp",
+         "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "found"}]})  # fmt: skip
+    messages = chat_request(again.chat_body(), responses_request.RENAMES).messages
+    assert messages[1].for_template()["tool_calls"][0]["function"]["name"] == "mcp__lookup"

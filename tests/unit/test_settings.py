@@ -50,6 +50,7 @@ def test_live_and_restart_settings_split_every_name() -> None:
         "server.max_parallel_requests_overrides",
         "server.max_queue",
         "server.queue_timeout",
+        "server.stream_keepalive_seconds",
         "models.max_model_instances",
         "models.max_model_instances_overrides",
         "models.memory_budget_mb",

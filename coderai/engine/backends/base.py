@@ -16,7 +16,7 @@ from typing import Any
 
 from coderai.bus.messages import Job, JobKind, ModelSpec
 from coderai.engine.stops import StopMatcher
-from coderai.errors import JobError
+from coderai.errors import ContextLengthExceeded, JobError
 
 
 class _NoToken:
@@ -48,6 +48,10 @@ class Sequence:
     completion_tokens: int = 0
     #: prompt tokens whose KV state came from a prefix cache
     cached_tokens: int = 0
+    #: prompt tokens in the KV cache now (a backend that reads a prompt over several
+    #: steps keeps it, for the progress the front reports), and when it was last reported
+    read: int = 0
+    reported_at: float = 0.0
     #: completion tokens the model's context holds after the prompt: the sequence ends
     #: with "length" there, as it does at max_tokens
     room: int = 1 << 30
@@ -80,9 +84,7 @@ def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
         # OpenAI's wording, which clients match to shorten a conversation and retry
         what = "messages" if seq.job.kind == JobKind.CHAT else "prompt"
         raise JobError(
-            f"This model's maximum context length is {context} tokens. However, your {what}"
-            f" resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
-            kind="context_length",
+            ContextLengthExceeded.wording(context, prompt_tokens, what), kind="context_length"
         )
     seq.prompt_tokens = prompt_tokens
     seq.room = context - prompt_tokens

@@ -11,7 +11,8 @@ hang_after_tokens (the process stops responding), token_chars (each word repeate
 exactly this many characters: a stream carries bytes many times faster, for tests of
 buffers and back-pressure), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
-the whole stack with it) and tool_format (the call format it is parsed as). With
+the whole stack with it; a list of texts scripts a tool loop, turn by turn: `scripted`)
+and tool_format (the call format it is parsed as). With
 embedding_dims it embeds: each input's vector is a hash of its bytes (fake_embedding).
 
 Its vocabulary is the 256 byte values: /tokenize gives a text's UTF-8 bytes, /detokenize
@@ -81,6 +82,18 @@ def job_prompt(job: Job) -> str:
     return job.prompt
 
 
+#: in a script, stands for the last tool result's text
+TOOL_RESULT = "{tool_result}"
+
+
+def scripted(script: list[str], messages: list[Any]) -> str:
+    """The scripted answer to a conversation: script k after k tool results."""
+    results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
+    text = script[min(len(results), len(script) - 1)]
+    last = str(results[-1].get("content") or "").strip() if results else ""
+    return text.replace(TOOL_RESULT, last)
+
+
 def bytes_text(ids: list[int], where: str) -> str:
     """The fake model's text of token ids: their bytes, as UTF-8."""
     return bytes(known_ids(ids, VOCABULARY, where)).decode("utf-8", errors="replace")
@@ -142,14 +155,21 @@ class FakeInstance(ModelInstance):
         self.crash_after = options.get("crash_after_tokens")
         self.hang_after = options.get("hang_after_tokens")
         # a scripted answer, for tool-call parsing through the whole stack: the model
-        # writes `script` in tokens of `script_token_chars` characters, then ends
+        # writes `script` in tokens of `script_token_chars` characters, then ends. A list
+        # scripts a tool loop: turn k (the conversation holds k tool results) writes
+        # script k (the last one past the end), with TOOL_RESULT in it standing for the
+        # last tool result's text, so an agent's test sees its tool's output come back
         script = options.get("script")
-        if script is not None and not isinstance(script, str):
-            raise JobError("fake model option script must be a string", kind="bad_model")
-        size = int(_option(options, "script_token_chars", 3)) or 1
-        self.script = (
-            None if script is None else [script[i : i + size] for i in range(0, len(script), size)]
-        )
+        if isinstance(script, str):
+            script = [script]
+        if script is not None and not (
+            isinstance(script, list) and script and all(isinstance(s, str) for s in script)
+        ):
+            raise JobError(
+                "fake model option script must be a string or a list of strings", kind="bad_model"
+            )
+        self.script: list[str] | None = script
+        self.script_chars = int(_option(options, "script_token_chars", 3)) or 1
         self.tool_format = tool_format(None, options)
         self.embedding_dims = int(_option(options, "embedding_dims", 0))
         # weights that are really there: mapped and every page written, so the process's
@@ -172,6 +192,11 @@ class FakeInstance(ModelInstance):
         prompt = job_prompt(seq.job)
         fit_prompt(seq, max(1, len(prompt.split())), self.context)
         seq.state = _start_state(prompt, seq.job.seed or 0)
+        if self.script is not None:
+            text = scripted(self.script, seq.job.messages)
+            seq.state = [
+                text[i : i + self.script_chars] for i in range(0, len(text), self.script_chars)
+            ]
 
     def tokenize(self, job: Job) -> tuple[list[int], int]:
         return list(job_prompt(as_prompt_job(job)).encode()), self.context
@@ -200,7 +225,7 @@ class FakeInstance(ModelInstance):
                 out.append(JobError(f"fake model failed after {n} tokens", kind="model_error"))
                 continue
             if self.script is not None:
-                out.append(self.script[n] if n < len(self.script) else END)
+                out.append(seq.state[n] if n < len(seq.state) else END)
                 continue
             if n >= self.output_tokens:
                 out.append(END)

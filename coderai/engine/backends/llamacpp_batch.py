@@ -51,7 +51,13 @@ from coderai.engine.backends.base import (
     known_ids,
 )
 from coderai.engine.backends.llamacpp_sampler import SamplerChain
-from coderai.engine.chat_template import template_input, tool_format
+from coderai.engine.chat_template import (
+    chosen_template,
+    no_template,
+    reasoning_switches,
+    template_input,
+    tool_format,
+)
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
 from coderai.errors import JobError
@@ -138,7 +144,7 @@ class LlamaCppBatchInstance(ModelInstance):
         self._piece = ctypes.create_string_buffer(64)
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
-        template = meta.get("tokenizer.chat_template")
+        template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
         self.template = template
         self.tool_format = tool_format(template, options or {})
         self._grammar_tokenizer: Any = None
@@ -162,11 +168,11 @@ class LlamaCppBatchInstance(ModelInstance):
         job = seq.job
         if job.kind == JobKind.CHAT:
             if self.formatter is None:
-                raise JobError("this GGUF has no chat template; use /v1/completions",
-                               kind="bad_request")  # fmt: skip
+                raise no_template()
             formatter = self.formatter if job.add_generation_prompt else self.closed_formatter
             messages, tools = template_input(job, self.template)
-            formatted = formatter(messages=cast(Any, messages), tools=tools)
+            switches = reasoning_switches(job, self.template)
+            formatted = formatter(messages=cast(Any, messages), tools=tools, **switches)
             add_bos = self.add_bos and not formatted.added_special
             return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True))
         if job.prompt_ids:
@@ -447,6 +453,7 @@ class LlamaCppBatchInstance(ModelInstance):
             )
         for slot, _first, end in runs:
             slot.decoded = end
+            slot.seq.read = min(end, slot.seq.prompt_tokens)
         produced: dict[_Slot, StepResult] = {}
         for slot, index in outputs:
             seq = slot.seq

@@ -38,7 +38,13 @@ from coderai.engine.backends.base import (
     known_ids,
     token_biases,
 )
-from coderai.engine.chat_template import template_input, tool_format
+from coderai.engine.chat_template import (
+    chosen_template,
+    no_template,
+    reasoning_switches,
+    template_input,
+    tool_format,
+)
 from coderai.engine.detok import IncrementalDetokenizer
 from coderai.engine.gpu_memory import max_memory_plan
 from coderai.engine.sampling import adjust_logits, choose_token, make_generator
@@ -187,6 +193,8 @@ class TransformersInstance(ModelInstance):
         bos = tokenizer.bos_token_id
         self.bos = [bos] if bos is not None and tokenizer("")["input_ids"][:1] == [bos] else []
         self.rows: list[Sequence] = []
+        # the entry's template, where it gives one, is the tokenizer's from here on
+        tokenizer.chat_template = chosen_template(options or {}, tokenizer.chat_template)
         self.tool_format = tool_format(tokenizer.chat_template, options or {})
         self._grammar_tokenizer: Any = None
         self._bytes_of = TokenBytes(tokenizer)
@@ -198,12 +206,15 @@ class TransformersInstance(ModelInstance):
     # -- prompts ----------------------------------------------------------------------------
     def prompt_ids(self, job: Job) -> list[int]:
         if job.kind == JobKind.CHAT:
+            if not self.tokenizer.chat_template:
+                raise no_template()
             messages, tools = template_input(job, self.tokenizer.chat_template)
             text = self.tokenizer.apply_chat_template(
                 messages,
                 tools=tools,
                 add_generation_prompt=job.add_generation_prompt,
                 tokenize=False,
+                **reasoning_switches(job, self.tokenizer.chat_template),
             )
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         elif job.prompt_ids:
