@@ -330,8 +330,13 @@ class Prompt(Message):
     cached: int = 0
 
     def check(self) -> Prompt:
-        if not all(is_number(v, 0) for v in (self.tokens, self.read, self.cached)):
-            raise BusProtocolError(f"PROMPT counts {self!r} are not integers >= 0")
+        """Counts a client may be shown: integers, none past the prompt's tokens."""
+        counts = (self.job_id, self.tokens, self.read, self.cached)
+        if (
+            not all(type(v) is int and v >= 0 for v in counts)
+            or max(self.read, self.cached) > self.tokens
+        ):
+            raise BusProtocolError(f"PROMPT {self!r} is malformed")
         return self
 
 

@@ -210,9 +210,13 @@ def _parts(blocks: list[TextBlock]) -> list[dict[str, Any]]:
 BILLING_HEADER = "x-anthropic-billing-header:"
 
 
-def prompt_blocks(system: list[TextBlock] | None) -> list[TextBlock]:
-    """The system blocks the model reads: all but a billing header."""
-    return [b for b in system or [] if not b.text.lstrip().startswith(BILLING_HEADER)]
+def system_prompt(system: str | list[TextBlock] | None) -> str | list[dict[str, Any]]:
+    """The system prompt the model reads: without a billing header, whether it came as
+    a block of its own (as Claude Code sends it) or as a string's first line."""
+    if isinstance(system, str):
+        first, _, rest = system.partition("\n")
+        return rest if first.lstrip().startswith(BILLING_HEADER) else system
+    return _parts([b for b in system or [] if not b.text.lstrip().startswith(BILLING_HEADER)])
 
 
 def with_system_turns(messages: list[Message]) -> list[dict[str, Any]]:
@@ -378,7 +382,7 @@ class CountTokensRequest(Body):
 
     def chat_messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        system = self.system if isinstance(self.system, str) else _parts(prompt_blocks(self.system))
+        system = system_prompt(self.system)
         if system:
             out.append({"role": "system", "content": system})
         return out + with_system_turns(self.messages)

@@ -377,6 +377,8 @@ class Dispatcher:
 
     def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
         engine.jobs[job.id] = job
+        job.dispatched = True
+        job.wake.set()  # a stream waiting to open may now (stream_io.open_stream)
         self._send_frames(engine, job.frames)
 
     def _pump(self) -> None:
@@ -485,9 +487,9 @@ class Dispatcher:
             if job is not None:
                 job.tokens = msg
         elif isinstance(msg, Prompt):
-            job = record.jobs.get(msg.job_id)
+            job = record.jobs.get(msg.check().job_id)
             if job is not None and not job.abandoned:
-                job.prompted(msg.check())
+                job.prompted(record.name, msg)
         elif isinstance(msg, Done):
             self._ended(record, msg.job_id, msg)
         elif isinstance(msg, Fail):
@@ -685,6 +687,7 @@ class Dispatcher:
         if job is not None:
             kind = FailKind.of(msg.kind)
             if kind.retryable and not (job.started or job.abandoned or job.outcome is not None):
+                job.dispatched = False
                 self.queue.appendleft(job)
             else:
                 job.finish(kind.error(record.name, msg.message), record.name)
@@ -721,6 +724,8 @@ class Dispatcher:
                 requeue.append(job)
         for job in reversed(requeue):
             job.held = False
+            job.prompt = None  # the next engine reads the prompt anew, and says so
+            job.dispatched = False
             self.queue.appendleft(job)
         if requeue:
             log.info("%s: re-dispatching %d jobs that had not started", why, len(requeue))

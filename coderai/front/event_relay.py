@@ -132,15 +132,12 @@ async def _relay(
     dispatcher: Dispatcher,
     job: FrontJob,
     renderer: Renderer,
-    preamble: Preamble | None,
+    preamble: Preamble,
 ) -> None:
     pending = b""
     jobs = [job]
     while True:
-        if preamble is not None:
-            pending += preamble.events(jobs)
-            if not preamble.waiting(jobs):
-                preamble = None
+        pending += preamble.events(jobs)
         items = job.take_items()
         if items:
             if job.held:  # the client caught up with what was held for it
@@ -159,4 +156,4 @@ async def _relay(
             pending = b""
         if outcome is not None:
             return
-        await (job.wait() if preamble is None else preamble.wait(jobs))
+        await preamble.wait(jobs)

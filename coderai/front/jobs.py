@@ -51,6 +51,8 @@ class FrontJob:
     tokens: Tokens | None = None
     #: its prompt as the engine last reported it: admitted (counted) and how far read
     prompt: Prompt | None = None
+    #: on an engine (not in the front's queue); its handler is woken when it is sent
+    dispatched: bool = False
     #: engines that died while this job ran on them, in order
     lost_on: list[str] = field(default_factory=list)
     #: its engine was told to hold it until the client catches up
@@ -80,9 +82,12 @@ class FrontJob:
         self.served_by = engine
         self.first_at = time.monotonic()
 
-    def prompted(self, prompt: Prompt) -> None:
-        """The engine admitted the prompt, or read more of it."""
+    def prompted(self, engine: str, prompt: Prompt) -> None:
+        """The engine named admitted the prompt, or read more of it: a stream that opens
+        now names it as the engine serving it."""
         self.prompt = prompt
+        if not self.started:
+            self.served_by = engine
         self.wake.set()
 
     def push(self, engine: str, text: str) -> int:

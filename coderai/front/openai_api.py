@@ -302,14 +302,9 @@ class OpenAIRoutes:
         finished: set[int] = set()
         lead = jobs[0]
         keepalive = self.dispatcher.settings.stream_keepalive_seconds
-        preamble: Preamble | None = Preamble(
-            lambda _prompt: stream.opening(), progress_comment, keepalive
-        )
+        preamble = Preamble(lambda _prompt: stream.opening(), progress_comment, keepalive)
         while True:
-            if preamble is not None:
-                pending += preamble.events(jobs)
-                if not preamble.waiting(jobs):
-                    preamble = None
+            pending += preamble.events(jobs)
             events, failed, done = stream.advance(jobs, finished, prompts, self.dispatcher.resume)
             pending += events
             if failed is not None:
@@ -322,7 +317,7 @@ class OpenAIRoutes:
                 pending = b""
             if done:
                 return
-            await (lead.wait() if preamble is None else preamble.wait(jobs))
+            await preamble.wait(jobs)
 
     async def _whole(
         self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str

@@ -168,15 +168,27 @@ def qualified(namespace: str, name: str) -> str:
 
 
 class NamespaceTool(Body):
-    """Function tools grouped under a shared name (an MCP server's, say)."""
+    """Function tools grouped under a shared name (an MCP server's, say). The model sees
+    each function as `<namespace>__<name>`, its description led by the namespace's."""
 
     type: Literal["namespace"]
     name: Annotated[str, Field(pattern=_FUNCTION_NAME)]
     description: Text | None = None
-    tools: list[FunctionTool | HostedTool] = Field(default_factory=list)
+    tools: list[Inner] = Field(default_factory=list)
 
     def functions(self) -> list[FunctionTool]:
         return [t for t in self.tools if isinstance(t, FunctionTool)]
+
+    def offered(self) -> list[dict[str, Any]]:
+        out = []
+        for function in self.functions():
+            offered = function.for_chat(self.name)
+            if self.description:
+                own = function.description
+                described = f"{self.description}: {own}" if own else self.description
+                offered["function"]["description"] = described
+            out.append(offered)
+        return out
 
     def echo(self) -> dict[str, Any]:
         return {**self.model_dump(exclude={"tools"}), "tools": [t.echo() for t in self.tools]}
@@ -206,6 +218,11 @@ Tool = Annotated[
     | Annotated[HostedTool, Tag("hosted")],
     Discriminator(_tool_class),
 ]
+#: what a namespace holds: functions, or hosted tools (a namespace within is hosted too)
+Inner = Annotated[
+    Annotated[FunctionTool, Tag("function")] | Annotated[HostedTool, Tag("hosted")],
+    Discriminator(lambda data: "function" if _tool_class(data) == "function" else "hosted"),
+]
 
 
 class Reasoning(Body):
@@ -215,6 +232,9 @@ class Reasoning(Body):
     summary: Literal["auto", "concise", "detailed"] | None = None
     #: the older name of summary
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+NamespaceTool.model_rebuild()
 
 
 class FunctionChoice(Body):
@@ -354,8 +374,32 @@ class ResponsesRequest(Body):
             if isinstance(tool, FunctionTool):
                 out.append(tool.for_chat())
             elif isinstance(tool, NamespaceTool):
-                out += [f.for_chat(tool.name) for f in tool.functions()]
+                out += tool.offered()
         return out
+
+    @model_validator(mode="after")
+    def _names_the_model_can_tell_apart(self) -> ResponsesRequest:
+        """A namespaced function's name, as the model sees it, must be a function name
+        (64 characters at most) and no other tool's: checked here, where the client's own
+        tool can be named."""
+        seen: set[str] = set()
+        for i, tool in enumerate(self.tools):
+            inner = tool.functions() if isinstance(tool, NamespaceTool) else [tool]
+            for j, function in enumerate(inner):
+                if not isinstance(function, FunctionTool):
+                    continue
+                space = tool.name if isinstance(tool, NamespaceTool) else ""
+                name = qualified(space, function.name)
+                where = f"tools[{i}].tools[{j}].name" if space else f"tools[{i}].name"
+                if len(name) > 64:
+                    raise InvalidRequest(
+                        f"{where}: {name!r} (namespace and name) is over 64 characters",
+                        param=where,
+                    )
+                if name in seen:
+                    raise InvalidRequest(f"{where}: a second tool named {name!r}", param=where)
+                seen.add(name)
+        return self
 
     def omitted(self) -> list[str]:
         """The tools not offered (hosted ones), by type, a namespace's as `<ns>__<type>`."""

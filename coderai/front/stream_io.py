@@ -7,8 +7,9 @@ A stream opens (status line, headers, the API's opening event) as soon as an eng
 admitted its prompt (PROMPT: counted, and so known to fit the context), not at the first
 token: on a CPU a long prompt takes minutes to read, and agents give up on a connection
 that has said nothing (Claude Code after 360 s, then retries from scratch). Until then
-an error is still a status code. A prompt that is not admitted within the keep-alive
-interval (a queue, a model load) opens the stream anyway; an error after that is an event.
+an error is still a status code. A job on an engine whose prompt is not admitted within
+the keep-alive interval (its model loading) opens the stream anyway; an error after that
+is an event. A job in the front's queue keeps its status codes.
 While the prompt is read the stream carries its progress and a keep-alive at that
 interval (an SSE comment, and Anthropic's `ping`).
 """
@@ -42,14 +43,21 @@ async def open_stream(
     headers: dict[str, str] | None = None,
 ) -> web.StreamResponse:
     """The stream's response, prepared once a prompt is admitted, a job has output, or
-    all have ended, or after `keepalive` seconds without any of these. Until then an error
-    can still be a status code: a job that failed first is answered by `refuse` instead.
-    The engine header names the engine that admitted or served it. Every job gets this
+    all have ended, or once a job on an engine (its model loading, say) has waited
+    `keepalive` seconds for any of these. Until then an error can still be a status code:
+    a job that failed first is answered by `refuse` instead. A request in the front's own
+    queue keeps its status codes (429, 503 at queue_timeout), which clients retry on. The
+    engine header names the engine that admitted or served it. Every job gets this
     handler as its writer (so a lagging client holds them all). The caller's first write
     sends the headers (aiohttp holds them until then)."""
     deadline = time.monotonic() + keepalive
-    while not _ready(jobs) and await wait_until(jobs[0], deadline):
-        pass  # the jobs of one request share one wake-up
+    while not _ready(jobs):  # the jobs of one request share one wake-up
+        if time.monotonic() < deadline:
+            await wait_until(jobs[0], deadline)
+        elif any(j.dispatched for j in jobs):
+            break
+        else:
+            await jobs[0].wait()  # queued past the deadline: its dispatch wakes it
     failed = next((j for j in jobs if isinstance(j.outcome, CoderaiError)), None)
     if failed is not None and isinstance(failed.outcome, CoderaiError):
         return refuse(failed.outcome, failed.served_by)
@@ -106,12 +114,13 @@ def progress_comment(prompt: Prompt | None) -> bytes:
 
 
 class Preamble:
-    """What a stream sends before its first output: the API's opening event once the
+    """What a stream sends before its first output: the API's opening event once a
     prompt is admitted (or output or the end comes first), then, while the prompt is read,
     a keep-alive with its progress whenever the progress changed or `interval` passed.
-    The first call always sends something, which carries the headers."""
+    The first call always sends something, which carries the headers. Once output has
+    come it sends nothing more, and its wait is the jobs' own."""
 
-    __slots__ = ("_due", "_interval", "_keepalive", "_opening", "_read", "_spoke", "opened")
+    __slots__ = ("_due", "_interval", "_keepalive", "_opening", "_over", "_read", "_spoke")
 
     def __init__(
         self,
@@ -119,22 +128,26 @@ class Preamble:
         keepalive: Callable[[Prompt | None], bytes],
         interval: float,
     ) -> None:
-        self._opening = opening
+        #: None once sent
+        self._opening: Callable[[Prompt | None], bytes] | None = opening
         self._keepalive = keepalive
         self._interval = interval
         self._due = 0.0
         self._read: tuple[int, int] | None = None
         self._spoke = False
-        self.opened = False
+        self._over = False
 
     def events(self, jobs: Sequence[FrontJob]) -> bytes:
         """What to send now, ahead of any output."""
-        prompt = jobs[0].prompt
-        waiting = self.waiting(jobs)
-        if not self.opened and (prompt is not None or not waiting):
-            self.opened = True
+        if self._over:
+            return b""
+        prompt = next((j.prompt for j in jobs if j.prompt is not None), None)
+        waiting = not any(j.started or j.outcome is not None for j in jobs)
+        self._over = not waiting
+        if self._opening is not None and (prompt is not None or not waiting):
             # an API whose stream opens with nothing (a completion) still says something
             opening = self._opening(prompt) or (self._keepalive(prompt) if waiting else b"")
+            self._opening = None
             return self._sent(prompt, opening)
         if not waiting:
             return b""
@@ -150,18 +163,13 @@ class Preamble:
             self._read = (prompt.read, prompt.tokens)
         return events
 
-    @staticmethod
-    def waiting(jobs: Sequence[FrontJob]) -> bool:
-        """Whether no job has output yet and none has ended."""
-        return not any(j.started or j.outcome is not None for j in jobs)
-
     async def wait(self, jobs: Sequence[FrontJob]) -> None:
-        """Wait for the jobs' wake-up; while they wait for their first output, no longer
-        than until the next keep-alive is due."""
-        if self.waiting(jobs):
-            await wait_until(jobs[0], self._due)
-        else:
+        """Wait for the jobs' wake-up; before their first output, no longer than until
+        the next keep-alive is due."""
+        if self._over:
             await jobs[0].wait()
+        else:
+            await wait_until(jobs[0], self._due)
 
 
 async def write_events(

@@ -96,7 +96,7 @@ async def relay(
     stream = TextStream(template, request, metrics)
     direct = request.version >= HttpVersion11
     jobs = [job]
-    preamble: Preamble | None = Preamble(
+    preamble = Preamble(
         lambda _prompt: template.opening(),
         progress_comment,
         dispatcher.settings.stream_keepalive_seconds,
@@ -104,10 +104,7 @@ async def relay(
     pending = b""
     try:
         while True:
-            if preamble is not None:
-                pending += preamble.events(jobs)
-                if not preamble.waiting(jobs):
-                    preamble = None
+            pending += preamble.events(jobs)
             text = job.take()
             if text:
                 if job.held:  # the client caught up with what was held for it
@@ -133,6 +130,6 @@ async def relay(
                     job.sink = stream.offer  # headers and first content are out
             if outcome is not None:
                 return
-            await (job.wait() if preamble is None else preamble.wait(jobs))
+            await preamble.wait(jobs)
     finally:
         job.sink = None

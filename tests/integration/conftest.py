@@ -4,10 +4,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from coderai.tinymodel import build
-from tests.support.server import Server
+from tests.support.server import Server, openai_client
 
 StartServer = Callable[..., Server]
 
@@ -36,3 +38,17 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A tiny random Llama as a transformers folder and as GGUF (same weights)."""
     return build(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def claude(server: Server) -> Iterator[anthropic.Anthropic]:
+    """Anthropic's client against the module's `server`, failing at once (no retries)."""
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+def oai(server: Server) -> Iterator[openai.OpenAI]:
+    """OpenAI's client against the module's `server`."""
+    with openai_client(server) as c:
+        yield c

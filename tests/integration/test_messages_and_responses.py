@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from coderai.defaults import embedded_gguf
-from tests.support.server import Server, openai_client, running
+from tests.support.server import Server, running
 
 ARGS = {"city": "Paris", "days": 3}
 HERMES = "Let me check.<tool_call>\n" + json.dumps({"name": "get_weather", "arguments": ARGS})
@@ -72,18 +72,6 @@ def server(
     cache = tmp_path_factory.mktemp("cache")
     with running(tmp_path_factory.mktemp("edge"), models, cache) as srv:
         yield srv
-
-
-@pytest.fixture
-def claude(server: Server) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture
-def oai(server: Server) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as c:
-        yield c
 
 
 # -- Anthropic's Messages API ----------------------------------------------------------------

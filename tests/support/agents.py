@@ -9,9 +9,11 @@ nothing: the callers say what a run must show.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -51,11 +53,22 @@ def run(argv: list[str], home: Path, env: dict[str, str], timeout: float) -> Run
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    done = subprocess.run(
-        argv, cwd=work, env={"PATH": path, "HOME": str(home), **env},
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    # a session of its own: past the timeout its whole tree goes (Codex's and opencode's
+    # native binaries run under their node launchers)
+    proc = subprocess.Popen(
+        argv, cwd=work, env={"PATH": path, "HOME": str(home), **env}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-    return Run(done.stdout, done.stderr, done.returncode, time.monotonic() - start)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n(killed after {timeout:.0f} s)"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # anything it left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+    return Run(out, err, proc.returncode, time.monotonic() - start)
 
 
 def claude(url: str, home: Path, model: str, prompt: str, timeout: float) -> Run:

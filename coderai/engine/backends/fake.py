@@ -9,7 +9,8 @@ memory it really takes once loaded, every page touched, so memory guards are tes
 against real RSS), fail_after_tokens, crash_after_tokens (the process exits),
 hang_after_tokens (the process stops responding), token_chars (each word repeated to
 exactly this many characters: a stream carries bytes many times faster, for tests of
-buffers and back-pressure), script (a text it writes instead of
+buffers and back-pressure), prompt_tokens_per_step (the prompt is read over several steps,
+as a long one is: its progress is reported), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
 the whole stack with it; a list of texts scripts a tool loop, turn by turn: `scripted`)
 and tool_format (the call format it is parsed as). With
@@ -34,6 +35,7 @@ from typing import Any
 from coderai.bus.messages import Job, JobKind, ModelSpec
 from coderai.engine.backends.base import (
     END,
+    READING,
     Backend,
     EmbeddingInputs,
     LoadProgress,
@@ -151,6 +153,9 @@ class FakeInstance(ModelInstance):
         self.context = int(_option(options, "context", 1 << 30))
         self.token_chars = int(_option(options, "token_chars", 0))
         self.capacity = int(_option(options, "capacity", 1 << 30)) or 1
+        #: prompt tokens read per step, as a real model reads a long prompt in chunks (its
+        #: steps paced by tokens_per_second); 0: the prompt is read as the job starts
+        self.read_per_step = int(_option(options, "prompt_tokens_per_step", 0))
         self.fail_after = options.get("fail_after_tokens")
         self.crash_after = options.get("crash_after_tokens")
         self.hang_after = options.get("hang_after_tokens")
@@ -216,6 +221,10 @@ class FakeInstance(ModelInstance):
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
         out: list[StepResult] = []
         for seq in seqs:
+            if self.read_per_step and seq.read < seq.prompt_tokens:
+                seq.read = min(seq.prompt_tokens, seq.read + self.read_per_step)
+                out.append(READING)
+                continue
             n = seq.completion_tokens
             if n == self.crash_after:
                 os._exit(17)
