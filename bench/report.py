@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.report_agents import agents_section
 from bench.report_cluster import cluster_section
 from bench.report_fuzz import api_fuzz_section
 from bench.report_llamacpp import invariance_section, llamacpp_section
@@ -576,6 +577,9 @@ def main() -> int:
     fuzz = load("api_fuzz")
     if fuzz:
         out += api_fuzz_section(fuzz)
+    agents = load("agents")
+    if agents:
+        out += agents_section(agents)
     (BENCH / "REPORT.md").write_text("\n".join(out) + "\n")
     print(f"wrote {BENCH / 'REPORT.md'}")
     return 0

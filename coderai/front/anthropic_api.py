@@ -70,7 +70,9 @@ class AnthropicRoutes:
             if req.stream:
                 renderer = MessageStream(message_id(), entry.id)
                 dispatcher = self.openai.dispatcher
-                return await event_relay.stream(request, dispatcher, job, renderer, refuse)
+                return await event_relay.stream(
+                    request, dispatcher, self.openai.metrics, job, renderer, refuse
+                )
             got = await event_relay.collect(job)
             if not isinstance(job.outcome, CoderaiError):
                 assert job.outcome is not None

@@ -21,6 +21,7 @@ from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError
 from coderai.front.dispatcher import Dispatcher
 from coderai.front.jobs import FrontJob
+from coderai.front.metrics import Metrics
 from coderai.front.output import CallPiece, Collected, Piece
 from coderai.front.sse import dumps
 from coderai.front.stream_io import Preamble, Refuse, open_stream, write_events
@@ -108,6 +109,7 @@ async def collect(job: FrontJob) -> Collected:
 async def stream(
     request: web.Request,
     dispatcher: Dispatcher,
+    metrics: Metrics,
     job: FrontJob,
     renderer: Renderer,
     refuse: Refuse,
@@ -120,7 +122,7 @@ async def stream(
     dispatcher.streams.add(job)
     try:
         preamble = Preamble(renderer.opening, renderer.keepalive, keepalive)
-        await _relay(request, response, dispatcher, job, renderer, preamble)
+        await _relay(request, response, dispatcher, metrics, job, renderer, preamble)
     finally:
         dispatcher.streams.discard(job)
     return response
@@ -130,16 +132,21 @@ async def _relay(
     request: web.Request,
     response: web.StreamResponse,
     dispatcher: Dispatcher,
+    metrics: Metrics,
     job: FrontJob,
     renderer: Renderer,
     preamble: Preamble,
 ) -> None:
     pending = b""
     jobs = [job]
+    first = True
     while True:
         pending += preamble.events(jobs)
         items = job.take_items()
         if items:
+            if first:  # the same time to first token as chat completions' streams report
+                metrics.ttft.observe(time.monotonic() - job.enqueued_at)
+                first = False
             if job.held:  # the client caught up with what was held for it
                 dispatcher.resume(job)
             pending += renderer.items(items)

@@ -54,7 +54,7 @@ class ResponsesRoutes:
             if req.stream:
                 renderer = ResponseStream(start, req.namespaces())
                 return await event_relay.stream(
-                    request, dispatcher, job, renderer, error_response, headers
+                    request, dispatcher, self.openai.metrics, job, renderer, error_response, headers
                 )
             got = await event_relay.collect(job)
             if isinstance(job.outcome, CoderaiError):

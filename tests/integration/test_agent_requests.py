@@ -301,6 +301,25 @@ def test_hosted_tools_are_left_out_and_named(server: Server) -> None:
     assert "hosted tools this server cannot run are not offered" in server.log()
 
 
+def _ttft_count(server: Server) -> float:
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    line = next(
+        x for x in text.splitlines() if x.startswith("coderai_time_to_first_token_seconds_count")
+    )
+    return float(line.split()[-1])
+
+
+def test_messages_and_responses_streams_report_their_time_to_first_token(
+    server: Server, claude: anthropic.Anthropic, oai: openai.OpenAI
+) -> None:
+    before = _ttft_count(server)
+    with claude.messages.stream(model="fake", max_tokens=2, messages=ASK[:1]) as stream:
+        stream.until_done()
+    with oai.responses.stream(model="fake", input="Hi", max_output_tokens=2) as stream:
+        stream.until_done()
+    assert _ttft_count(server) == before + 2
+
+
 def test_a_namespaced_call_streams_with_its_namespace(oai: openai.OpenAI) -> None:
     with oai.responses.stream(
         model="caller", input="Look up zmq", tools=CODEX_TOOLS, store=False,
@@ -314,7 +333,7 @@ def test_a_namespaced_call_streams_with_its_namespace(oai: openai.OpenAI) -> Non
 def test_a_prompt_cancelled_while_read_keeps_what_was_read_for_the_retry(server: Server) -> None:
     """An agent that gives up and retries finds what was read in the prefix cache."""
     body = {"model": "smol", "max_tokens": 1, "stream": True,
-            "messages": [{"role": "user", "content": long_prompt(1200, 9)}]}  # fmt: skip
+            "messages": [{"role": "user", "content": long_prompt(500, 9)}]}  # fmt: skip
     read = 0
     with httpx.stream("POST", server.url + "/v1/messages", json=body, timeout=120) as r:
         for _, line in _lines(r):

@@ -42,8 +42,10 @@ class Run:
         return f"{head}\nstdout:\n{self.output}\nstderr:\n{self.errors}"
 
 
-def run(argv: list[str], home: Path, env: dict[str, str], timeout: float) -> Run:
-    """One run. Codex and opencode wait for more input on an open stdin: it is closed."""
+def start(argv: list[str], home: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """An agent's process: its own HOME and session (past a timeout its whole tree goes:
+    Codex's and opencode's native binaries run under their node launchers), its output
+    piped, stdin closed (Codex and opencode wait for more input on an open one)."""
     if not Path(argv[0]).exists():
         raise AgentMissing(f"{argv[0]} is not installed: run tests/agents/install.sh")
     node = shutil.which("node")
@@ -52,13 +54,16 @@ def run(argv: list[str], home: Path, env: dict[str, str], timeout: float) -> Run
     path = os.pathsep.join([str(BIN), str(Path(node).parent), "/usr/bin", "/bin"])
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    # a session of its own: past the timeout its whole tree goes (Codex's and opencode's
-    # native binaries run under their node launchers)
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         argv, cwd=work, env={"PATH": path, "HOME": str(home), **env}, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
+
+
+def run(argv: list[str], env: dict[str, str], *, home: Path, timeout: float) -> Run:
+    """One run to its end, or killed past `timeout`."""
+    start_at = time.monotonic()
+    proc = start(argv, home, env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -68,15 +73,25 @@ def run(argv: list[str], home: Path, env: dict[str, str], timeout: float) -> Run
     finally:
         with contextlib.suppress(ProcessLookupError):  # anything it left behind
             os.killpg(proc.pid, signal.SIGKILL)
-    return Run(out, err, proc.returncode, time.monotonic() - start)
+    return Run(out, err, proc.returncode, time.monotonic() - start_at)
+
+
+#: an agent's command line and environment
+Launch = tuple[list[str], dict[str, str]]
+
+
+def claude_launch(url: str, model: str, prompt: str, output: str = "json") -> Launch:
+    """Claude Code in print mode; `--allowedTools Bash` is a user's one-time "yes" to
+    running commands. Its `json` output is a result whose answer is `result`."""
+    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_MODEL": model}
+    argv = [str(BIN / "claude"), "-p", prompt, "--output-format", output, "--allowedTools", "Bash"]
+    if output == "stream-json":  # every streamed event as it comes
+        argv += ["--verbose", "--include-partial-messages"]
+    return argv, env
 
 
 def claude(url: str, home: Path, model: str, prompt: str, timeout: float) -> Run:
-    """Claude Code in print mode; its output is a JSON result whose answer is `result`.
-    `--allowedTools Bash` is a user's one-time "yes" to running commands."""
-    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_MODEL": model}
-    argv = [str(BIN / "claude"), "-p", prompt, "--output-format", "json", "--allowedTools", "Bash"]
-    return run(argv, home, env, timeout)
+    return run(*claude_launch(url, model, prompt), home=home, timeout=timeout)
 
 
 def claude_result(done: Run) -> dict[str, Any]:
@@ -84,9 +99,9 @@ def claude_result(done: Run) -> dict[str, Any]:
     return result
 
 
-def codex(url: str, home: Path, model: str, prompt: str, timeout: float) -> Run:
+def codex_launch(url: str, home: Path, model: str, prompt: str) -> Launch:
     """Codex CLI's exec mode with a custom provider (its documented way to another
-    server); `output` is its last message (-o)."""
+    server), its last message written to home/last.txt."""
     (home / ".codex").mkdir(parents=True, exist_ok=True)
     (home / ".codex" / "config.toml").write_text(
         f'model = "{model}"\nmodel_provider = "coderai"\n\n'
@@ -94,10 +109,16 @@ def codex(url: str, home: Path, model: str, prompt: str, timeout: float) -> Run:
         f'name = "CoderAI"\nbase_url = "{url}/v1"\nenv_key = "CODERAI_API_KEY"\n'
         'wire_api = "responses"\n'
     )
-    last = home / "last.txt"
     argv = [str(BIN / "codex"), "exec", "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox", "-o", str(last), prompt]  # fmt: skip
-    done = run(argv, home, {"CODERAI_API_KEY": KEY}, timeout)
+            "--dangerously-bypass-approvals-and-sandbox", "-o", str(home / "last.txt"),
+            prompt]  # fmt: skip
+    return argv, {"CODERAI_API_KEY": KEY}
+
+
+def codex(url: str, home: Path, model: str, prompt: str, timeout: float) -> Run:
+    """Codex's run; `output` is its last message."""
+    done = run(*codex_launch(url, home, model, prompt), home=home, timeout=timeout)
+    last = home / "last.txt"
     done.output = last.read_text() if last.exists() else ""
     return done
 
@@ -116,7 +137,8 @@ def opencode(url: str, home: Path, model: str, prompt: str, timeout: float) -> R
     folder = home / ".config" / "opencode"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "opencode.json").write_text(json.dumps(config))
-    return run([str(BIN / "opencode"), "run", prompt], home, {"CODERAI_API_KEY": KEY}, timeout)
+    argv = [str(BIN / "opencode"), "run", prompt]
+    return run(argv, {"CODERAI_API_KEY": KEY}, home=home, timeout=timeout)
 
 
 def aider(url: str, home: Path, model: str, prompt: str, timeout: float, context: int) -> Run:
@@ -131,4 +153,4 @@ def aider(url: str, home: Path, model: str, prompt: str, timeout: float, context
             "--message", prompt, "--yes-always", "--no-git", "--no-check-update",
             "--analytics-disable", "--no-show-release-notes", "--no-pretty"]  # fmt: skip
     env = {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": KEY}
-    return run(argv, home, env, timeout)
+    return run(argv, env, home=home, timeout=timeout)
