@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from coderai import model_options
 from coderai.errors import ConfigError
+from coderai.modelfile import required_capability
 from coderai.templatefile import TEMPLATE_OPTION
 from coderai.validation import first_problem
 
@@ -275,6 +277,11 @@ class ModelEntry(_Strict):
     def _format_known(self) -> ModelEntry:
         if self.format is None and not self.path:
             raise ValueError("an entry needs a path or an explicit format")
+        # a format read from the file later is checked by the engine that loads it
+        backend = required_capability(self.format, self.options) if self.format else None
+        why = model_options.refusal(self.options, backend)
+        if why is not None:
+            raise ValueError(why)
         return self
 
     @field_validator("options")

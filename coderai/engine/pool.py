@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from coderai import model_options
 from coderai.bus.messages import ModelSpec
 from coderai.engine.backends.base import Backend, LoadProgress, ModelInstance
 from coderai.engine.eviction import ResidentView, plan_evictions
@@ -147,6 +148,9 @@ class ModelPool:
         backend = self._backends.get(capability)
         if backend is None:
             raise JobError(f"this engine cannot run {capability!r} models", kind="unsupported")
+        why = model_options.refusal(spec.options, capability)
+        if why is not None:  # read nowhere: accepted, it would silently do nothing
+            raise JobError(f"model {spec.id}: {why}", kind="bad_model")
         return backend
 
     def acquire(self, spec: ModelSpec) -> ModelInstance | None:

@@ -203,7 +203,7 @@ class AdminRoutes:
             except ConfigError as exc:  # a chat template file that cannot be read or used
                 raise InvalidRequest(exc.message) from None
             probed = await probe(catalogue.entries)
-            refused = refusals(probed)
+            refused = refusals(probed, catalogue.entries)
             if refused:
                 raise InvalidRequest("; ".join(refused))
             data = {"models": [e.model_dump(exclude_defaults=True) for e in catalogue.entries]}

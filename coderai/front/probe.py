@@ -11,9 +11,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeAlias
 
+from coderai import model_options
 from coderai.config import Catalogue, ModelEntry
 from coderai.errors import ConfigError, ModelFileError, NotAFileOrFolder
-from coderai.modelfile import detect_format
+from coderai.modelfile import detect_format, required_capability
 from coderai.templatefile import TEMPLATE_OPTION, template_text
 
 #: how long the checks of a catalogue's files may take; slower ones count as failed
@@ -84,13 +85,22 @@ async def with_templates(
     return Catalogue(catalogue.entries, templates)
 
 
-def refusals(probed: Mapping[str, Probed]) -> list[str]:
-    """Why a catalogue cannot be saved: the models whose path is a FIFO, socket or device."""
-    return [
+def refusals(probed: Mapping[str, Probed], entries: Iterable[ModelEntry] = ()) -> list[str]:
+    """Why a catalogue cannot be saved: the models whose path is a FIFO, socket or device,
+    and those with an option that the backend their file needs does not read (an entry
+    that states its format had its options checked as it was read)."""
+    out = [
         f"model {model_id!r}: {result.message}"
         for model_id, result in probed.items()
         if isinstance(result, NotAFileOrFolder)
     ]
+    for entry in entries:
+        found = probed.get(entry.id)
+        if entry.format is None and isinstance(found, str):
+            why = model_options.refusal(entry.options, required_capability(found, entry.options))
+            if why is not None:
+                out.append(f"model {entry.id!r}: {why}")
+    return out
 
 
 def same(a: Probed, b: Probed) -> bool:

@@ -29,7 +29,7 @@ from coderai.front.http import MALFORMED_REQUEST_LOG
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 from coderai.front.models import ModelDirectory
-from coderai.front.probe import Probed, probe, with_templates
+from coderai.front.probe import Probed, probe, refusals, with_templates
 from coderai.front.registry import EngineRecord
 from coderai.front.supervisor import Supervisor
 
@@ -46,6 +46,8 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         # all the same, so a file that cannot be read never holds startup past the deadline
         catalogue = await with_templates(catalogue)  # a template that cannot be used stops it
         probed = await probe(catalogue.entries)
+        for why in refusals(probed, catalogue.entries):  # a request to it says so again
+            log.warning("catalogue: %s", why)
         front = assemble(config, files, catalogue, probed, runtime_dir)
         admin_key = config.auth.admin_key
         if admin_key is None:

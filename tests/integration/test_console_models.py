@@ -104,3 +104,12 @@ def test_wrong_model_edits_are_refused_with_their_reason(admin: httpx.Client) ->
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "format"
     clash = admin.post("/admin/api/models", json={"id": "y", "format": "fake", "alias": "first"})
     assert clash.status_code == 400 and "first" in clash.json()["error"]["message"]
+
+
+def test_a_model_option_no_backend_reads_is_refused_naming_it(admin: httpx.Client) -> None:
+    """`speculative` was accepted and did nothing (issue 29): now it is a 400."""
+    body = {"id": "z", "format": "fake", "options": {"speculative": "ngram"}}
+    refused = admin.post("/admin/api/models", json=body)
+    assert refused.status_code == 400
+    assert "'speculative': not read by the fake backend" in refused.json()["error"]["message"]
+    assert "z" not in [m["id"] for m in admin.get("/admin/api/models").json()["models"]]
