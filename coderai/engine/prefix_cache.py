@@ -76,13 +76,18 @@ class PrefixCache:
             gone.append(oldest)
         return gone
 
-    def evict(self) -> int | None:
-        """Let the least recently used entry go; its id, or None if there is none."""
-        if not self._entries:
-            return None
-        seq_id = next(iter(self._entries))
-        self._drop(seq_id)
+    def evict(self, keep: int | None = None) -> int | None:
+        """Let the least recently used entry but `keep` go; its id, or None if there is
+        none."""
+        seq_id = next((i for i in self._entries if i != keep), None)
+        if seq_id is not None:
+            self._drop(seq_id)
         return seq_id
+
+    def take(self, seq_id: int) -> None:
+        """Hand an entry's cells to the sequence that starts from it: no longer kept here,
+        and not to be freed (the backend frees only the entry's own id's hold on them)."""
+        self._drop(seq_id)
 
     def _drop(self, seq_id: int) -> None:
         self.tokens -= len(self._entries.pop(seq_id))

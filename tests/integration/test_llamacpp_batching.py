@@ -283,3 +283,27 @@ def test_a_growing_sequence_takes_kept_prefixes_before_anyone_is_preempted(
     assert kept["prefix_cached"] > 200  # so the last one cannot grow to the end beside them
     assert isinstance(done, Done) and done.prompt_tokens + done.completion_tokens == CONTEXT
     assert after["preempted"] == 0
+
+
+def test_a_prompt_of_most_of_the_context_resent_keeps_its_prefix(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """90 % of the context, resent (an agent's next turn): the kept prefix and the new
+    sequence's promise together are more than the context, so the new sequence takes the
+    prefix's cells over instead of letting them go and reading it all again (issue 29)."""
+    prompt = "Servers answer requests " * 46  # 460 tokens of a 512-token context
+    spec = model(tiny_models[1])
+
+    async def run(spec: dict[str, Any], times: int) -> list[tuple[str, Message | None]]:
+        async with engine() as eng:
+            for i in range(1, times + 1):
+                eng.scheduler.submit(job(i, spec, prompt))
+                await eng.finished(i)
+            return [(text_of(eng.sent, i), eng.ended(i)) for i in range(1, times + 1)]
+
+    first, again = asyncio.run(run(spec, 2))
+    ((cold, _),) = asyncio.run(run(model(tiny_models[1], prefix_cache_tokens=0), 1))
+    assert isinstance(first[1], Done) and first[1].prompt_tokens == 460
+    assert first[1].prompt_tokens + TOKENS > CONTEXT - first[1].prompt_tokens  # cannot both fit
+    assert isinstance(again[1], Done) and again[1].cached_tokens == again[1].prompt_tokens - 1
+    assert first[0] == again[0] == cold

@@ -36,3 +36,19 @@ def test_entries_past_the_bounds_go_least_recently_used_first() -> None:
     assert cache.add(5, [5] * 6) == [1]  # 3 + 6 tokens fit, 3 + 3 + 6 do not
     assert cache.evict() == 3 and cache.evict() == 5 and cache.evict() is None
     assert cache.tokens == 0
+
+
+def test_eviction_spares_the_entry_a_new_prompt_starts_from() -> None:
+    cache = PrefixCache(max_tokens=100, max_entries=4)
+    cache.add(1, [1, 2, 3])
+    cache.add(2, [7, 8, 9])
+    assert cache.evict(keep=1) == 2
+    assert cache.evict(keep=1) is None and len(cache) == 1
+
+
+def test_a_taken_entry_is_no_longer_kept_nor_matched() -> None:
+    cache = PrefixCache(max_tokens=100, max_entries=4)
+    cache.add(1, [1, 2, 3, 4])
+    assert cache.match([1, 2, 3, 5]) == (1, 3)
+    cache.take(1)
+    assert cache.match([1, 2, 3, 5]) is None and cache.tokens == 0

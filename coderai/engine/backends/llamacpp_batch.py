@@ -260,20 +260,39 @@ class LlamaCppBatchInstance(ModelInstance):
         self._lib.llama_memory_seq_rm(self.context.memory, seq_id, -1, -1)
         self.ledger.release(seq_id)
 
-    def _evict_one(self) -> bool:
-        """Let the least recently used kept prefix go; False if none is kept."""
-        kept = self.cache.evict()
+    def _evict_one(self, keep: int | None = None) -> bool:
+        """Let the least recently used kept prefix (but `keep`) go; False if none is."""
+        kept = self.cache.evict(keep)
         if kept is None:
             return False
         self._free_cells(kept)
         self._free_ids.append(kept)
         return True
 
-    def _reserve(self, slot: _Slot, cells: int) -> bool:
-        """Promise a sequence `cells`, letting kept prefixes go while that does not fit."""
+    def _reserve(self, slot: _Slot, cells: int, keep: int | None = None) -> bool:
+        """Promise a sequence `cells`, letting kept prefixes (but `keep`) go while that
+        does not fit."""
         while not self.ledger.reserve(slot.seq_id, cells):
-            if not self._evict_one():
+            if not self._evict_one(keep):
                 return False
+        return True
+
+    def _adopt(self, slot: _Slot, hit: tuple[int, int], cells: int) -> bool:
+        """A sequence that does not fit beside the kept prefix it starts from takes that
+        prefix's cells over instead of evicting it: its reservation counts them (they are
+        its prompt's), and the entry's own hold is let go. A long prompt resent (an
+        agent's next turn, as long as the context allows) so keeps its prefix. False if it
+        does not fit even so."""
+        kept, shared = hit
+        if self.ledger.free() + self.ledger.holds(kept) < cells - self.ledger.holds(slot.seq_id):
+            return False
+        self._lib.llama_memory_seq_cp(self.context.memory, kept, slot.seq_id, 0, shared)
+        self.cache.take(kept)
+        self._free_cells(kept)  # the entry's hold; the cells stay, held by the sequence
+        self._free_ids.append(kept)
+        slot.decoded = shared
+        reserved = self.ledger.reserve(slot.seq_id, cells)
+        assert reserved, "the entry's cells were counted as room"
         return True
 
     def stats(self) -> dict[str, int]:
@@ -300,8 +319,11 @@ class LlamaCppBatchInstance(ModelInstance):
         while self._waiting:
             slot = self._waiting[0]
             want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
-            self.cache.touch(slot.tokens)  # the prefix it will use is the last to go for room
-            if not self._reserve(slot, want):
+            # the prefix it will start from is kept while others go for room; if even so
+            # it does not fit, it takes that prefix's cells over (_adopt)
+            hit = self.cache.match(slot.tokens)
+            keep = hit[0] if hit else None
+            if not self._reserve(slot, want, keep) and not (hit and self._adopt(slot, hit, want)):
                 return
             self._waiting.popleft()
             slot.admitted = True
@@ -309,8 +331,9 @@ class LlamaCppBatchInstance(ModelInstance):
             self._reuse(slot)
 
     def _reuse(self, slot: _Slot) -> None:
-        """Start from the kept cells that share the longest prefix with its tokens."""
-        hit = self.cache.match(slot.tokens)
+        """Start from the kept cells that share the longest prefix with its tokens (unless
+        it took a prefix's cells over as it was admitted)."""
+        hit = None if slot.decoded else self.cache.match(slot.tokens)
         if hit is not None:
             kept, shared = hit
             self._lib.llama_memory_seq_cp(self.context.memory, kept, slot.seq_id, 0, shared)
