@@ -6,7 +6,8 @@ URL, the key and the model name: no environment switch, no proxy, no patched req
 
 A scripted fake model makes one call to the agent's own shell tool and, once the tool's
 output comes back, answers with it: the agent runs the tool, sends the result back and
-prints the answer. Then one plain question to each on SmolLM2, the real model.
+prints the answer. Then a plain question on SmolLM2, the real model (aider's answered;
+Claude Code's and Codex's own prompts are over its context, and they must say so).
 
 The agents are installed by tests/agents/install.sh (the README's test command and
 .ci/run run it) into .agents/; a missing agent fails its test, saying so.
@@ -29,10 +30,8 @@ from tests.support.server import Server, running
 #: what the tool prints, and so what the scripted answer must carry back
 MARK = "hello-from-tool"
 ASK = f"Run `echo {MARK}` and tell me the output"
-#: an agent's run against the fake model (~1-10 s here), within pytest's own timeout
+#: an agent's run (~1-10 s here), within pytest's own timeout
 RUN_SECONDS = 50.0
-#: opencode's question on SmolLM2 reads ~7k tokens: about a minute on 2 cores
-SMOL_RUN_SECONDS = 240.0
 #: SmolLM2's context, which aider is told
 SMOL_CONTEXT = 8192
 
@@ -87,11 +86,12 @@ def test_opencode_runs_a_tool_and_answers_with_its_output(server: Server, tmp_pa
     assert f"The tool said: {MARK}" in done.output, done.describe()
 
 
-# -- one plain question to each on SmolLM2 ---------------------------------------------------
-# SmolLM2's context is 8,192 tokens. aider's prompt (~0.6k) and opencode's (~7k) fit;
-# Claude Code's (~12k in SmolLM2's tokens) and Codex's do not, and each agent must read
-# the overflow in its API's own wording and say so, instead of waiting or retrying.
-# (bench/agents.py runs all four on a model with a 32k context and times their answers.)
+# -- a plain question on SmolLM2 -------------------------------------------------------------
+# SmolLM2's context is 8,192 tokens. aider's prompt (~0.6k) fits; Claude Code's (~12k in
+# SmolLM2's tokens) and Codex's do not, and each agent must read the overflow in its API's
+# own wording and say so, instead of waiting or retrying. opencode's (~7k) fits but takes
+# 70-100 s to read on 2 cores, which the suite's 10 minutes cannot spare: bench/agents.py
+# asks it there, and asks Claude Code and Codex on a model with a 32k context.
 
 QUESTION = "What is the capital of France? Answer in one word."
 
@@ -103,12 +103,6 @@ def test_aider_answers_a_question_on_smollm2(server: Server, tmp_path: Path) -> 
     # aider's own account of the exchange: the model's answer reached it
     tokens = re.search(r"Tokens: (\d+) sent, (\d+) received", done.output)
     assert tokens is not None and int(tokens[2]) > 0, done.describe()
-
-
-@pytest.mark.timeout(SMOL_RUN_SECONDS + 10)
-def test_opencode_answers_a_question_on_smollm2(server: Server, tmp_path: Path) -> None:
-    done = succeeded(agents.opencode(server.url, tmp_path, "smol", QUESTION, SMOL_RUN_SECONDS))
-    assert done.output.strip(), done.describe()
 
 
 def test_codex_is_told_its_prompt_is_over_smollm2s_context(server: Server, tmp_path: Path) -> None:
