@@ -29,8 +29,9 @@ def grown(reserved: int, need: int, step: int) -> int:
     return min(need, reserved + step)
 
 
-def bytes_per_token(metadata: dict[str, str], element_bytes: int) -> int:
-    """KV cache bytes one token takes, from a GGUF's metadata (0 when it does not say)."""
+def bytes_per_token(metadata: dict[str, str], element_bytes: float) -> int:
+    """KV cache bytes one token takes, from a GGUF's metadata (0 when it does not say);
+    `element_bytes` is fractional for a quantized cache (q8_0: 34 bytes per 32 values)."""
     arch = metadata.get("general.architecture", "llama")
 
     def number(key: str, default: int = 0) -> int:
@@ -42,7 +43,7 @@ def bytes_per_token(metadata: dict[str, str], element_bytes: int) -> int:
     head_dim = number("embedding_length") // heads if heads else 0
     keys = number("attention.key_length", head_dim)
     values = number("attention.value_length", head_dim)
-    return layers * kv_heads * (keys + values) * element_bytes
+    return round(layers * kv_heads * (keys + values) * element_bytes)
 
 
 def context_for_memory(trained: int, bytes_per_token: int, allowance: int, floor: int) -> int:

