@@ -46,6 +46,9 @@ def unknown(options: Mapping[str, object], backend: str | None) -> list[str]:
 
 def refusal(options: Mapping[str, object], backend: str | None) -> str | None:
     """Why an entry's options cannot be taken, or None."""
+    if options.get("backend", "transformers") != "transformers":
+        # the one choice it makes: a misspelt value would silently run on llama.cpp
+        return f"backend {options['backend']!r}: a GGUF may ask for 'transformers' only"
     names = unknown(options, backend)
     if not names:
         return None

@@ -51,9 +51,9 @@ class PrefixCache:
             self._entries.move_to_end(best[0])
         return best
 
-    def touch(self, tokens: list[int]) -> None:
-        """Mark the entry `tokens` would start from as just used: the last to be let go."""
-        self.match(tokens)
+    def length(self, seq_id: int) -> int:
+        """The tokens an entry holds."""
+        return len(self._entries[seq_id])
 
     def count_hit(self, reused: int) -> None:
         self.hits += 1

@@ -340,3 +340,33 @@ def test_a_quantized_kv_cache_without_flash_attention_is_refused() -> None:
     with pytest.raises(JobError, match="kv_cache q8_0 needs flash_attn") as refused:
         LlamaCppBackend().load(spec, LoadProgress())
     assert refused.value.kind == "bad_model"
+
+
+def test_a_prompt_that_covers_a_kept_prefix_whole_takes_it_over_and_others_stay(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """An agent's next turn begins with the whole of its last prompt: taking that prefix's
+    cells over makes room without letting another agent's prefix go."""
+    mine = "Servers answer requests " * 20  # 200 tokens, kept whole (max_tokens 1)
+    theirs = "Once upon a time " * 10  # 130 tokens: another conversation's, kept too
+    spec = model(tiny_models[1])
+
+    async def scenario() -> list[Message | None]:
+        async with engine() as eng:
+            turns = [(mine, 1), (theirs, 1), (mine + "and then some more words " * 10, TOKENS),
+                     (theirs, 1)]  # fmt: skip
+            for i, (prompt, tokens) in enumerate(turns, 1):
+                eng.scheduler.submit(job(i, spec, prompt, max_tokens=tokens))
+                await eng.finished(i)
+            return [eng.ended(i) for i in range(1, 5)]
+
+    first, other, next_turn, other_again = asyncio.run(scenario())
+    assert isinstance(first, Done) and isinstance(next_turn, Done)
+    assert isinstance(other, Done) and isinstance(other_again, Done)
+    # beside both kept prefixes the next turn does not fit; beside the other one, it does
+    want = next_turn.prompt_tokens + TOKENS - 1
+    assert first.prompt_tokens + other.prompt_tokens + want > CONTEXT
+    assert other.prompt_tokens + want <= CONTEXT
+    assert next_turn.cached_tokens >= first.prompt_tokens - 1
+    # the other conversation's prefix is still there for its next turn
+    assert other_again.cached_tokens == other_again.prompt_tokens - 1

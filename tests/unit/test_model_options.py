@@ -57,3 +57,8 @@ def test_a_format_read_from_the_file_has_its_options_checked_before_a_save() -> 
                ModelEntry(id="b", path="b", options={"dtype": "bf16"})]  # fmt: skip
     refused = refusals({"a": "gguf", "b": "transformers"}, entries)
     assert refused == ["model 'a': unknown model option 'dtype': not read by the llama.cpp backend"]
+
+
+def test_a_backend_other_than_transformers_is_refused() -> None:
+    with pytest.raises(ValidationError, match="backend 'transformer'"):
+        ModelEntry(id="m", path="m.gguf", options={"backend": "transformer"})

@@ -73,7 +73,7 @@ class LlamaCppBackend(Backend):
         kv = options.get("kv_cache", "f16")
         if kv not in _KV_TYPES:
             raise JobError(f"kv_cache must be one of {', '.join(_KV_TYPES)}", kind="bad_model")
-        if kv in _QUANTIZED and options.get("flash_attn") is False:
+        if kv in _QUANTIZED and not options.get("flash_attn", True):
             raise JobError(
                 f"kv_cache {kv} needs flash_attn: llama.cpp quantizes the V cache only with"
                 " flash attention",

@@ -320,10 +320,15 @@ class LlamaCppBatchInstance(ModelInstance):
             slot = self._waiting[0]
             want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
             # the prefix it will start from is kept while others go for room; if even so
-            # it does not fit, it takes that prefix's cells over (_adopt)
+            # it does not fit, it takes that prefix's cells over (_adopt). A prefix it
+            # covers whole is taken over first: kept, it would only hold the same cells
+            # twice over (its release keeps the longer one), and others need not go
             hit = self.cache.match(slot.tokens)
             keep = hit[0] if hit else None
-            if not self._reserve(slot, want, keep) and not (hit and self._adopt(slot, hit, want)):
+            whole = hit is not None and hit[1] >= self.cache.length(hit[0]) - 1
+            if not (whole and hit and self._adopt(slot, hit, want)) and not (
+                self._reserve(slot, want, keep) or (hit and self._adopt(slot, hit, want))
+            ):
                 return
             self._waiting.popleft()
             slot.admitted = True
