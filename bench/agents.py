@@ -42,6 +42,8 @@ from bench.results import RESULTS, save
 from bench.server import BenchServer
 from coderai.defaults import embedded_gguf
 from tests.support import agents
+from tests.support.prompts import long_prompt
+from tests.support.server import TTFT_COUNT
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the last commit before issue 28's change
@@ -72,15 +74,10 @@ def worktree(ref: str) -> Path:
     return path
 
 
-def prompt(words: int, step: int) -> str:
-    words_ = "server engine stream token prompt cache model agent socket queue".split()  # noqa: SIM905
-    return " ".join(words_[(i * step) % len(words_)] for i in range(words)) + "\nSummarise."
-
-
 def opening(url: str, step: int) -> dict[str, Any]:
     """One streamed request's milestones, in seconds after it was sent."""
     body = {"model": "smol", "max_tokens": 4, "stream": True,
-            "messages": [{"role": "user", "content": prompt(1900, step)}]}  # fmt: skip
+            "messages": [{"role": "user", "content": long_prompt(1900, step)}]}  # fmt: skip
     marks: dict[str, Any] = {"keepalives": 0}
     sent = time.monotonic()
     with httpx.stream("POST", url + "/v1/messages", json=body, timeout=600) as r:
@@ -186,13 +183,6 @@ def watched(
             "errors": errors[-1500:]}  # fmt: skip
 
 
-def _ttft_count(url: str) -> float:
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("coderai_time_to_first_token_seconds_count"):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def agent_runs(
     env: dict[str, str], which: list[str], settings: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -208,7 +198,7 @@ def agent_runs(
                 row = watched(launch, home, lambda line: '"text_delta"' in line, None)
             elif name == "codex":
                 launch = agents.codex_launch(server.url, home, model, QUESTION)
-                row = watched(launch, home, None, lambda: _ttft_count(server.url))
+                row = watched(launch, home, None, lambda: server.metric(TTFT_COUNT))
                 last = home / "last.txt"
                 row["output"] = last.read_text() if last.exists() else row["output"]
             else:  # SmolLM2 ends its turn: the whole run is the answer's time

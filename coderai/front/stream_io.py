@@ -87,18 +87,17 @@ def _ready(jobs: list[FrontJob]) -> bool:
     )
 
 
-async def wait_until(job: FrontJob, deadline: float) -> bool:
-    """Wait for the job's wake-up, or until the deadline (monotonic): whether it woke
-    before the deadline. A timer sets the same event, so waiting costs no extra task."""
+async def wait_until(job: FrontJob, deadline: float) -> None:
+    """Wait for the job's wake-up, or until the deadline (monotonic). A timer sets the
+    same event, so waiting costs no extra task."""
     left = deadline - time.monotonic()
     if left <= 0:
-        return False
+        return
     timer = asyncio.get_running_loop().call_later(left, job.wake.set)
     try:
         await job.wait()
     finally:
         timer.cancel()
-    return time.monotonic() < deadline
 
 
 def progress_comment(prompt: Prompt | None) -> bytes:

@@ -22,7 +22,8 @@ import pytest
 
 from coderai.defaults import embedded_gguf
 from coderai.engine.scheduler import PROGRESS_INTERVAL
-from tests.support.server import Server, running
+from tests.support.prompts import long_prompt
+from tests.support.server import TTFT_COUNT, Server, running
 
 #: the fake model's script: a call to a namespaced function (Codex's MCP tools come so)
 LOOKUP = '<tool_call>\n{"name": "docs__lookup", "arguments": {"q": "zmq"}}\n</tool_call>'
@@ -44,25 +45,6 @@ def system(nonce: str) -> Any:
         {"type": "text", "text": "You are a careful assistant. " * 40,
          "cache_control": {"type": "ephemeral"}},
     ]  # fmt: skip
-
-
-def long_prompt(words: int, step: int) -> str:
-    """About `words` tokens of prose-like text, its word order set by `step`: prompts of
-    different steps share no prefix, so none is read from the prefix cache."""
-    vocabulary = [
-        "server",
-        "engine",
-        "stream",
-        "token",
-        "prompt",
-        "cache",
-        "model",
-        "agent",
-        "socket",
-        "queue",
-    ]
-    text = " ".join(vocabulary[(i * step) % len(vocabulary)] for i in range(words))
-    return text + "\nSummarise."
 
 
 #: a reasoning template's switch, as Qwen3's reads it: thinking off writes an empty block
@@ -301,23 +283,15 @@ def test_hosted_tools_are_left_out_and_named(server: Server) -> None:
     assert "hosted tools this server cannot run are not offered" in server.log()
 
 
-def _ttft_count(server: Server) -> float:
-    text = httpx.get(server.url + "/metrics", timeout=10).text
-    line = next(
-        x for x in text.splitlines() if x.startswith("coderai_time_to_first_token_seconds_count")
-    )
-    return float(line.split()[-1])
-
-
 def test_messages_and_responses_streams_report_their_time_to_first_token(
     server: Server, claude: anthropic.Anthropic, oai: openai.OpenAI
 ) -> None:
-    before = _ttft_count(server)
+    before = server.metric(TTFT_COUNT)
     with claude.messages.stream(model="fake", max_tokens=2, messages=ASK[:1]) as stream:
         stream.until_done()
     with oai.responses.stream(model="fake", input="Hi", max_output_tokens=2) as stream:
         stream.until_done()
-    assert _ttft_count(server) == before + 2
+    assert server.metric(TTFT_COUNT) == before + 2
 
 
 def test_a_namespaced_call_streams_with_its_namespace(oai: openai.OpenAI) -> None:

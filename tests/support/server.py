@@ -23,6 +23,10 @@ from coderai.engine.backends.fake import fake_tokens, render_chat
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: streams that have written their first token (every API's), as /metrics counts them
+TTFT_COUNT = "coderai_time_to_first_token_seconds_count"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -103,6 +107,16 @@ class Server:
             raw = exc.read()
         body: dict[str, Any] = json.loads(raw)
         return body
+
+    def metric(self, sample: str) -> float:
+        """A sample's value in /metrics (0 before it is first counted)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name == sample:
+                return float(value)
+        return 0.0
 
     @property
     def front(self) -> psutil.Process:
