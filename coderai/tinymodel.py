@@ -56,6 +56,19 @@ def build(
     return hf, gguf_path
 
 
+def build_windowed(out: Path, window: int = 16, seed: int = 0) -> Path:
+    """Write <out>/windowed.gguf: the tiny model's shape as a Gemma 3, whose first layer
+    attends only to the last `window` positions (llama.cpp's sliding-window cache, as
+    Gemma 3, Gemma 2 and gpt-oss have it) and whose second attends to all. For tests of
+    prefix reuse where a window slides; no transformers twin."""
+    tokenizer = _tokenizer(SPECIAL_TOKENS, True)
+    model = _model(tokenizer, seed, SPECIAL_TOKENS)
+    path = out / "windowed.gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    _write_gguf(path, model, tokenizer, SPECIAL_TOKENS, window=window)
+    return path
+
+
 def _tokenizer(specials: list[str], chat_template: bool) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -124,14 +137,18 @@ def _permute(weights: Any, heads: int) -> Any:
     )
 
 
-def _write_gguf(path: Path, model: Any, tokenizer: Any, specials: list[str]) -> None:
+def _write_gguf(
+    path: Path, model: Any, tokenizer: Any, specials: list[str], window: int = 0
+) -> None:
+    """The model as llama.cpp reads it: a Llama, or with `window` a Gemma 3 whose first
+    layer has that sliding window (its extra norms are ones: identity at this scale)."""
     import json
 
     import gguf
     import numpy as np
 
     cfg = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), "gemma3" if window else "llama")
     writer.add_name("coderai-tiny")
     writer.add_context_length(cfg.max_position_embeddings)
     writer.add_embedding_length(cfg.hidden_size)
@@ -143,6 +160,12 @@ def _write_gguf(path: Path, model: Any, tokenizer: Any, specials: list[str]) -> 
     writer.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    head = cfg.hidden_size // cfg.num_attention_heads
+    if window:
+        writer.add_sliding_window(window)
+        writer.add_sliding_window_pattern([i == 0 for i in range(cfg.num_hidden_layers)])
+        writer.add_key_length(head)
+        writer.add_value_length(head)
 
     vocab = tokenizer.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
@@ -186,6 +209,12 @@ def _write_gguf(path: Path, model: Any, tokenizer: Any, specials: list[str]) -> 
         add(f"blk.{i}.ffn_gate.weight", state[p + "mlp.gate_proj.weight"])
         add(f"blk.{i}.ffn_up.weight", state[p + "mlp.up_proj.weight"])
         add(f"blk.{i}.ffn_down.weight", state[p + "mlp.down_proj.weight"])
+        if window:
+            ones = np.ones(cfg.hidden_size)
+            for norm in ("post_attention_norm", "post_ffw_norm"):
+                add(f"blk.{i}.{norm}.weight", ones)
+            add(f"blk.{i}.attn_q_norm.weight", np.ones(head))
+            add(f"blk.{i}.attn_k_norm.weight", np.ones(head))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

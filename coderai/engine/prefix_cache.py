@@ -9,6 +9,7 @@ sees state from another prompt beyond the tokens the two have in common.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -39,12 +40,18 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def match(self, tokens: list[int]) -> tuple[int, int] | None:
+    def match(
+        self, tokens: list[int], usable: Callable[[int, int], int] | None = None
+    ) -> tuple[int, int] | None:
         """The entry sharing the longest prefix with `tokens` and that prefix's length,
-        leaving at least the last token to be decoded (its logits are needed)."""
+        leaving at least the last token to be decoded (its logits are needed). `usable`
+        says how much of n shared tokens an entry's state can give (checkpoints.py): less
+        on a model whose windowed or recurrent state cannot be cut back anywhere."""
         best: tuple[int, int] | None = None
         for seq_id, cached in self._entries.items():
             shared = min(common_prefix(cached, tokens), len(tokens) - 1)
+            if usable is not None and shared > 0:
+                shared = usable(seq_id, shared)
             if shared > 0 and (best is None or shared > best[1]):
                 best = (seq_id, shared)
         if best is not None:

@@ -34,11 +34,17 @@ _MODEL_GAUGES = {
     "kv_reserved": ("coderai_kv_cells_reserved", "KV cache cells promised to sequences"),
     "kv_cells": ("coderai_kv_cells", "KV cache cells in all"),
     "prefix_cached": ("coderai_prefix_cache_cells", "Tokens whose KV cells are kept for reuse"),
+    "checkpoints": ("coderai_checkpoints", "Window or recurrent state checkpoints kept"),
+    "checkpoint_bytes": ("coderai_checkpoint_bytes", "Bytes of the checkpoints kept"),
 }
 _MODEL_COUNTERS = {
     "preempted": ("coderai_sequences_preempted", "Sequences whose KV cells were taken back"),
     "prefix_hits": ("coderai_prefix_cache_hits", "Sequences that reused a cached prefix"),
     "prefix_tokens": ("coderai_prefix_cache_tokens", "Prompt tokens read from the prefix cache"),
+    "checkpoints_restored": (
+        "coderai_checkpoints_restored",
+        "Prefixes reused by restoring a checkpoint",
+    ),
 }
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -8,7 +8,7 @@ import anthropic
 import openai
 import pytest
 
-from coderai.tinymodel import build
+from coderai.tinymodel import build, build_windowed
 from tests.support.server import Server, openai_client
 
 StartServer = Callable[..., Server]
@@ -38,6 +38,12 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A tiny random Llama as a transformers folder and as GGUF (same weights)."""
     return build(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def windowed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model as a GGUF whose first layer has a sliding window of 16 tokens."""
+    return build_windowed(tmp_path_factory.mktemp("windowed"), window=16)
 
 
 @pytest.fixture

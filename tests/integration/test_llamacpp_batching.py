@@ -370,3 +370,83 @@ def test_a_prompt_that_covers_a_kept_prefix_whole_takes_it_over_and_others_stay(
     assert next_turn.cached_tokens >= first.prompt_tokens - 1
     # the other conversation's prefix is still there for its next turn
     assert other_again.cached_tokens == other_again.prompt_tokens - 1
+
+
+def windowed(gguf: Path, **options: Any) -> dict[str, Any]:
+    """A windowed model whose window cache is small enough to slide within these prompts:
+    llama.cpp sizes it as window x sequences + batch, rounded up: 256 cells. A sequence's
+    window cells are taken by others (or its own later ones) only once the 256 are used."""
+    return model(gguf, n_batch=64, n_ctx=2048, **options)
+
+
+async def turns(spec: dict[str, Any], prompts: list[str]) -> list[tuple[str, Done]]:
+    async with engine() as eng:
+        out = []
+        for i, prompt in enumerate(prompts, 1):
+            eng.scheduler.submit(job(i, spec, prompt))
+            await eng.finished(i)
+            done = eng.ended(i)
+            assert isinstance(done, Done), done
+            out.append((text_of(eng.sent, i), done))
+        return out
+
+
+def cold_text(spec: dict[str, Any], prompt: str) -> str:
+    ((text, _),) = asyncio.run(turns({**spec, "options": {**spec["options"],
+                                      "prefix_cache_tokens": 0}}, [prompt]))  # fmt: skip
+    return text
+
+
+def test_on_a_windowed_model_a_prefix_whose_window_slid_away_is_read_cold(
+    windowed_model: Path,
+) -> None:
+    """A 1,000-token first turn holds its window cells for its last 256 positions only:
+    the next prompt, sharing its first 500 tokens, is read from the start without a
+    checkpoint there, and answers as cold (reusing the 500 would attend to cells later
+    tokens have taken: a different answer, issue 29)."""
+    first = "Servers answer requests " * 100  # 1,000 tokens
+    second = "Servers answer requests " * 50 + "Once upon a time"  # ends within the window
+    spec = windowed(windowed_model, checkpoints=0)
+    (_, a), (text, b) = asyncio.run(turns(spec, [first, second]))
+    assert a.prompt_tokens == 1000 and b.cached_tokens == 0
+    assert text == cold_text(spec, second)
+
+
+def test_on_a_windowed_model_a_checkpoint_serves_the_prefix_the_window_left(
+    windowed_model: Path,
+) -> None:
+    """Checkpoints every 128 prompt tokens: the second prompt starts from the one at 384
+    (the last before the tokens it stops sharing) and answers as cold; the third, the
+    first turn with its answer and more, starts from what the first sequence still holds."""
+    first = "Servers answer requests " * 100
+    second = "Servers answer requests " * 50 + "Once upon a time"  # ends within the window
+    spec = windowed(windowed_model, checkpoint_every=128)
+    (answer, a), (text, b) = asyncio.run(turns(spec, [first, second]))
+    assert b.cached_tokens == 384
+    assert text == cold_text(spec, second)
+    third = first + answer + " and then some more words"
+    (_, _), (text, c) = asyncio.run(turns(spec, [first, third]))
+    # (the text re-read merges the first prompt's last token with the answer's first);
+    # more than the last checkpoint before it, 896: from the window cells still held
+    assert c.cached_tokens >= a.prompt_tokens - 1
+    assert text == cold_text(spec, third)
+
+
+def test_on_a_windowed_model_sequences_with_one_prompt_copy_it_only_while_its_window_is_held(
+    windowed_model: Path,
+) -> None:
+    """n choices of one 1,000-token prompt on a windowed model: each answers as the prompt
+    alone does, whether a follower copies the leader's cells or (its window having slid)
+    reads the prompt itself."""
+    prompt = "Servers answer requests " * 100
+    spec = windowed(windowed_model, prefix_cache_tokens=0)
+
+    async def run(count: int) -> list[str]:
+        async with engine() as eng:
+            for i in range(1, count + 1):
+                eng.scheduler.submit(job(i, spec, prompt))
+            await eng.finished(*range(1, count + 1))
+            return [text_of(eng.sent, i) for i in range(1, count + 1)]
+
+    alone = asyncio.run(run(1))
+    assert asyncio.run(run(3)) == alone * 3

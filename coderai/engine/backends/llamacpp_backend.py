@@ -56,6 +56,9 @@ PARALLEL_CPU, PARALLEL_GPU = 4, 16
 RESERVE_STEP = 256
 #: how long a step that reads a prompt may take while other sequences decode
 PREFILL_STEP_MS = 500
+#: checkpoints of window or recurrent state kept per sequence, and the prompt tokens
+#: between two (one is also taken where each prompt ends)
+CHECKPOINTS, CHECKPOINT_EVERY = 8, 4096
 
 
 class LlamaCppBackend(Backend):
@@ -123,14 +126,21 @@ class LlamaCppBackend(Backend):
         if llama_cpp.llama_model_is_recurrent(model.model) or llama_cpp.llama_model_is_hybrid(
             model.model
         ):
-            # a recurrent state is the end of a whole sequence, not a prefix of it
+            # a recurrent state is the end of a whole sequence, not a prefix of it; the
+            # checkpoints that would let a prefix be reused (checkpoints.py) are tried on
+            # windowed models only: no recurrent model can be made or fetched here to
+            # test them on
             cache_tokens = 0
+        # a windowed model's window layers keep only their window (as llama-server does):
+        # a kept prefix is reused where what is held or a checkpoint covers it
+        swa_full = bool(options.get("swa_full", False))
         # a kept prefix has a sequence id of its own, one per running sequence at most
         params.n_seq_max = parallel * 2 if cache_tokens else parallel
         params.kv_unified = True  # every sequence may use the whole context
         params.n_threads = int(options.get("n_threads") or cores)
         params.n_threads_batch = int(options.get("n_threads_batch") or cores)
         params.type_k = params.type_v = _KV_TYPES[kv]
+        params.swa_full = swa_full
         params.no_perf = True
         # flash attention sums in another order (and in f16 on the CPU): on by default only
         # where it pays, on a GPU, and where it is needed, for a quantized V cache
@@ -150,6 +160,10 @@ class LlamaCppBackend(Backend):
             reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
             cache_tokens=cache_tokens,
             prefill_step=float(options.get("prefill_step_ms") or PREFILL_STEP_MS) / 1000,
+            # a full-size window cache holds what a checkpoint would, at every position
+            checkpoints=0 if swa_full else int(options.get("checkpoints", CHECKPOINTS)),
+            checkpoint_every=int(options.get("checkpoint_every") or CHECKPOINT_EVERY),
+            swa_full=swa_full,
             options=options,
         )
 

@@ -58,12 +58,15 @@ from coderai.engine.chat_template import (
     template_input,
     tool_format,
 )
+from coderai.engine.checkpoints import Checkpoint, Held, Memory, due, kept, reusable, whole
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
 from coderai.errors import JobError
 
 #: the fewest prompt tokens read in a step while others decode (and before any is measured)
 MIN_CHUNK = 16
+#: llama_state_seq_*_ext: only the state that cannot be cut back (window cells, recurrent)
+_PARTIAL = 1
 
 
 @dataclass(eq=False)
@@ -110,6 +113,9 @@ class LlamaCppBatchInstance(ModelInstance):
         reserve_step: int,
         cache_tokens: int,
         prefill_step: float,
+        checkpoints: int = 0,
+        checkpoint_every: int = 4096,
+        swa_full: bool = True,
         options: dict[str, Any] | None = None,
     ) -> None:
         import llama_cpp
@@ -142,6 +148,22 @@ class LlamaCppBatchInstance(ModelInstance):
         self._admissions = itertools.count()
         self._preemptions = 0
         self._piece = ctypes.create_string_buffer(64)
+        handle = model.model
+        self.window = int(llama_cpp.llama_model_n_swa(handle))
+        if llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle):
+            self.memory = Memory.RECURRENT
+        else:
+            self.memory = Memory.WINDOW if self.window > 0 else Memory.FULL
+        #: checkpoints of partial state, by sequence id (a kept prefix keeps its sequence's)
+        self.max_checkpoints = checkpoints if self.memory is not Memory.FULL else 0
+        self.checkpoint_every = checkpoint_every
+        self._checkpoints: dict[int, list[Checkpoint]] = {}
+        self._restored = 0
+        #: a window cache sized for each sequence's window (not swa_full) frees a cell only
+        #: once one sequence alone holds it: two live sequences sharing cells could hold
+        #: the whole of it, and a decode would find no room. There a sequence that starts
+        #: from a kept prefix takes it over, and none copies a running one's cells.
+        self._private = self.memory is Memory.WINDOW and not swa_full
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
         template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
@@ -259,6 +281,7 @@ class LlamaCppBatchInstance(ModelInstance):
         with another sequence (a kept prefix) stay, held by that one."""
         self._lib.llama_memory_seq_rm(self.context.memory, seq_id, -1, -1)
         self.ledger.release(seq_id)
+        self._checkpoints.pop(seq_id, None)
 
     def _evict_one(self, keep: int | None = None) -> bool:
         """Let the least recently used kept prefix (but `keep`) go; False if none is."""
@@ -286,14 +309,18 @@ class LlamaCppBatchInstance(ModelInstance):
         kept, shared = hit
         if self.ledger.free() + self.ledger.holds(kept) < cells - self.ledger.holds(slot.seq_id):
             return False
-        self._lib.llama_memory_seq_cp(self.context.memory, kept, slot.seq_id, 0, shared)
-        self.cache.take(kept)
-        self._free_cells(kept)  # the entry's hold; the cells stay, held by the sequence
-        self._free_ids.append(kept)
-        slot.decoded = shared
+        self._share(kept, slot, shared)
+        self._let_go(kept)
         reserved = self.ledger.reserve(slot.seq_id, cells)
         assert reserved, "the entry's cells were counted as room"
         return True
+
+    def _let_go(self, kept: int) -> None:
+        """A kept prefix a sequence has started from is no longer kept: its id's hold is
+        freed, the cells it shares stay, held by that sequence."""
+        self.cache.take(kept)
+        self._free_cells(kept)
+        self._free_ids.append(kept)
 
     def stats(self) -> dict[str, int]:
         admitted = [s for s in self._slots if s.admitted]
@@ -307,6 +334,9 @@ class LlamaCppBatchInstance(ModelInstance):
             "prefix_hits": self.cache.hits,
             "prefix_tokens": self.cache.reused,
             "prefix_cached": self.cache.tokens,
+            "checkpoints": sum(len(c) for c in self._checkpoints.values()),
+            "checkpoint_bytes": sum(len(p.data) for c in self._checkpoints.values() for p in c),
+            "checkpoints_restored": self._restored,
         }
 
     def _forget_cells(self, slot: _Slot) -> None:
@@ -323,7 +353,7 @@ class LlamaCppBatchInstance(ModelInstance):
             # it does not fit, it takes that prefix's cells over (_adopt). A prefix it
             # covers whole is taken over first: kept, it would only hold the same cells
             # twice over (its release keeps the longer one), and others need not go
-            hit = self.cache.match(slot.tokens)
+            hit = self._match(slot.tokens)
             keep = hit[0] if hit else None
             whole = hit is not None and hit[1] >= self.cache.length(hit[0]) - 1
             if not (whole and hit and self._adopt(slot, hit, want)) and not (
@@ -338,11 +368,12 @@ class LlamaCppBatchInstance(ModelInstance):
     def _reuse(self, slot: _Slot) -> None:
         """Start from the kept cells that share the longest prefix with its tokens (unless
         it took a prefix's cells over as it was admitted)."""
-        hit = None if slot.decoded else self.cache.match(slot.tokens)
+        hit = None if slot.decoded else self._match(slot.tokens)
         if hit is not None:
             kept, shared = hit
-            self._lib.llama_memory_seq_cp(self.context.memory, kept, slot.seq_id, 0, shared)
-            slot.decoded = shared
+            self._share(kept, slot, shared)
+            if self._private:
+                self._let_go(kept)
         if not slot.started:  # a preempted sequence reading its tokens again is no new hit
             slot.started = True
             slot.seq.cached_tokens = slot.decoded
@@ -350,10 +381,68 @@ class LlamaCppBatchInstance(ModelInstance):
                 self.cache.count_hit(slot.decoded)
         self._find_leader(slot)
 
+    # -- state that cannot be cut back (checkpoints.py) ------------------------------------
+    def _match(self, tokens: list[int]) -> tuple[int, int] | None:
+        if self.memory is Memory.FULL:
+            return self.cache.match(tokens)
+        return self.cache.match(tokens, self._usable)
+
+    def _held(self, seq_id: int) -> Held:
+        memory = self.context.memory
+        last = int(self._lib.llama_memory_seq_pos_max(memory, seq_id))
+        first = int(self._lib.llama_memory_seq_pos_min(memory, seq_id))
+        return Held(max(first, 0), last + 1)
+
+    def _usable(self, seq_id: int, common: int) -> int:
+        taken = [c.tokens for c in self._checkpoints.get(seq_id, ())]
+        return reusable(common, self._held(seq_id), self.memory, self.window, taken)[0]
+
+    def _share(self, kept: int, slot: _Slot, tokens: int) -> None:
+        """Start a sequence from the first `tokens` tokens of another's cells: its
+        full-attention cells are shared, and where the other's window or recurrent state
+        does not cover that prefix, the checkpoint taken there is restored. Without one
+        (or if it cannot be restored) the sequence reads its prompt from the start."""
+        lib, memory = self._lib, self.context.memory
+        held = self._held(kept) if self.memory is not Memory.FULL else None
+        lib.llama_memory_seq_cp(memory, kept, slot.seq_id, 0, tokens)
+        slot.decoded = tokens
+        if held is None:
+            return
+        theirs = self._checkpoints.get(kept, [])
+        self._checkpoints[slot.seq_id] = [c for c in theirs if c.tokens <= tokens]
+        if whole(tokens, held, self.memory, self.window):
+            return
+        point = next((c for c in theirs if c.tokens == tokens), None)
+        if point is None or not self._restore(slot.seq_id, point):
+            lib.llama_memory_seq_rm(memory, slot.seq_id, -1, -1)  # its promise stays
+            self._checkpoints.pop(slot.seq_id, None)
+            slot.decoded = 0
+
+    def _checkpoint(self, slot: _Slot) -> None:
+        lib, sid = self._lib, slot.seq_id
+        size = int(lib.llama_state_seq_get_size_ext(self.ctx, sid, _PARTIAL))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(lib.llama_state_seq_get_data_ext(self.ctx, buffer, size, sid, _PARTIAL))
+        if written <= 0:
+            return
+        taken = self._checkpoints.get(sid, [])
+        point = Checkpoint(slot.decoded, ctypes.string_at(buffer, written))
+        self._checkpoints[sid] = kept([*taken, point], self.max_checkpoints)
+
+    def _restore(self, seq_id: int, point: Checkpoint) -> bool:
+        data = (ctypes.c_uint8 * len(point.data)).from_buffer_copy(point.data)
+        read = self._lib.llama_state_seq_set_data_ext(
+            self.ctx, data, len(point.data), seq_id, _PARTIAL
+        )
+        self._restored += read > 0
+        return bool(read > 0)
+
     def _find_leader(self, slot: _Slot) -> None:
         """An older running sequence whose tokens begin as this one's do, further than any
         kept prefix: this one waits for it to read them and copies its cells."""
         slot.leader, slot.shared = None, 0
+        if self._private:
+            return
         last = len(slot.tokens) - 1  # the last prompt token is read here: its logits
         for other in self._slots:
             if other is slot or not other.admitted or other.order > slot.order:
@@ -374,6 +463,11 @@ class LlamaCppBatchInstance(ModelInstance):
             return False
         if leader.decoded < slot.shared:
             return True
+        if self.memory is not Memory.FULL and not whole(
+            slot.shared, self._held(leader.seq_id), self.memory, self.window
+        ):  # its window has slid past the shared tokens (or its recurrent state is later)
+            slot.leader = None
+            return False
         memory = self.context.memory
         self._lib.llama_memory_seq_rm(memory, slot.seq_id, -1, -1)
         self._lib.llama_memory_seq_cp(memory, leader.seq_id, slot.seq_id, 0, slot.shared)
@@ -482,6 +576,10 @@ class LlamaCppBatchInstance(ModelInstance):
         for slot, _first, end in runs:
             slot.decoded = end
             slot.seq.read = min(end, slot.seq.prompt_tokens)
+            if self.max_checkpoints:
+                taken = [c.tokens for c in self._checkpoints.get(slot.seq_id, ())]
+                if due(end, slot.seq.prompt_tokens, taken, self.checkpoint_every):
+                    self._checkpoint(slot)
         produced: dict[_Slot, StepResult] = {}
         for slot, index in outputs:
             seq = slot.seq
