@@ -95,11 +95,16 @@ class Scheduler:
         self._inbox.put(("preload", spec))
 
     def cancel(self, job_id: int) -> None:
+        seq = self._jobs.get(job_id)  # a dict lookup, atomic: see running()
+        if seq is not None:
+            seq.cancelled = True  # a step reading its prompt stops at once (a backend's)
         self._inbox.put(("cancel", job_id))
 
     def cancel_all(self, ended: threading.Event) -> None:
         """Every job, running or waiting, ends as cancelled (the front they came from is
         gone); `ended` is set once their DONEs are in the outbox."""
+        for seq in list(self._jobs.values()):  # a copy made in one call: atomic
+            seq.cancelled = True
         self._inbox.put(("cancel_all", ended))
 
     def hold(self, job_id: int) -> None:

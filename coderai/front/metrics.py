@@ -45,6 +45,7 @@ _MODEL_COUNTERS = {
         "coderai_checkpoints_restored",
         "Prefixes reused by restoring a checkpoint",
     ),
+    "steps_aborted": ("coderai_steps_aborted", "Prompt steps stopped by a cancel"),
 }
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -16,7 +16,7 @@ import pytest
 from coderai.bus.codec import decode
 from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
 from coderai.defaults import embedded_gguf
-from coderai.engine.backends.base import LoadProgress
+from coderai.engine.backends.base import END, READING, LoadProgress, Sequence
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
@@ -450,3 +450,42 @@ def test_on_a_windowed_model_sequences_with_one_prompt_copy_it_only_while_its_wi
 
     alone = asyncio.run(run(1))
     assert asyncio.run(run(3)) == alone * 3
+
+
+def test_a_cancel_during_a_prompt_step_stops_it_and_what_was_read_is_kept(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """The backend driven by hand: after two 64-token steps of a 300-token prompt its
+    client hangs up (the flag a CANCEL sets from the loop's thread, set here before the
+    step so that llama.cpp's abort callback sees it at its first node). That step stops
+    and reads nothing; the 128 tokens read before are kept, and the same prompt sent again
+    reads only the rest and answers as cold."""
+    prompt = "Servers answer requests " * 30
+    entry = model(tiny_models[1], n_batch=64)
+    spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
+    instance = LlamaCppBackend().load(spec, LoadProgress())
+
+    def answer(seq: Sequence) -> str:
+        text = ""
+        for _ in range(TOKENS):
+            (result,) = instance.step([seq])
+            while result is READING:
+                (result,) = instance.step([seq])
+            if result is END:
+                break
+            text += str(result)
+        return text
+
+    first = Sequence(job(1, entry, prompt))
+    instance.start(first)
+    assert [instance.step([first]), instance.step([first])] == [[READING]] * 2
+    first.cancelled = True
+    assert instance.step([first]) == [READING]
+    stats = instance.stats()
+    assert stats["steps_aborted"] == 1 and stats["kv_used"] == 128
+    instance.release(first)
+    again = Sequence(job(2, entry, prompt))
+    instance.start(again)
+    text = answer(again)
+    assert again.cached_tokens == 128
+    assert text == cold_text(entry, prompt)

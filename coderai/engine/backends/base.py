@@ -74,6 +74,9 @@ class Sequence:
     logprobs: list[Any] | None = None
     #: characters of text already sent for the entries still held in `logprobs`
     logprob_chars: int = 0
+    #: set from the event loop's thread when a CANCEL arrives, before the scheduler
+    #: thread takes it: a backend in the middle of a long step for it may stop there
+    cancelled: bool = False
 
 
 def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:

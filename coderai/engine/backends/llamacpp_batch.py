@@ -67,6 +67,8 @@ from coderai.errors import JobError
 MIN_CHUNK = 16
 #: llama_state_seq_*_ext: only the state that cannot be cut back (window cells, recurrent)
 _PARTIAL = 1
+#: what llama_decode returns when its abort callback said stop
+_ABORTED = 2
 
 
 @dataclass(eq=False)
@@ -164,6 +166,14 @@ class LlamaCppBatchInstance(ModelInstance):
         #: the whole of it, and a decode would find no room. There a sequence that starts
         #: from a kept prefix takes it over, and none copies a running one's cells.
         self._private = self.memory is Memory.WINDOW and not swa_full
+        #: sequences whose prompt the running step reads: a CANCEL for one of them stops
+        #: the step within a graph node (llama.cpp's abort callback, set for such steps
+        #: only: it is called from every node). A recurrent state half-advanced by an
+        #: aborted step could not be taken back, so those models finish their step.
+        self._watched: list[_Slot] = []
+        self._abort = llama_cpp.ggml_abort_callback(self._cancelled)
+        self._no_abort = llama_cpp.ggml_abort_callback()
+        self._aborted = 0
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
         template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
@@ -337,6 +347,7 @@ class LlamaCppBatchInstance(ModelInstance):
             "checkpoints": sum(len(c) for c in self._checkpoints.values()),
             "checkpoint_bytes": sum(len(p.data) for c in self._checkpoints.values() for p in c),
             "checkpoints_restored": self._restored,
+            "steps_aborted": self._aborted,
         }
 
     def _forget_cells(self, slot: _Slot) -> None:
@@ -564,8 +575,25 @@ class LlamaCppBatchInstance(ModelInstance):
                 logits[n - 1] = 1
                 outputs.append((slot, n - 1))
         batch.n_tokens = n
+        readers = [slot for slot, first, end in runs if end - first > 1]
+        watch = bool(readers) and self.memory is not Memory.RECURRENT
+        if watch:
+            self._watched = readers
+            lib.llama_set_abort_callback(self.ctx, self._abort, None)
         began = time.perf_counter()
-        status = lib.llama_decode(self.ctx, batch)
+        try:
+            status = lib.llama_decode(self.ctx, batch)
+        finally:
+            if watch:
+                lib.llama_set_abort_callback(self.ctx, self._no_abort, None)
+                self._watched = []
+        if status == _ABORTED:
+            # llama.cpp took the step's cells back; each sequence is where it was, and the
+            # cancelled one is released next, keeping what it read before this step
+            self._aborted += 1
+            for slot, first, _end in runs:
+                lib.llama_memory_seq_rm(self.context.memory, slot.seq_id, first, -1)
+            return {}
         if status != 0:
             raise JobError(f"llama_decode returned {status}", kind="backend_error")
         if n >= MIN_CHUNK:  # a step that read prompt tokens: their cost, smoothed
@@ -598,6 +626,10 @@ class LlamaCppBatchInstance(ModelInstance):
                 END if lib.llama_vocab_is_eog(self.vocab, chosen) else self._text(slot, chosen)
             )
         return produced
+
+    def _cancelled(self, _data: Any) -> bool:
+        """llama.cpp's abort callback: whether a sequence the step reads for is cancelled."""
+        return any(slot.seq.cancelled for slot in self._watched)
 
     def _shape_logits(self, seq: Sequence, index: int) -> Any:
         """Apply the sequence's grammar to the logits at a batch index, in place (the
