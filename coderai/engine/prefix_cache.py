@@ -36,6 +36,9 @@ class PrefixCache:
         self.tokens = 0
         self.hits = 0
         self.reused = 0
+        #: told of each entry let go for room or its bound (its id and tokens), before
+        #: the backend frees its cells: they may be saved elsewhere (ram_cache.py)
+        self.on_evict: Callable[[int, list[int]], None] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -88,6 +91,8 @@ class PrefixCache:
         none."""
         seq_id = next((i for i in self._entries if i != keep), None)
         if seq_id is not None:
+            if self.on_evict is not None:
+                self.on_evict(seq_id, self._entries[seq_id])
             self._drop(seq_id)
         return seq_id
 

@@ -36,6 +36,8 @@ _MODEL_GAUGES = {
     "prefix_cached": ("coderai_prefix_cache_cells", "Tokens whose KV cells are kept for reuse"),
     "checkpoints": ("coderai_checkpoints", "Window or recurrent state checkpoints kept"),
     "checkpoint_bytes": ("coderai_checkpoint_bytes", "Bytes of the checkpoints kept"),
+    "ram_cache_entries": ("coderai_ram_cache_entries", "Prompt states saved in host RAM"),
+    "ram_cache_bytes": ("coderai_ram_cache_bytes", "Bytes of prompt state saved in host RAM"),
 }
 _MODEL_COUNTERS = {
     "preempted": ("coderai_sequences_preempted", "Sequences whose KV cells were taken back"),
@@ -46,6 +48,13 @@ _MODEL_COUNTERS = {
         "Prefixes reused by restoring a checkpoint",
     ),
     "steps_aborted": ("coderai_steps_aborted", "Prompt steps stopped by a cancel"),
+    "ram_cache_saves": ("coderai_ram_cache_saves", "Prompt states saved to host RAM"),
+    "ram_cache_hits": ("coderai_ram_cache_hits", "Sequences started from a state in host RAM"),
+    "ram_cache_tokens": ("coderai_ram_cache_tokens", "Prompt tokens restored from host RAM"),
+    "ram_cache_restore_ms": (
+        "coderai_ram_cache_restore_milliseconds",
+        "Time spent restoring prompt state from host RAM",
+    ),
 }
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -5,6 +5,7 @@ decided by the test, not by timing."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -489,3 +490,45 @@ def test_a_cancel_during_a_prompt_step_stops_it_and_what_was_read_is_kept(
     text = answer(again)
     assert again.cached_tokens == 128
     assert text == cold_text(entry, prompt)
+
+
+@pytest.mark.parametrize("windowed_too", [False, True], ids=["full", "windowed"])
+def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
+    tiny_models: tuple[Path, Path], windowed_model: Path, windowed_too: bool
+) -> None:
+    """Five conversations, two turns each, on a context that keeps two prefixes: each one's
+    second turn finds its first evicted from the KV cache by the others, and restores it
+    from the host RAM cache instead of reading it again; the answers are as cold. With the
+    RAM cache off the same turns read everything. On the windowed model the state saved
+    holds the window at its end only, so the restore goes on from the checkpoint where the
+    first turn's prompt ended."""
+    # each line its own tokens: the second turn's tokens begin with all the first's
+    agents = [f"{opening}\n" * 8 for opening in ("Servers answer", "Once upon",
+              "def fib(n):", "SELECT * FROM", "The quick brown")]  # fmt: skip
+
+    def spec(**options: Any) -> dict[str, Any]:
+        if windowed_too:
+            return windowed(windowed_model, **options)
+        return model(tiny_models[1], **options)
+
+    async def run(spec: dict[str, Any]) -> tuple[list[tuple[str, Done]], dict[str, int]]:
+        async with engine() as eng:
+            out: list[tuple[str, Done]] = []
+            for turn, i in itertools.product(range(2), range(5)):
+                prompt = agents[i] + "and then some more words" * turn
+                job_id = turn * 5 + i + 1
+                eng.scheduler.submit(job(job_id, spec, prompt))
+                await eng.finished(job_id)
+                done = eng.ended(job_id)
+                assert isinstance(done, Done), done
+                out.append((text_of(eng.sent, job_id), done))
+            return out, eng.counters()
+
+    ram, stats = asyncio.run(run(spec(parallel=2)))
+    off, _ = asyncio.run(run(spec(parallel=2, prompt_cache_ram_mb=0)))
+    firsts, seconds = ram[:5], ram[5:]
+    assert stats["ram_cache_hits"] == 5 and stats["ram_cache_saves"] >= 5
+    for (_, first), (_, second) in zip(firsts, seconds, strict=True):
+        assert second.cached_tokens >= first.prompt_tokens - 1
+    assert all(done.cached_tokens == 0 for _, done in off[5:])
+    assert [text for text, _ in ram] == [text for text, _ in off]

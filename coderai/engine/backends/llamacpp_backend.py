@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -59,6 +59,9 @@ PREFILL_STEP_MS = 500
 #: checkpoints of window or recurrent state kept per sequence, and the prompt tokens
 #: between two (one is also taken where each prompt ends)
 CHECKPOINTS, CHECKPOINT_EVERY = 8, 4096
+#: host RAM for prompt state the KV cache lets go, by default: this share of the memory
+#: available at load, at most RAM_CACHE_MOST bytes
+RAM_CACHE_SHARE, RAM_CACHE_MOST = 0.1, 8 << 30
 
 
 class LlamaCppBackend(Backend):
@@ -164,6 +167,7 @@ class LlamaCppBackend(Backend):
             checkpoints=0 if swa_full else int(options.get("checkpoints", CHECKPOINTS)),
             checkpoint_every=int(options.get("checkpoint_every") or CHECKPOINT_EVERY),
             swa_full=swa_full,
+            ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
             options=options,
         )
 
@@ -190,6 +194,14 @@ class LlamaCppBackend(Backend):
                 verbose=False,
             )
         return LlamaCppEmbedder(llm)
+
+
+def _ram_cache_bytes(megabytes: object) -> int:
+    """The host RAM bound of a model's prompt cache: the entry's `prompt_cache_ram_mb` (0
+    turns it off), else a share of the memory available now."""
+    if megabytes is not None:
+        return int(cast(Any, megabytes)) << 20
+    return min(int(psutil.virtual_memory().available * RAM_CACHE_SHARE), RAM_CACHE_MOST)
 
 
 def _embedding_context(path: Path) -> int:

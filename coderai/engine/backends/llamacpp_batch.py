@@ -61,6 +61,7 @@ from coderai.engine.chat_template import (
 from coderai.engine.checkpoints import Checkpoint, Held, Memory, due, kept, reusable, whole
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
+from coderai.engine.ram_cache import RamCache, Saved
 from coderai.errors import JobError
 
 #: the fewest prompt tokens read in a step while others decode (and before any is measured)
@@ -118,6 +119,7 @@ class LlamaCppBatchInstance(ModelInstance):
         checkpoints: int = 0,
         checkpoint_every: int = 4096,
         swa_full: bool = True,
+        ram_bytes: int = 0,
         options: dict[str, Any] | None = None,
     ) -> None:
         import llama_cpp
@@ -174,6 +176,10 @@ class LlamaCppBatchInstance(ModelInstance):
         self._abort = llama_cpp.ggml_abort_callback(self._cancelled)
         self._no_abort = llama_cpp.ggml_abort_callback()
         self._aborted = 0
+        #: prefixes let go from the KV cache, and preempted sequences, saved in host RAM
+        self.ram = RamCache(ram_bytes) if ram_bytes > 0 else None
+        if self.ram is not None:
+            self.cache.on_evict = self._save
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
         template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
@@ -348,6 +354,19 @@ class LlamaCppBatchInstance(ModelInstance):
             "checkpoint_bytes": sum(len(p.data) for c in self._checkpoints.values() for p in c),
             "checkpoints_restored": self._restored,
             "steps_aborted": self._aborted,
+            **(self._ram_stats() if self.ram is not None else {}),
+        }
+
+    def _ram_stats(self) -> dict[str, int]:
+        ram = self.ram
+        assert ram is not None
+        return {
+            "ram_cache_entries": len(ram),
+            "ram_cache_bytes": ram.bytes,
+            "ram_cache_saves": ram.saves,
+            "ram_cache_hits": ram.hits,
+            "ram_cache_tokens": ram.restored_tokens,
+            "ram_cache_restore_ms": ram.restore_ms,
         }
 
     def _forget_cells(self, slot: _Slot) -> None:
@@ -385,6 +404,8 @@ class LlamaCppBatchInstance(ModelInstance):
             self._share(kept, slot, shared)
             if self._private:
                 self._let_go(kept)
+        if self.ram is not None:
+            self._recall(slot)
         if not slot.started:  # a preempted sequence reading its tokens again is no new hit
             slot.started = True
             slot.seq.cached_tokens = slot.decoded
@@ -428,6 +449,58 @@ class LlamaCppBatchInstance(ModelInstance):
             lib.llama_memory_seq_rm(memory, slot.seq_id, -1, -1)  # its promise stays
             self._checkpoints.pop(slot.seq_id, None)
             slot.decoded = 0
+
+    # -- host RAM (ram_cache.py) -------------------------------------------------------------
+    def _save(self, seq_id: int, tokens: list[int]) -> None:
+        """Copy a sequence's state to host RAM before its cells are freed."""
+        assert self.ram is not None
+        lib = self._lib
+        size = int(lib.llama_state_seq_get_size_ext(self.ctx, seq_id, 0))
+        if not 0 < size <= self.ram.max_bytes:
+            return
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(lib.llama_state_seq_get_data_ext(self.ctx, buffer, size, seq_id, 0))
+        if written > 0:
+            points = list(self._checkpoints.get(seq_id, ()))
+            data = ctypes.string_at(buffer, written)
+            held = self._held(seq_id)
+            if self.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
+                held = Held(max(held.first, held.end - self.window), held.end)
+            self.ram.put(Saved(list(tokens), data, held, points))
+
+    def _gives(self, saved: Saved, common: int) -> int:
+        taken = [c.tokens for c in saved.checkpoints]
+        return reusable(common, saved.held, self.memory, self.window, taken)[0]
+
+    def _recall(self, slot: _Slot) -> None:
+        """Start a sequence from a state saved in RAM where that gives more of its tokens
+        than the KV cache did: all its cells are restored (within the sequence's promise),
+        then those past the shared tokens let go."""
+        assert self.ram is not None
+        hit = self.ram.match(slot.tokens, self._gives, self.ledger.holds(slot.seq_id))
+        if hit is None or hit[1] <= slot.decoded:
+            return
+        saved, tokens = hit
+        began = time.perf_counter()
+        lib, memory, sid = self._lib, self.context.memory, slot.seq_id
+        lib.llama_memory_seq_rm(memory, sid, -1, -1)
+        self._checkpoints.pop(sid, None)
+        slot.decoded = 0
+        data = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+        if lib.llama_state_seq_set_data_ext(self.ctx, data, len(saved.data), sid, 0) <= 0:
+            lib.llama_memory_seq_rm(memory, sid, -1, -1)
+            return
+        held = self._held(sid)  # what was restored, not what was foreseen
+        lib.llama_memory_seq_rm(memory, sid, tokens, -1)
+        self._checkpoints[sid] = [c for c in saved.checkpoints if c.tokens <= tokens]
+        if not whole(tokens, held, self.memory, self.window):
+            point = next((c for c in saved.checkpoints if c.tokens == tokens), None)
+            if point is None or not self._restore(sid, point):
+                lib.llama_memory_seq_rm(memory, sid, -1, -1)
+                self._checkpoints.pop(sid, None)
+                return
+        slot.decoded = tokens
+        self.ram.count_hit(tokens, round((time.perf_counter() - began) * 1000))
 
     def _checkpoint(self, slot: _Slot) -> None:
         lib, sid = self._lib, slot.seq_id
@@ -498,6 +571,8 @@ class LlamaCppBatchInstance(ModelInstance):
         the head of the line and reads its tokens again when there is room."""
         victim = max(paused, key=lambda s: s.order)
         self._preemptions += 1
+        if self.ram is not None and victim.decoded:  # it reads them back from RAM
+            self._save(victim.seq_id, victim.tokens[: victim.decoded])
         self._forget_cells(victim)
         self._waiting.appendleft(victim)
 
