@@ -399,6 +399,12 @@ class Scheduler:
         self._notes.append(Prompt(seq.job.job_id, seq.prompt_tokens, seq.read, seq.cached_tokens))
 
     def _apply(self, seq: Sequence, result: StepResult) -> None:
+        if isinstance(result, list):  # tokens a draft gave: each as if stepped alone
+            for one in result:
+                if seq.job.job_id not in self._jobs:  # a stop, its limit or its call
+                    return
+                self._apply(seq, one)
+            return
         if result is READING:
             self._report(seq, time.monotonic())
             return

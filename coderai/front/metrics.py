@@ -48,6 +48,8 @@ _MODEL_COUNTERS = {
         "Prefixes reused by restoring a checkpoint",
     ),
     "steps_aborted": ("coderai_steps_aborted", "Prompt steps stopped by a cancel"),
+    "draft_tokens": ("coderai_draft_tokens", "Speculative draft tokens decoded"),
+    "draft_accepted": ("coderai_draft_tokens_accepted", "Speculative draft tokens kept"),
     "ram_cache_saves": ("coderai_ram_cache_saves", "Prompt states saved to host RAM"),
     "ram_cache_hits": ("coderai_ram_cache_hits", "Sequences started from a state in host RAM"),
     "ram_cache_tokens": ("coderai_ram_cache_tokens", "Prompt tokens restored from host RAM"),

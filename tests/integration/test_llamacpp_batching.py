@@ -511,7 +511,9 @@ def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
             return windowed(windowed_model, **options)
         return model(tiny_models[1], **options)
 
-    async def run(spec: dict[str, Any]) -> tuple[list[tuple[str, Done]], dict[str, int]]:
+    async def run(
+        spec: dict[str, Any], hits: int = 0
+    ) -> tuple[list[tuple[str, Done]], dict[str, int]]:
         async with engine() as eng:
             out: list[tuple[str, Done]] = []
             for turn, i in itertools.product(range(2), range(5)):
@@ -522,9 +524,11 @@ def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
                 done = eng.ended(job_id)
                 assert isinstance(done, Done), done
                 out.append((text_of(eng.sent, job_id), done))
+            # the counters are published a few times a second: wait for the last turn's
+            await eng.until(lambda: eng.counters().get("ram_cache_hits", 0) >= hits)
             return out, eng.counters()
 
-    ram, stats = asyncio.run(run(spec(parallel=2)))
+    ram, stats = asyncio.run(run(spec(parallel=2), hits=5))
     off, _ = asyncio.run(run(spec(parallel=2, prompt_cache_ram_mb=0)))
     firsts, seconds = ram[:5], ram[5:]
     assert stats["ram_cache_hits"] == 5 and stats["ram_cache_saves"] >= 5
@@ -532,3 +536,39 @@ def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
         assert second.cached_tokens >= first.prompt_tokens - 1
     assert all(done.cached_tokens == 0 for _, done in off[5:])
     assert [text for text, _ in ram] == [text for text, _ in off]
+
+
+def test_ngram_drafts_give_the_text_decoding_one_token_at_a_time_gives(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """With `speculative: ngram` a sequence decodes the tokens that followed its last
+    n-gram earlier in it beside its next one, and keeps those the sampler picks: the
+    greedy text is the same, in fewer steps, and some drafts were kept."""
+    prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
+
+    async def run(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+        async with engine() as eng:
+            for i, prompt in enumerate(prompts, 1):
+                eng.scheduler.submit(job(i, spec, prompt, max_tokens=64))
+            await eng.finished(1, 2, 3)
+            if spec["options"].get("speculative"):  # counters are published a few times a second
+                await eng.until(lambda: eng.counters().get("draft_accepted", 0) > 0)
+            return [text_of(eng.sent, i) for i in (1, 2, 3)], eng.counters()
+
+    plain, _ = asyncio.run(run(model(tiny_models[1])))
+    drafted, stats = asyncio.run(run(model(tiny_models[1], speculative="ngram")))
+    assert drafted == plain
+    assert 0 < stats["draft_accepted"] <= stats["draft_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [({"draft": "small"}, "draft model is not built yet"), ("eagle", 'must be "ngram"')],
+)
+def test_a_speculative_option_not_built_is_refused_naming_it(option: Any, says: str) -> None:
+    smol = embedded_gguf()
+    assert smol is not None
+    spec = ModelSpec("m", str(smol), "gguf", {"speculative": option})
+    with pytest.raises(JobError, match=says) as refused:
+        LlamaCppBackend().load(spec, LoadProgress())
+    assert refused.value.kind == "bad_model"

@@ -19,7 +19,7 @@ from coderai.front.probe import refusals
 
 @pytest.mark.parametrize(
     ("fmt", "options", "says"),
-    [(None, {"speculative": "ngram"}, "'speculative': not read by any backend"),
+    [(None, {"speculate": "ngram"}, "'speculate': not read by any backend"),
      ("gguf", {"dtype": "bf16"}, "'dtype': not read by the llama.cpp backend"),
      ("fake", {"n_ctx": 8192, "n_batch": 2}, "options 'n_batch', 'n_ctx': not read by the fake"),
      ("gguf", {"backend": "transformers", "n_ctx": 8}, "'n_ctx': not read by the transformers")],

@@ -30,13 +30,14 @@ class _NoToken:
 
 
 #: what a step yields for one sequence: a token's text, END (end of sequence), no token
-#: (READING: it read part of its prompt; PENDING: it waits, for KV room or its turn) or an
-#: error. A step in which every sequence waits moved nothing: the scheduler does not step
-#: that instance again until something it waits for (a finish, a cancel, a resume) happens.
+#: (READING: it read part of its prompt; PENDING: it waits, for KV room or its turn), an
+#: error, or several tokens' texts in order (speculative decoding; END may close them). A
+#: step in which every sequence waits moved nothing: the scheduler does not step that
+#: instance again until something it waits for (a finish, a cancel, a resume) happens.
 END = None
 READING = _NoToken("READING")
 PENDING = _NoToken("PENDING")
-StepResult = str | None | Exception | _NoToken
+StepResult = str | None | Exception | _NoToken | list[str | None]
 
 
 @dataclass(eq=False)

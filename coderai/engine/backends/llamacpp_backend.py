@@ -168,6 +168,7 @@ class LlamaCppBackend(Backend):
             checkpoint_every=int(options.get("checkpoint_every") or CHECKPOINT_EVERY),
             swa_full=swa_full,
             ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
+            speculative=_speculative(options.get("speculative")),
             options=options,
         )
 
@@ -194,6 +195,21 @@ class LlamaCppBackend(Backend):
                 verbose=False,
             )
         return LlamaCppEmbedder(llm)
+
+
+def _speculative(option: object) -> bool:
+    """Whether a model entry asks for n-gram drafts: `"speculative": "ngram"`. A draft
+    model is refused by name rather than run without one."""
+    if option is None or option is False:
+        return False
+    if option == "ngram":
+        return True
+    if isinstance(option, dict) and "draft" in option:
+        raise JobError(
+            'speculative decoding with a draft model is not built yet: use "ngram"',
+            kind="bad_model",
+        )
+    raise JobError(f'speculative must be "ngram", not {option!r}', kind="bad_model")
 
 
 def _ram_cache_bytes(megabytes: object) -> int:

@@ -60,6 +60,7 @@ from coderai.engine.chat_template import (
 )
 from coderai.engine.checkpoints import Checkpoint, Held, Memory, due, kept, reusable, whole
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
+from coderai.engine.ngram import NgramIndex
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
 from coderai.engine.ram_cache import RamCache, Saved
 from coderai.errors import JobError
@@ -70,6 +71,10 @@ MIN_CHUNK = 16
 _PARTIAL = 1
 #: what llama_decode returns when its abort callback said stop
 _ABORTED = 2
+#: speculative decoding: the most draft tokens a sequence decodes in a step, and the most
+#: sequences decoding in a step for drafts to be tried at all (with more, the batch
+#: already fills a step: drafts would slow every sequence more than they gain)
+DRAFT_MOST, DRAFT_SEQUENCES = 8, 4
 
 
 @dataclass(eq=False)
@@ -96,6 +101,9 @@ class _Slot:
     #: copies once it has read them (n choices of one request share one prefill)
     leader: _Slot | None = None
     shared: int = 0
+    #: speculative decoding: the n-gram index of its tokens, and this step's draft
+    ngrams: NgramIndex | None = None
+    draft: list[int] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -120,6 +128,7 @@ class LlamaCppBatchInstance(ModelInstance):
         checkpoint_every: int = 4096,
         swa_full: bool = True,
         ram_bytes: int = 0,
+        speculative: bool = False,
         options: dict[str, Any] | None = None,
     ) -> None:
         import llama_cpp
@@ -180,6 +189,9 @@ class LlamaCppBatchInstance(ModelInstance):
         self.ram = RamCache(ram_bytes) if ram_bytes > 0 else None
         if self.ram is not None:
             self.cache.on_evict = self._save
+        #: n-gram drafts (ngram.py); a recurrent state cannot drop the drafts it rejects
+        self.speculative = speculative and self.memory is not Memory.RECURRENT
+        self._drafted = self._accepted = 0
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
         template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
@@ -255,6 +267,7 @@ class LlamaCppBatchInstance(ModelInstance):
             decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
             need=cells_needed(len(tokens), limit),
             bounded=job.max_tokens is not None,
+            ngrams=NgramIndex() if self.speculative else None,
         )
         seq.state = slot
         self._slots.add(slot)
@@ -354,6 +367,8 @@ class LlamaCppBatchInstance(ModelInstance):
             "checkpoint_bytes": sum(len(p.data) for c in self._checkpoints.values() for p in c),
             "checkpoints_restored": self._restored,
             "steps_aborted": self._aborted,
+            "draft_tokens": self._drafted,
+            "draft_accepted": self._accepted,
             **(self._ram_stats() if self.ram is not None else {}),
         }
 
@@ -607,6 +622,8 @@ class LlamaCppBatchInstance(ModelInstance):
                     continue
                 plan.runs.append((slot, slot.decoded, slot.decoded + 1))
                 budget -= 1
+        self._drafts(plan, budget)
+        budget -= sum(len(slot.draft) for slot, _, _ in plan.runs)
         if plan.runs:  # others decode: read no more than keeps their step short
             budget = min(budget, self._prompt_budget())
         reading = [s for s in slots if s.admitted and len(s.tokens) - s.decoded > 1]
@@ -620,6 +637,28 @@ class LlamaCppBatchInstance(ModelInstance):
             plan.runs.append((slot, slot.decoded, end))
             budget -= end - slot.decoded
         return plan
+
+    def _drafts(self, plan: _Plan, budget: int) -> None:
+        """Give the decoding sequences their n-gram drafts for this step, within the
+        batch, their promised cells and their token limits; none where many decode, or
+        for a sequence whose logits are shaped or reported (a grammar, logprobs)."""
+        decoding = [slot for slot, _, _ in plan.runs]
+        for slot in decoding:
+            slot.draft = []
+        if not self.speculative or len(decoding) > DRAFT_SEQUENCES:
+            return
+        for slot in decoding:
+            seq = slot.seq
+            if slot.ngrams is None or seq.constraint is not None or seq.logprobs is not None:
+                continue
+            room = min(
+                DRAFT_MOST,
+                budget,
+                self.ledger.holds(slot.seq_id) - slot.decoded - 1,
+                seq.limit - seq.completion_tokens - 1,
+            )
+            slot.draft = slot.ngrams.draft(slot.tokens, room)
+            budget -= len(slot.draft)
 
     def _prompt_budget(self) -> int:
         if self._per_token is None:
@@ -649,6 +688,10 @@ class LlamaCppBatchInstance(ModelInstance):
             if end == len(tokens):  # its last known token: sample the next from it
                 logits[n - 1] = 1
                 outputs.append((slot, n - 1))
+                for p, guess in enumerate(slot.draft, end):  # and after each draft token
+                    token[n], pos[n], n_seq_id[n], logits[n] = guess, p, 1, 1
+                    seq_id[n][0] = sid
+                    n += 1
         batch.n_tokens = n
         readers = [slot for slot, first, end in runs if end - first > 1]
         watch = bool(readers) and self.memory is not Memory.RECURRENT
@@ -668,6 +711,7 @@ class LlamaCppBatchInstance(ModelInstance):
             self._aborted += 1
             for slot, first, _end in runs:
                 lib.llama_memory_seq_rm(self.context.memory, slot.seq_id, first, -1)
+                slot.draft = []
             return {}
         if status != 0:
             raise JobError(f"llama_decode returned {status}", kind="backend_error")
@@ -689,6 +733,9 @@ class LlamaCppBatchInstance(ModelInstance):
             logprobs = None
             if seq.constraint is not None or seq.logprobs is not None:
                 logprobs = self._shape_logits(seq, index)
+            if slot.draft:
+                produced[slot] = self._verify(slot, index)
+                continue
             chosen = slot.sampler.sample(self.ctx, index)
             if seq.constraint is not None:
                 structured.sampled(seq, chosen)
@@ -701,6 +748,30 @@ class LlamaCppBatchInstance(ModelInstance):
                 END if lib.llama_vocab_is_eog(self.vocab, chosen) else self._text(slot, chosen)
             )
         return produced
+
+    def _verify(self, slot: _Slot, index: int) -> StepResult:
+        """Sample after the sequence's last token and after each draft token in turn,
+        keeping drafts while they are what was sampled: the tokens are those decoding one
+        at a time would give (the sampler draws as often, in the same order), several for
+        one step when the draft was right. The cells of the drafts not kept are let go."""
+        draft, start = slot.draft, slot.decoded  # start: where the first draft token lies
+        texts: list[str | None] = []
+        for offset in range(len(draft) + 1):
+            chosen = slot.sampler.sample(self.ctx, index + offset)
+            slot.tokens.append(chosen)
+            if self._lib.llama_vocab_is_eog(self.vocab, chosen):
+                texts.append(END)
+                break
+            texts.append(self._text(slot, chosen))
+            if offset == len(draft) or chosen != draft[offset]:
+                break
+        kept = len(texts) - 1  # draft tokens whose cells hold what was sampled
+        slot.decoded = start + kept
+        self._lib.llama_memory_seq_rm(self.context.memory, slot.seq_id, slot.decoded, -1)
+        self._drafted += len(draft)
+        self._accepted += kept
+        slot.draft = []
+        return texts if len(texts) > 1 else texts[0]
 
     def _cancelled(self, _data: Any) -> bool:
         """llama.cpp's abort callback: whether a sequence the step reads for is cancelled."""
