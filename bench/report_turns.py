@@ -1,0 +1,61 @@
+"""An agent's turns cold and warm, and speculative decoding, for bench/REPORT.md (from
+bench/agent_turns.py and bench/speculation.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report_table import table
+
+
+def turns_section(result: dict[str, Any]) -> list[str]:
+    out = [
+        "## An agent's turns: cold and warm, beside llama-server (issue 29)\n",
+        "`python bench/agent_turns.py`: an agent's conversation (a system prompt with tools "
+        f"of ~{result['system_tokens']:,} tokens, then per turn the answer, a tool's result "
+        "and a question), one agent and then "
+        f"{result['agents']} agents with the same system prompt taking turns in turn, "
+        f"{result['turns']} turns each, 32 greedy tokens a turn; 32k context, 4 slots, "
+        "unified KV, all threads, on both servers. TTFT in seconds; warm / cold is a turn's "
+        "TTFT over the first (cold) turn's.\n",
+    ]
+    summary = []
+    for model, sides in result["models"].items():
+        for side, got in sides.items():
+            summary.append([model, side, got["cold_ttft"], got["warm_ttft_median"],
+                            f"{got['warm_over_cold_median']:.1%}",
+                            f"{got['warm_over_cold_max']:.1%}"])  # fmt: skip
+    out += [table(["model", "server", "cold TTFT s", "warm TTFT s (median)",
+                   "warm / cold (median)", "warm / cold (worst)"], summary), ""]  # fmt: skip
+    for model, sides in result["models"].items():
+        ours = sides["coderai"]["rows"]
+        theirs = sides.get("llama-server", {}).get("rows", [])
+        rows = []
+        for i, row in enumerate(ours):
+            peer = theirs[i]["ttft"] if i < len(theirs) else None
+            rows.append([row["agents"], row["agent"], row["turn"], row["prompt_tokens"],
+                         row["cached_tokens"], row["ttft"],
+                         "—" if peer is None else f"{peer:.2f}"])  # fmt: skip
+        out += [f"\n{model}, each turn:\n",
+                table(["agents", "agent", "turn", "prompt tokens", "cached (ours)",
+                       "TTFT ours s", "TTFT llama-server s"], rows), ""]  # fmt: skip
+    return out
+
+
+def speculation_section(result: dict[str, Any]) -> list[str]:
+    rows = [[r["streams"], r["plain_tok_s"], r["ngram_tok_s"], f"{r['ratio']:.2f}x",
+             "yes" if r["same_greedy_text"] else "no"] for r in result["rows"]]  # fmt: skip
+    rate = result["acceptance"]
+    return [
+        "## Speculative decoding by prompt lookup: a file rewritten with one change\n",
+        f"`python bench/speculation.py`: {result['model']} rewrites a {result['lines']}-line "
+        f"Python file with one rename, greedy, {result['tokens']} tokens per stream, from "
+        'two entries of one engine that differ only in `speculative: "ngram"`; each side '
+        f"in turn, {result['rounds']} rounds, medians. Decode tok/s: completion tokens over "
+        "first to last token (the prompt is read before, once per side). Draft tokens kept: "
+        f"{result['draft_kept']:,.0f} of {result['draft_tokens']:,.0f}"
+        + (f" ({rate:.0%})." if rate is not None else ".")
+        + "\n",
+        table(["streams", "plain tok/s", "ngram tok/s", "ngram / plain", "same greedy text"], rows),
+        "",
+    ]
