@@ -327,9 +327,23 @@ class Catalogue:
                 if name in self._by_name:
                     raise ConfigError(f"model name {name!r} is used by two catalogue entries")
                 self._by_name[name] = entry
+        for entry in entries:
+            draft = draft_of(entry)
+            if draft is not None and (found := self._by_name.get(draft)) is None:
+                raise ConfigError(f"model {entry.id!r}: its draft model {draft!r} is not listed")
+            if draft is not None and found is not None and found.format not in (None, "gguf"):
+                raise ConfigError(f"model {entry.id!r}: its draft model {draft!r} is no GGUF")
 
     def resolve(self, name: str) -> ModelEntry | None:
         return self._by_name.get(name)
+
+
+def draft_of(entry: ModelEntry) -> str | None:
+    """The catalogue name of the draft model an entry's speculative option asks for."""
+    option = entry.options.get("speculative")
+    if isinstance(option, dict) and isinstance(option.get("draft"), str):
+        return str(option["draft"])
+    return None
 
 
 def read_json(path: Path) -> Any:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import cast
 
-from coderai.config import Catalogue, ModelEntry
+from coderai.config import Catalogue, ModelEntry, draft_of
 from coderai.errors import ModelFileError, ModelNotFound
 from coderai.front.engine_plan import EnginePlan
 from coderai.front.placement import Assignment, EngineAbility, ModelView, assign_owners
@@ -132,8 +133,15 @@ class ModelDirectory:
         return result
 
     def spec_of(self, entry: ModelEntry) -> dict[str, object]:
-        """What an engine needs to load the entry (sent in each JOB and in preloads)."""
-        return entry.spec(self.format_of(entry), self.catalogue.templates.get(entry.id))
+        """What an engine needs to load the entry (sent in each JOB and in preloads); a
+        draft model it names is sent as its file too (the catalogue checked it is listed)."""
+        spec = entry.spec(self.format_of(entry), self.catalogue.templates.get(entry.id))
+        draft = draft_of(entry)
+        found = self.catalogue.resolve(draft) if draft is not None else None
+        if found is not None:
+            options = cast(dict[str, object], spec["options"])
+            spec["options"] = {**options, "speculative": {"draft": draft, "path": found.path}}
+        return spec
 
     def capability_of(self, entry: ModelEntry) -> str:
         return required_capability(self.format_of(entry), entry.options)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from coderai.config import Catalogue, ModelEntry
-from coderai.errors import ModelFileError
+from coderai.errors import ConfigError, ModelFileError
 from coderai.front.engine_plan import EnginePlan
 from coderai.front.models import ModelDirectory
 from coderai.front.probe import probe
@@ -78,3 +78,21 @@ def test_models_a_node_offers_are_listed_pinned_to_it_while_it_is_on_the_bus() -
     directory.set_remote_engines({})
     with pytest.raises(ModelNotFound):
         directory.entry("theirs")
+
+
+def test_a_draft_model_is_sent_with_its_file_and_one_not_listed_is_refused(
+    tmp_path: Path,
+) -> None:
+    """`speculative: {"draft": id}` names a catalogue entry: the engine gets its file (it
+    may not read this catalogue), and a name no entry has is refused where the catalogue
+    is read."""
+    draft, main = tmp_path / "draft.gguf", tmp_path / "main.gguf"
+    entries = [ModelEntry(id="small", path=str(draft), format="gguf"),
+               ModelEntry(id="big", path=str(main), format="gguf",
+                          options={"speculative": {"draft": "small"}})]  # fmt: skip
+    spec = directory_for(entries).spec_of(entries[1])
+    assert spec["options"] == {"speculative": {"draft": "small", "path": str(draft)}}
+    with pytest.raises(ConfigError, match="its draft model 'tiny' is not listed"):
+        Catalogue(
+            [ModelEntry(id="big", path=str(main), options={"speculative": {"draft": "tiny"}})]
+        )

@@ -30,6 +30,7 @@ from coderai.engine.backends.base import (
     input_ids,
 )
 from coderai.engine.backends.llamacpp_batch import LlamaCppBatchInstance
+from coderai.engine.backends.llamacpp_draft import Drafter
 from coderai.engine.kv import bytes_per_token, context_for_memory
 from coderai.errors import JobError
 
@@ -149,6 +150,7 @@ class LlamaCppBackend(Backend):
         # where it pays, on a GPU, and where it is needed, for a quantized V cache
         flash = options.get("flash_attn", on_gpu or kv in _QUANTIZED)
         params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
+        ngram, draft = _speculative(options.get("speculative"))
         context = LlamaContext(model=model, params=params, verbose=False)
         log.info(
             "model %s: context of %d tokens (trained %d; KV cache %.0f MiB, %s), %d sequences"
@@ -168,7 +170,8 @@ class LlamaCppBackend(Backend):
             checkpoint_every=int(options.get("checkpoint_every") or CHECKPOINT_EVERY),
             swa_full=swa_full,
             ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
-            speculative=_speculative(options.get("speculative")),
+            speculative=ngram,
+            drafter=Drafter(draft, model, params) if draft is not None else None,
             options=options,
         )
 
@@ -197,19 +200,25 @@ class LlamaCppBackend(Backend):
         return LlamaCppEmbedder(llm)
 
 
-def _speculative(option: object) -> bool:
-    """Whether a model entry asks for n-gram drafts: `"speculative": "ngram"`. A draft
-    model is refused by name rather than run without one."""
+def _speculative(option: object) -> tuple[bool, Path | None]:
+    """What a model entry asks of speculative decoding: n-gram drafts (`"ngram"`), or a
+    draft model (`{"draft": "<model id>"}`, whose file the front adds as `path`)."""
     if option is None or option is False:
-        return False
+        return False, None
     if option == "ngram":
-        return True
+        return True, None
+    if isinstance(option, dict) and set(option) == {"draft", "path"}:
+        return False, Path(str(option["path"]))
     if isinstance(option, dict) and "draft" in option:
         raise JobError(
-            'speculative decoding with a draft model is not built yet: use "ngram"',
+            f"draft model {option['draft']!r}: its file is not known here (a draft model"
+            " is named by its catalogue id, on the same machine)",
             kind="bad_model",
         )
-    raise JobError(f'speculative must be "ngram", not {option!r}', kind="bad_model")
+    raise JobError(
+        f'speculative must be "ngram" or {{"draft": "<model id>"}}, not {option!r}',
+        kind="bad_model",
+    )
 
 
 def _ram_cache_bytes(megabytes: object) -> int:

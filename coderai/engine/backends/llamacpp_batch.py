@@ -50,6 +50,7 @@ from coderai.engine.backends.base import (
     fit_prompt,
     known_ids,
 )
+from coderai.engine.backends.llamacpp_draft import Drafter
 from coderai.engine.backends.llamacpp_sampler import SamplerChain
 from coderai.engine.chat_template import (
     chosen_template,
@@ -129,6 +130,7 @@ class LlamaCppBatchInstance(ModelInstance):
         swa_full: bool = True,
         ram_bytes: int = 0,
         speculative: bool = False,
+        drafter: Drafter | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
         import llama_cpp
@@ -190,7 +192,11 @@ class LlamaCppBatchInstance(ModelInstance):
         if self.ram is not None:
             self.cache.on_evict = self._save
         #: n-gram drafts (ngram.py); a recurrent state cannot drop the drafts it rejects
-        self.speculative = speculative and self.memory is not Memory.RECURRENT
+        self.speculative = (speculative or drafter is not None) and (
+            self.memory is not Memory.RECURRENT
+        )
+        #: a draft model's context (llamacpp_draft.py), where drafts come from one
+        self.drafter = drafter if self.speculative else None
         self._drafted = self._accepted = 0
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
@@ -267,11 +273,13 @@ class LlamaCppBatchInstance(ModelInstance):
             decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
             need=cells_needed(len(tokens), limit),
             bounded=job.max_tokens is not None,
-            ngrams=NgramIndex() if self.speculative else None,
+            ngrams=NgramIndex() if self.speculative and self.drafter is None else None,
         )
         seq.state = slot
         self._slots.add(slot)
         self._waiting.append(slot)
+        if self.drafter is not None:  # what the id's last sequence left there
+            self.drafter.forget(slot.seq_id)
 
     def grammar_tokenizer(self) -> Any:
         if self._grammar_tokenizer is None:
@@ -647,18 +655,26 @@ class LlamaCppBatchInstance(ModelInstance):
             slot.draft = []
         if not self.speculative or len(decoding) > DRAFT_SEQUENCES:
             return
+        rooms: list[tuple[_Slot, int]] = []
         for slot in decoding:
             seq = slot.seq
-            if slot.ngrams is None or seq.constraint is not None or seq.logprobs is not None:
+            if seq.constraint is not None or seq.logprobs is not None:
                 continue
             room = min(
                 DRAFT_MOST,
-                budget,
+                budget // len(decoding),
                 self.ledger.holds(slot.seq_id) - slot.decoded - 1,
                 seq.limit - seq.completion_tokens - 1,
             )
-            slot.draft = slot.ngrams.draft(slot.tokens, room)
-            budget -= len(slot.draft)
+            rooms.append((slot, room))
+        if self.drafter is not None:
+            guesses = self.drafter.propose([(s.seq_id, s.tokens, room) for s, room in rooms])
+            for slot, _ in rooms:
+                slot.draft = guesses.get(slot.seq_id, [])
+            return
+        for slot, room in rooms:
+            if slot.ngrams is not None:
+                slot.draft = slot.ngrams.draft(slot.tokens, room)
 
     def _prompt_budget(self) -> int:
         if self._per_token is None:
@@ -768,6 +784,8 @@ class LlamaCppBatchInstance(ModelInstance):
         kept = len(texts) - 1  # draft tokens whose cells hold what was sampled
         slot.decoded = start + kept
         self._lib.llama_memory_seq_rm(self.context.memory, slot.seq_id, slot.decoded, -1)
+        if self.drafter is not None:
+            self.drafter.kept(slot.seq_id, slot.decoded)
         self._drafted += len(draft)
         self._accepted += kept
         slot.draft = []
