@@ -69,6 +69,62 @@ def build_windowed(out: Path, window: int = 16, seed: int = 0) -> Path:
     return path
 
 
+def build_recurrent(out: Path, seed: int = 0) -> Path:
+    """Write <out>/recurrent.gguf: a tiny Mamba (a state-space model: one recurrent state
+    per sequence, no KV cells) with the tiny model's tokenizer and embeddings, random
+    weights. For tests of prefix reuse on recurrent models; no transformers twin."""
+    import gguf
+    import numpy as np
+
+    tokenizer = _tokenizer(SPECIAL_TOKENS, True)
+    model = _model(tokenizer, seed, SPECIAL_TOKENS)
+    path = out / "recurrent.gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    _write_vocabulary(writer, tokenizer, SPECIAL_TOKENS)
+    inner, state, conv, rank = 2 * HIDDEN, 16, 4, 8
+    writer.add_name("coderai-tiny-mamba")
+    writer.add_context_length(CONTEXT)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(LAYERS)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_ssm_conv_kernel(conv)
+    writer.add_ssm_inner_size(inner)
+    writer.add_ssm_state_size(state)
+    writer.add_ssm_time_step_rank(rank)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    weights = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    rng = np.random.default_rng(seed)
+
+    def add(name: str, array: Any) -> None:
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+
+    def random(*shape: int, scale: float = 0.5) -> Any:
+        return rng.normal(0.0, scale, shape)
+
+    add("token_embd.weight", weights["model.embed_tokens.weight"])
+    add("output_norm.weight", np.ones(HIDDEN))
+    add("output.weight", weights["lm_head.weight"])
+    for i in range(LAYERS):  # numpy shapes are llama.cpp's reversed
+        add(f"blk.{i}.attn_norm.weight", np.ones(HIDDEN))
+        add(f"blk.{i}.ssm_in.weight", random(2 * inner, HIDDEN))
+        add(f"blk.{i}.ssm_conv1d.weight", random(inner, conv))
+        add(f"blk.{i}.ssm_conv1d.bias", random(inner, scale=0.1))
+        add(f"blk.{i}.ssm_x.weight", random(rank + 2 * state, inner))
+        add(f"blk.{i}.ssm_dt.weight", random(inner, rank))
+        add(f"blk.{i}.ssm_dt.bias", random(inner, scale=0.1))
+        add(f"blk.{i}.ssm_a", -np.exp(random(inner, state, scale=0.3)))  # decays
+        add(f"blk.{i}.ssm_d", np.ones(inner))
+        add(f"blk.{i}.ssm_out.weight", random(HIDDEN, inner))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def _tokenizer(specials: list[str], chat_template: bool) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -137,12 +193,41 @@ def _permute(weights: Any, heads: int) -> Any:
     )
 
 
+def _write_vocabulary(writer: Any, tokenizer: Any, specials: list[str]) -> None:
+    """The tokenizer as llama.cpp reads it: byte-level BPE, its special tokens, the chat
+    template."""
+    import json
+
+    import gguf
+
+    vocab = tokenizer.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    special = set(specials)
+    types = [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens]
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_add_bos_token(False)
+    if FIM_TOKENS[0] in special:
+        keys = gguf.Keys.Tokenizer
+        fim_keys = (keys.FIM_PRE_ID, keys.FIM_SUF_ID, keys.FIM_MID_ID)
+        for key, token in zip(fim_keys, FIM_TOKENS, strict=True):
+            writer.add_uint32(key, vocab[token])
+    if tokenizer.chat_template:
+        writer.add_chat_template(tokenizer.chat_template)
+
+
 def _write_gguf(
     path: Path, model: Any, tokenizer: Any, specials: list[str], window: int = 0
 ) -> None:
     """The model as llama.cpp reads it: a Llama, or with `window` a Gemma 3 whose first
     layer has that sliding window (its extra norms are ones: identity at this scale)."""
-    import json
 
     import gguf
     import numpy as np
@@ -167,27 +252,7 @@ def _write_gguf(
         writer.add_key_length(head)
         writer.add_value_length(head)
 
-    vocab = tokenizer.get_vocab()
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    special = set(specials)
-    types = [gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens]
-    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
-    writer.add_bos_token_id(tokenizer.bos_token_id)
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-    writer.add_pad_token_id(tokenizer.pad_token_id)
-    writer.add_add_bos_token(False)
-    if FIM_TOKENS[0] in special:
-        keys = gguf.Keys.Tokenizer
-        fim_keys = (keys.FIM_PRE_ID, keys.FIM_SUF_ID, keys.FIM_MID_ID)
-        for key, token in zip(fim_keys, FIM_TOKENS, strict=True):
-            writer.add_uint32(key, vocab[token])
-    if tokenizer.chat_template:
-        writer.add_chat_template(tokenizer.chat_template)
+    _write_vocabulary(writer, tokenizer, specials)
 
     state = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads

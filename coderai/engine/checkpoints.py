@@ -73,14 +73,22 @@ def reusable(
     return (best, best) if best else (0, None)
 
 
+def last_point(prompt: int) -> int:
+    """Where a prompt's last checkpoint falls: before its last token. The same prompt
+    resent starts there (its last token is read again for its logits), and so does the
+    next turn of a conversation, which begins with it (the answer after it is usually
+    written again otherwise: a template drops its reasoning, a tokenizer merges across)."""
+    return prompt - 1
+
+
 def due(tokens: int, prompt: int, taken: list[int], every: int) -> bool:
     """Whether to checkpoint a sequence that has just read its first `tokens` tokens: at
-    the end of its prompt (the next turn of a conversation begins with it, and the answer
-    after it is usually rewritten), and every `every` tokens while it reads (a prompt that
+    its prompt's last point, and every `every` tokens while it reads (a prompt that
     changes earlier, such as an edited system prompt, still reuses most)."""
-    if tokens <= 0 or tokens > prompt or (taken and taken[-1] >= tokens):
+    end = last_point(prompt)
+    if tokens <= 0 or tokens > end or (taken and taken[-1] >= tokens):
         return False
-    return tokens == prompt or tokens - (taken[-1] if taken else 0) >= every
+    return tokens == end or tokens - (taken[-1] if taken else 0) >= every
 
 
 def kept(checkpoints: list[Checkpoint], most: int) -> list[Checkpoint]:

@@ -8,7 +8,7 @@ import anthropic
 import openai
 import pytest
 
-from coderai.tinymodel import build, build_windowed
+from coderai.tinymodel import build, build_recurrent, build_windowed
 from tests.support.server import Server, openai_client
 
 StartServer = Callable[..., Server]
@@ -44,6 +44,12 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def windowed_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model as a GGUF whose first layer has a sliding window of 16 tokens."""
     return build_windowed(tmp_path_factory.mktemp("windowed"), window=16)
+
+
+@pytest.fixture(scope="session")
+def recurrent_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Mamba GGUF: one recurrent state per sequence."""
+    return build_recurrent(tmp_path_factory.mktemp("recurrent"))
 
 
 @pytest.fixture

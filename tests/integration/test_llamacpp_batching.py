@@ -398,49 +398,65 @@ def cold_text(spec: dict[str, Any], prompt: str) -> str:
     return text
 
 
-def test_on_a_windowed_model_a_prefix_whose_window_slid_away_is_read_cold(
-    windowed_model: Path,
+#: models whose state cannot be cut back anywhere: a sliding window, a recurrent state
+PARTIAL = ["windowed", "recurrent"]
+
+
+def partial(kind: str, request: pytest.FixtureRequest, **options: Any) -> dict[str, Any]:
+    return windowed(request.getfixturevalue(f"{kind}_model"), **options)
+
+
+@pytest.mark.parametrize("kind", PARTIAL)
+def test_a_prefix_whose_state_is_no_longer_held_is_read_cold(
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """A 1,000-token first turn holds its window cells for its last 256 positions only:
-    the next prompt, sharing its first 500 tokens, is read from the start without a
-    checkpoint there, and answers as cold (reusing the 500 would attend to cells later
-    tokens have taken: a different answer, issue 29)."""
+    """A 1,000-token first turn holds its window cells for its last 256 positions only
+    (windowed), or one state after its last token (recurrent): the next prompt, sharing
+    its first 500 tokens, is read from the start without a checkpoint there, and answers
+    as cold (reusing the 500 would attend to cells later tokens have taken, or go on from
+    a state 500 tokens too late: a different answer, issue 29)."""
     first = "Servers answer requests " * 100  # 1,000 tokens
     second = "Servers answer requests " * 50 + "Once upon a time"  # ends within the window
-    spec = windowed(windowed_model, checkpoints=0)
+    spec = partial(kind, request, checkpoints=0)
     (_, a), (text, b) = asyncio.run(turns(spec, [first, second]))
     assert a.prompt_tokens == 1000 and b.cached_tokens == 0
     assert text == cold_text(spec, second)
 
 
-def test_on_a_windowed_model_a_checkpoint_serves_the_prefix_the_window_left(
-    windowed_model: Path,
+@pytest.mark.parametrize("kind", PARTIAL)
+def test_a_checkpoint_serves_the_prefix_the_held_state_does_not(
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
     """Checkpoints every 128 prompt tokens: the second prompt starts from the one at 384
     (the last before the tokens it stops sharing) and answers as cold; the third, the
-    first turn with its answer and more, starts from what the first sequence still holds."""
+    first turn with its answer and more, starts from the checkpoint before the first
+    prompt's last token or from what the first sequence still holds; the first prompt
+    resent, from that checkpoint."""
     first = "Servers answer requests " * 100
     second = "Servers answer requests " * 50 + "Once upon a time"  # ends within the window
-    spec = windowed(windowed_model, checkpoint_every=128)
+    spec = partial(kind, request, checkpoint_every=128)
     (answer, a), (text, b) = asyncio.run(turns(spec, [first, second]))
     assert b.cached_tokens == 384
     assert text == cold_text(spec, second)
     third = first + answer + " and then some more words"
     (_, _), (text, c) = asyncio.run(turns(spec, [first, third]))
-    # (the text re-read merges the first prompt's last token with the answer's first);
-    # more than the last checkpoint before it, 896: from the window cells still held
+    # (the text re-read merges the first prompt's last token with the answer's first)
     assert c.cached_tokens >= a.prompt_tokens - 1
     assert text == cold_text(spec, third)
+    (_, _), (text, d) = asyncio.run(turns(spec, [first, first]))
+    assert d.cached_tokens == a.prompt_tokens - 1
+    assert text == answer
 
 
-def test_on_a_windowed_model_sequences_with_one_prompt_copy_it_only_while_its_window_is_held(
-    windowed_model: Path,
+@pytest.mark.parametrize("kind", PARTIAL)
+def test_sequences_with_one_prompt_copy_it_only_while_its_state_is_held(
+    kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """n choices of one 1,000-token prompt on a windowed model: each answers as the prompt
-    alone does, whether a follower copies the leader's cells or (its window having slid)
-    reads the prompt itself."""
+    """n choices of one 1,000-token prompt: each answers as the prompt alone does,
+    whether a follower copies the leader's state or (its window having slid, its
+    recurrent state gone past) reads the prompt itself."""
     prompt = "Servers answer requests " * 100
-    spec = windowed(windowed_model, prefix_cache_tokens=0)
+    spec = partial(kind, request, prefix_cache_tokens=0)
 
     async def run(count: int) -> list[str]:
         async with engine() as eng:
@@ -492,23 +508,23 @@ def test_a_cancel_during_a_prompt_step_stops_it_and_what_was_read_is_kept(
     assert text == cold_text(entry, prompt)
 
 
-@pytest.mark.parametrize("windowed_too", [False, True], ids=["full", "windowed"])
+@pytest.mark.parametrize("kind", ["full", *PARTIAL])
 def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
-    tiny_models: tuple[Path, Path], windowed_model: Path, windowed_too: bool
+    tiny_models: tuple[Path, Path], kind: str, request: pytest.FixtureRequest
 ) -> None:
     """Five conversations, two turns each, on a context that keeps two prefixes: each one's
     second turn finds its first evicted from the KV cache by the others, and restores it
     from the host RAM cache instead of reading it again; the answers are as cold. With the
-    RAM cache off the same turns read everything. On the windowed model the state saved
-    holds the window at its end only, so the restore goes on from the checkpoint where the
-    first turn's prompt ended."""
+    RAM cache off the same turns read everything. On the windowed and recurrent models the
+    state saved holds the window (the state) at its end only, so the restore goes on from
+    the checkpoint before the first turn's last prompt token."""
     # each line its own tokens: the second turn's tokens begin with all the first's
     agents = [f"{opening}\n" * 8 for opening in ("Servers answer", "Once upon",
               "def fib(n):", "SELECT * FROM", "The quick brown")]  # fmt: skip
 
     def spec(**options: Any) -> dict[str, Any]:
-        if windowed_too:
-            return windowed(windowed_model, **options)
+        if kind in PARTIAL:
+            return partial(kind, request, **options)
         return model(tiny_models[1], **options)
 
     async def run(

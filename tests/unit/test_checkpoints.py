@@ -63,14 +63,14 @@ def test_what_is_reused_is_always_held_whole_or_a_checkpoint(
         assert point == n and point in points
 
 
-def test_checkpoints_fall_at_the_prompt_end_and_every_so_many_tokens() -> None:
+def test_checkpoints_fall_before_the_prompts_last_token_and_every_so_many_tokens() -> None:
     assert due(4096, 10_000, [], 4096)
     assert not due(4000, 10_000, [], 4096)
     assert due(8200, 10_000, [4096], 4096)
     assert not due(8000, 10_000, [4096], 4096)
-    assert due(10_000, 10_000, [8200], 4096)  # where the prompt ends, however close
-    assert not due(10_000, 10_000, [10_000], 4096)  # once
-    assert not due(10_001, 10_000, [], 4096)  # a decoded token: not the prompt
+    assert due(9_999, 10_000, [8200], 4096)  # before the last prompt token, however close
+    assert not due(9_999, 10_000, [9_999], 4096)  # once
+    assert not due(10_000, 10_000, [], 4096)  # the last token's own: a resend cannot use it
 
 
 def test_a_sequence_keeps_its_latest_checkpoints() -> None:

@@ -127,14 +127,6 @@ class LlamaCppBackend(Backend):
         params.n_ctx = n_ctx
         params.n_batch = params.n_ubatch = n_batch
         cache_tokens = int(options.get("prefix_cache_tokens", n_ctx))
-        if llama_cpp.llama_model_is_recurrent(model.model) or llama_cpp.llama_model_is_hybrid(
-            model.model
-        ):
-            # a recurrent state is the end of a whole sequence, not a prefix of it; the
-            # checkpoints that would let a prefix be reused (checkpoints.py) are tried on
-            # windowed models only: no recurrent model can be made or fetched here to
-            # test them on
-            cache_tokens = 0
         # a windowed model's window layers keep only their window (as llama-server does):
         # a kept prefix is reused where what is held or a checkpoint covers it
         swa_full = bool(options.get("swa_full", False))

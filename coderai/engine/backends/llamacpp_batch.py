@@ -59,7 +59,16 @@ from coderai.engine.chat_template import (
     template_input,
     tool_format,
 )
-from coderai.engine.checkpoints import Checkpoint, Held, Memory, due, kept, reusable, whole
+from coderai.engine.checkpoints import (
+    Checkpoint,
+    Held,
+    Memory,
+    due,
+    kept,
+    last_point,
+    reusable,
+    whole,
+)
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.ngram import NgramIndex
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
@@ -642,6 +651,9 @@ class LlamaCppBatchInstance(ModelInstance):
             if not budget:
                 break
             end = min(len(slot.tokens), slot.decoded + budget)
+            point = last_point(slot.seq.prompt_tokens)
+            if self.max_checkpoints and slot.decoded < point < end:
+                end = point  # a step ends there, for the checkpoint (checkpoints.py)
             plan.runs.append((slot, slot.decoded, end))
             budget -= end - slot.decoded
         return plan
