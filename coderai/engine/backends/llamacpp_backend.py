@@ -164,6 +164,9 @@ class LlamaCppBackend(Backend):
             ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
             speculative=ngram,
             drafter=Drafter(draft, model, params) if draft is not None else None,
+            draft_length=None
+            if options.get("draft_length") is None
+            else int(options["draft_length"]),
             options=options,
         )
 

@@ -69,6 +69,7 @@ from coderai.engine.checkpoints import (
     reusable,
     whole,
 )
+from coderai.engine.draft_policy import PRIOR_KEPT, StepCosts, best_length, updated_kept
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.ngram import NgramIndex
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
@@ -114,6 +115,8 @@ class _Slot:
     #: speculative decoding: the n-gram index of its tokens, and this step's draft
     ngrams: NgramIndex | None = None
     draft: list[int] = field(default_factory=list)
+    #: the estimated chance that a draft token of its is kept (draft_policy.py)
+    kept_rate: float = PRIOR_KEPT
 
 
 @dataclass(eq=False)
@@ -140,6 +143,7 @@ class LlamaCppBatchInstance(ModelInstance):
         ram_bytes: int = 0,
         speculative: bool = False,
         drafter: Drafter | None = None,
+        draft_length: int | None = None,
         options: dict[str, Any] | None = None,
     ) -> None:
         import llama_cpp
@@ -206,6 +210,10 @@ class LlamaCppBatchInstance(ModelInstance):
         )
         #: a draft model's context (llamacpp_draft.py), where drafts come from one
         self.drafter = drafter if self.speculative else None
+        #: what steps cost by their tokens, for the draft lengths that pay (draft_policy.py),
+        #: unless the model entry fixed the length
+        self._costs = StepCosts()
+        self.draft_length = draft_length
         self._drafted = self._accepted = 0
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
@@ -678,7 +686,12 @@ class LlamaCppBatchInstance(ModelInstance):
                 self.ledger.holds(slot.seq_id) - slot.decoded - 1,
                 seq.limit - seq.completion_tokens - 1,
             )
-            rooms.append((slot, room))
+            if self.draft_length is not None:
+                length = min(room, self.draft_length)
+            else:
+                length = best_length(slot.kept_rate, self._costs, len(decoding), room)
+            if length > 0:
+                rooms.append((slot, length))
         if self.drafter is not None:
             guesses = self.drafter.propose([(s.seq_id, s.tokens, room) for s, room in rooms])
             for slot, _ in rooms:
@@ -721,12 +734,12 @@ class LlamaCppBatchInstance(ModelInstance):
                     seq_id[n][0] = sid
                     n += 1
         batch.n_tokens = n
+        began = time.perf_counter()
         readers = [slot for slot, first, end in runs if end - first > 1]
         watch = bool(readers) and self.memory is not Memory.RECURRENT
         if watch:
             self._watched = readers
             lib.llama_set_abort_callback(self.ctx, self._abort, None)
-        began = time.perf_counter()
         try:
             status = lib.llama_decode(self.ctx, batch)
         finally:
@@ -743,6 +756,7 @@ class LlamaCppBatchInstance(ModelInstance):
             return {}
         if status != 0:
             raise JobError(f"llama_decode returned {status}", kind="backend_error")
+        self._costs.observe(n, time.perf_counter() - began)
         if n >= MIN_CHUNK:  # a step that read prompt tokens: their cost, smoothed
             cost = (time.perf_counter() - began) / n
             self._per_token = (
@@ -800,6 +814,7 @@ class LlamaCppBatchInstance(ModelInstance):
             self.drafter.kept(slot.seq_id, slot.decoded)
         self._drafted += len(draft)
         self._accepted += kept
+        slot.kept_rate = updated_kept(slot.kept_rate, len(draft), kept)
         slot.draft = []
         return texts if len(texts) > 1 else texts[0]
 
