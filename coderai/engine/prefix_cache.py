@@ -65,6 +65,9 @@ class PrefixCache:
         """The tokens an entry holds."""
         return len(self._entries[seq_id])
 
+    def tokens_of(self, seq_id: int) -> list[int]:
+        return self._entries[seq_id]
+
     def count_hit(self, reused: int) -> None:
         self.hits += 1
         self.reused += reused

@@ -619,3 +619,20 @@ def test_a_speculative_option_that_cannot_be_honoured_is_refused_naming_it(
     with pytest.raises(JobError, match=says) as refused:
         LlamaCppBackend().load(spec, LoadProgress())
     assert refused.value.kind == "bad_model"
+
+
+def test_an_agent_whose_prefix_another_took_over_finds_its_turn_in_host_ram(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Two agents with one long system prompt, on a context that cannot hold both their
+    conversations: the second takes the first's kept cells over (it needs their system
+    prompt), and the first's own turn beyond it is saved to host RAM first, so its next
+    turn restores all of it instead of reading it again. It answers as cold."""
+    system = "Servers answer requests\n" * 40  # about 400 tokens, shared
+    mine = system + "Once upon a time\n" * 40  # and about 300 of the first agent's own
+    theirs = system + "The quick brown fox\n" * 40
+    spec = model(tiny_models[1], n_ctx=1024)
+    later = mine + "and then some more words"
+    (_, first), (_, _), (text, again) = asyncio.run(turns(spec, [mine, theirs, later]))
+    assert again.cached_tokens >= first.prompt_tokens - 1
+    assert text == cold_text(spec, later)

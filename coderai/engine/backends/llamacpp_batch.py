@@ -82,6 +82,9 @@ MIN_CHUNK = 16
 _PARTIAL = 1
 #: what llama_decode returns when its abort callback said stop
 _ABORTED = 2
+#: the fewest tokens past a shared prefix for which a kept entry taken over is saved to
+#: host RAM first (reading fewer again costs less than copying the whole state out)
+RAM_TAIL = 256
 #: speculative decoding: the most draft tokens a sequence decodes in a step, and the most
 #: sequences decoding in a step for drafts to be tried at all (with more, the batch
 #: already fills a step: drafts would slow every sequence more than they gain)
@@ -364,14 +367,19 @@ class LlamaCppBatchInstance(ModelInstance):
         if self.ledger.free() + self.ledger.holds(kept) < cells - self.ledger.holds(slot.seq_id):
             return False
         self._share(kept, slot, shared)
-        self._let_go(kept)
+        self._let_go(kept, shared)
         reserved = self.ledger.reserve(slot.seq_id, cells)
         assert reserved, "the entry's cells were counted as room"
         return True
 
-    def _let_go(self, kept: int) -> None:
+    def _let_go(self, kept: int, shared: int) -> None:
         """A kept prefix a sequence has started from is no longer kept: its id's hold is
-        freed, the cells it shares stay, held by that sequence."""
+        freed, the cells it shares stay, held by that sequence. Where the entry held many
+        more tokens than are shared (another agent's conversation beyond a common system
+        prompt), it is saved to host RAM first, for that conversation's next turn."""
+        tokens = self.cache.tokens_of(kept)
+        if self.ram is not None and len(tokens) - shared >= RAM_TAIL:
+            self._save(kept, tokens)
         self.cache.take(kept)
         self._free_cells(kept)
         self._free_ids.append(kept)
@@ -443,7 +451,7 @@ class LlamaCppBatchInstance(ModelInstance):
             kept, shared = hit
             self._share(kept, slot, shared)
             if self._private:
-                self._let_go(kept)
+                self._let_go(kept, shared)
         if self.ram is not None:
             self._recall(slot)
         if not slot.started:  # a preempted sequence reading its tokens again is no new hit
