@@ -1,20 +1,29 @@
 """The llama.cpp engine on SmolLM2-135M-Instruct, in one run: batching, prefix cache,
-chunked prefill and memory.
+chunked prefill, memory, and its rates beside llama.cpp's own tools.
 
     python bench/llamacpp.py [--tokens 128] [--levels 1,2,4,8] [--rounds 3]
-        [--sections throughput,cache,prefill,memory] [--prefill-step-ms MS]
-        [--skip-llama-server]
+        [--sections throughput,cache,prefill,memory,rates] [--prefill-step-ms MS]
+        [--servers llama_cpp.server,llama-server] [--prompt-sizes 512,2048]
 
 1. Aggregate tok/s at 1, 2, 4 and 8 concurrent streams (greedy, `--tokens` per request)
    through `coderai run`, beside the ceiling (the same batched decode loop driven in this
-   process, no server) and beside llama-cpp-python's own OpenAI server at the same
-   concurrency; each level on each side in turn, `--rounds` times, medians. TTFT p50.
+   process, no server), llama-cpp-python's own OpenAI server and llama.cpp's `llama-server`
+   (built from the vendored sources by bench/llamacpp_peer.py: `-np` slots, one unified KV
+   cache, the same threads, context and attention kernels) at the same concurrency; each
+   level on each side in turn, `--rounds` times, medians. TTFT p50.
 2. Two ~1,000-token conversations taking turns, each resent with a new question: TTFT
    with the prefix cache against a model entry with it off.
 3. A 3,000-token prompt arriving while three streams run: their largest inter-token gap
    during its prefill against their median gap.
 4. Engine RSS (and USS) at 4 streams: one context with `parallel: 4` against four
    instances (`parallel: 1`, `max_model_instances: 4`, the former way).
+5. Prompt reading and decode rates beside `llama-bench` (pp at `--prompt-sizes`, tg at
+   `--tokens`; the same threads, batch, KV type, attention kernels and weight repacking as
+   the engine): a cold prompt of random token ids, alone, through `coderai run` (prompt
+   tokens / the request's wall time, one token generated) and through the engine's
+   instance driven in this process; each side in turn, `--rounds` times, medians.
+
+The sections not run keep their results from an earlier run in `--out`.
 """
 
 from __future__ import annotations
@@ -24,10 +33,12 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +52,19 @@ from bench.server import BenchServer, free_port
 
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
           "a winter forest", "a busy market", "a small robot"]  # fmt: skip
-#: llama-cpp-python's server, with the extra buffer types that crash SmolLM2 here turned
-#: off exactly as our backend does (see llamacpp_backend._extra_buffer_types)
-LLAMA_SERVER = """
+#: llama-cpp-python's server, with llama.cpp's extra buffer types on or off as our backend
+#: has them by default (cpu_features.extra_buffer_types)
+PYTHON_SERVER = """
 import sys
-from llama_cpp import llama_cpp as binding
-original = binding.llama_model_default_params
-def params():
-    p = original()
-    p.use_extra_bufts = False
-    return p
-binding.llama_model_default_params = params
+from coderai.engine.backends.llamacpp_backend import _extra_buffer_types
+from coderai.engine.cpu_features import extra_buffer_types
 from llama_cpp.server.__main__ import main
 sys.argv = ["llama_cpp.server", *sys.argv[1:]]
-main()
+with _extra_buffer_types(extra_buffer_types(None)):
+    main()
 """
+#: the peers the throughput section may run, by the name their results go under
+SERVERS = {"llama_cpp.server": "llama_cpp_server", "llama-server": "llama_server"}
 
 
 def story(i: int) -> list[dict[str, str]]:
@@ -151,13 +160,16 @@ def throughput(gguf: str, args: argparse.Namespace, options: dict[str, Any]) -> 
     threads = len(os.sched_getaffinity(0))
     entry = {"id": "smollm2", "path": gguf, "options": {**options, "prefix_cache_tokens": 0}}
     server = BenchServer({"max_parallel_requests": 16}, [entry], engines=1)
-    other = None if args.skip_llama_server else LlamaServer(gguf, threads)
     instance = load_instance(gguf, options["parallel"])
+    n_ctx = instance.ledger.cells
+    peers: dict[str, Peer] = {}
     rows: dict[int, dict[str, list[dict[str, float]]]] = {n: {} for n in levels}
     try:
+        for name in filter(None, args.servers.split(",")):
+            peers[SERVERS[name]] = start_peer(name, gguf, threads, options, n_ctx)
         asyncio.run(concurrent(server.url, "smollm2", 1, 4))  # load it
-        if other is not None:
-            asyncio.run(concurrent(other.url, "smollm2", 1, 4))
+        for peer in peers.values():
+            asyncio.run(concurrent(peer.url, "smollm2", 1, 4))
         for _ in range(args.rounds):
             for n in levels:
                 side = rows[n]
@@ -165,14 +177,14 @@ def throughput(gguf: str, args: argparse.Namespace, options: dict[str, Any]) -> 
                     asyncio.run(concurrent(server.url, "smollm2", n, args.tokens))
                 )
                 side.setdefault("ceiling", []).append(ceiling(instance, n, args.tokens))
-                if other is not None:
-                    side.setdefault("llama_cpp_server", []).append(
-                        asyncio.run(concurrent(other.url, "smollm2", n, args.tokens))
+                for key, peer in peers.items():
+                    side.setdefault(key, []).append(
+                        asyncio.run(concurrent(peer.url, "smollm2", n, args.tokens))
                     )
     finally:
         server.stop()
-        if other is not None:
-            other.stop()
+        for peer in peers.values():
+            peer.stop()
     out: dict[str, Any] = {}
     for n in levels:
         row: dict[str, Any] = {name: medians(values) for name, values in rows[n].items()}
@@ -181,37 +193,138 @@ def throughput(gguf: str, args: argparse.Namespace, options: dict[str, Any]) -> 
     return out
 
 
-class LlamaServer:
-    """llama-cpp-python's OpenAI server (its own process), as a user would start it."""
+class Peer:
+    """Another make of OpenAI server in its own process, as a user would start it."""
 
-    def __init__(self, gguf: str, threads: int) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = ["--model", gguf, "--port", str(self.port), "--n_ctx", "8192",
-                "--n_threads", str(threads), "--n_threads_batch", str(threads),
-                # its default cancels a running request when the next arrives: queue them
-                "--interrupt_requests", "False"]  # fmt: skip
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", LLAMA_SERVER, *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    def __init__(self, argv: list[str], port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                with psutil.Process(self.proc.pid).oneshot():
-                    pass
-                import urllib.request
-
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited with {self.proc.returncode}")
+            try:  # an answer once the model is loaded (llama-server says 503 until then)
                 urllib.request.urlopen(self.url + "/v1/models", timeout=2).read()
                 return
             except OSError:
                 time.sleep(0.2)
-        raise TimeoutError("llama_cpp.server did not start")
+        self.stop()
+        raise TimeoutError(f"{argv[0]} did not start")
 
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+
+def start_peer(name: str, gguf: str, threads: int, options: dict[str, Any], n_ctx: int) -> Peer:
+    """llama-cpp-python's server (its context size, threads), or llama.cpp's llama-server
+    set up as the engine's context is: one slot per sequence, one KV cache all slots
+    share, the same context, threads, attention kernels and weight repacking."""
+    port = free_port()
+    if name == "llama_cpp.server":
+        return Peer([sys.executable, "-c", PYTHON_SERVER, "--model", gguf, "--port", str(port),
+                     "--n_ctx", str(n_ctx), "--n_threads", str(threads),
+                     "--n_threads_batch", str(threads),
+                     # its default cancels a running request when the next arrives
+                     "--interrupt_requests", "False"], port)  # fmt: skip
+    from bench.llamacpp_peer import ensure_built
+
+    binary = ensure_built()["llama-server"]
+    return Peer([str(binary), "-m", gguf, "--port", str(port), "-c", str(n_ctx),
+                 "-np", str(options["parallel"]), "--kv-unified", "-t", str(threads),
+                 "-tb", str(threads), *same_kernels(options, "llama-server"),
+                 "--no-webui"], port)  # fmt: skip
+
+
+def same_kernels(options: dict[str, Any], tool: str) -> list[str]:
+    """llama-server's or llama-bench's flags for the engine's batch, KV type, attention
+    kernels and weight repacking (llamacpp_backend's defaults on the CPU)."""
+    from coderai.engine.cpu_features import extra_buffer_types
+
+    batch = str(options.get("n_batch") or 512)
+    kv = options.get("kv_cache", "f16")
+    flash = options.get("flash_attn", kv in ("q8_0", "q4_0"))
+    repack = extra_buffer_types(options.get("extra_buffer_types"))
+    flags = ["-b", batch, "-ub", batch, "-ctk", kv, "-ctv", kv, "-fa", "on" if flash else "off"]
+    return (
+        [*flags, "--repack" if repack else "--no-repack"]
+        if tool == "llama-server"
+        else [*flags, "--repack", str(int(repack))]
+    )
+
+
+def rates(gguf: str, args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """llama-bench's pp and tg, and the engine's rate reading a cold prompt alone through
+    `coderai run` and in this process; each side in turn, `--rounds` times, medians."""
+    from bench.llamacpp_peer import ensure_built
+
+    sizes = [int(x) for x in args.prompt_sizes.split(",")]
+    threads = len(os.sched_getaffinity(0))
+    bench_flags = ["-t", str(threads), *same_kernels(options, "llama-bench")]
+    llama_bench = ensure_built()["llama-bench"]
+    entry = {"id": "smollm2", "path": gguf, "options": {**options, "prefix_cache_tokens": 0}}
+    server = BenchServer({"max_parallel_requests": 16}, [entry], engines=1)
+    instance = load_instance(gguf, options["parallel"])
+    rng = random.Random(0)
+    rows: dict[str, list[dict[str, float]]] = {"llama_bench": [], "stack": [], "ceiling": []}
+    try:
+        read_through_server(server.url, prompt(rng, 16))  # load it
+        for _ in range(args.rounds):
+            argv = [str(llama_bench), "-m", gguf, "-p", ",".join(map(str, sizes)),
+                    "-n", str(args.tokens), *bench_flags, "-r", "1", "-o", "json"]  # fmt: skip
+            found = json.loads(subprocess.run(argv, check=True, capture_output=True).stdout)
+            rows["llama_bench"].append({
+                f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}": r["avg_ts"]
+                for r in found
+            })  # fmt: skip
+            rows["stack"].append(
+                {str(n): read_through_server(server.url, prompt(rng, n)) for n in sizes}
+            )
+            rows["ceiling"].append({str(n): read_alone(instance, prompt(rng, n)) for n in sizes})
+    finally:
+        server.stop()
+    out: dict[str, Any] = {name: medians(values) for name, values in rows.items()}
+    out["stack_vs_llama_bench"] = {
+        str(n): out["stack"][str(n)] / out["llama_bench"][f"pp{n}"] for n in sizes
+    }
+    out["llama_bench_flags"] = " ".join(bench_flags)
+    out["rounds"] = rows
+    return out
+
+
+def prompt(rng: random.Random, n: int) -> list[int]:
+    """n token ids of SmolLM2's ordinary vocabulary, never sent before (llama-bench reads
+    random tokens too)."""
+    return [rng.randrange(1_000, 48_000) for _ in range(n)]
+
+
+def read_through_server(url: str, ids: list[int]) -> float:
+    """Prompt tokens a second: a completion of one token, the prompt given as token ids."""
+    body = {"model": "smollm2", "prompt": ids, "max_tokens": 1, "temperature": 0}
+    request = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+    began = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=600) as r:
+        usage = json.loads(r.read())["usage"]
+    wall = time.perf_counter() - began
+    assert usage["prompt_tokens"] == len(ids), usage
+    return len(ids) / wall
+
+
+def read_alone(instance: Any, ids: list[int]) -> float:
+    """Prompt tokens a second through the engine's instance, no server: start to the first
+    token sampled."""
+    from coderai.bus.messages import Job
+    from coderai.engine.backends.base import PENDING, READING, Sequence
+
+    seq = Sequence(job=Job(0, {}, "completion", prompt_ids=ids, max_tokens=1, temperature=0.0))
+    began = time.perf_counter()
+    instance.start(seq)
+    while instance.step([seq])[0] in (READING, PENDING):
+        pass
+    wall = time.perf_counter() - began
+    instance.release(seq)
+    return len(ids) / wall
 
 
 def conversation(seed: str) -> list[dict[str, str]]:
@@ -291,11 +404,17 @@ def main() -> int:
     parser.add_argument("--levels", default="1,2,4,8")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--sections", default="throughput,cache,prefill,memory")
+    parser.add_argument("--sections", default="throughput,cache,prefill,memory,rates")
     parser.add_argument("--prefill-step-ms", type=float, default=None)
     parser.add_argument("--prefill-sweep", default="200,500,1000",
                         help="prefill_step_ms values the prefill section compares")  # fmt: skip
-    parser.add_argument("--skip-llama-server", action="store_true")
+    parser.add_argument(
+        "--servers",
+        default=",".join(SERVERS),
+        help="peers the throughput section runs beside the engine",
+    )
+    parser.add_argument("--prompt-sizes", default="512,2048",
+                        help="prompt lengths the rates section reads")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "llamacpp.json")
     args = parser.parse_args()
     from coderai.defaults import embedded_gguf
@@ -342,7 +461,11 @@ def main() -> int:
             server.stop()
     if "memory" in sections:
         result["memory_at_4_streams"] = memory(gguf)
-    save(result, args.out)
+    if "rates" in sections:
+        result["rates"] = rates(gguf, args, options)
+    # the sections not run keep what an earlier run wrote
+    earlier = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    save({**earlier, **result}, args.out)
     return 0
 
 

@@ -11,15 +11,15 @@ from bench.report_table import table
 def llamacpp_section(result: dict[str, Any]) -> list[str]:
     rows = []
     for level, row in result["throughput"].items():
-        other = row.get("llama_cpp_server")
+        peers = [row.get("llama_cpp_server"), row.get("llama_server")]
         rows.append([
             level,
             row["stack"]["tok_s"],
             row["ceiling"]["tok_s"],
             f"{row['stack_vs_ceiling']:.0%}",
-            other["tok_s"] if other else "-",
+            *(p["tok_s"] if p else "-" for p in peers),
             row["stack"]["ttft_p50_ms"],
-            other["ttft_p50_ms"] if other else "-",
+            *(p["ttft_p50_ms"] if p else "-" for p in peers),
         ])  # fmt: skip
     cache, prefill, memory = (
         result["prefix_cache"],
@@ -35,7 +35,10 @@ def llamacpp_section(result: dict[str, Any]) -> list[str]:
         "ceiling is the engine's own batched decode loop driven in the benchmark's process "
         "(no server); llama-cpp-python's server is `python -m llama_cpp.server` with the "
         "same threads and `--interrupt_requests False` (its default cancels a running "
-        "request when the next arrives).",
+        "request when the next arrives); llama-server is llama.cpp's own, built from the "
+        "sources llama-cpp-python vendors (`bench/llamacpp_peer.py`), with one slot per "
+        "sequence (`-np`), `--kv-unified`, and the engine's context, threads, batch, KV type "
+        "and attention kernels.",
         "",
         table(
             [
@@ -44,12 +47,15 @@ def llamacpp_section(result: dict[str, Any]) -> list[str]:
                 "ceiling tok/s",
                 "CoderAI / ceiling",
                 "llama_cpp.server tok/s",
+                "llama-server tok/s",
                 "CoderAI TTFT p50 ms",
                 "llama_cpp.server TTFT p50 ms",
+                "llama-server TTFT p50 ms",
             ],
             rows,
         ),
         "",
+        *rates_section(result),
         "Two ~1,000-token conversations taking turns, each resent with the last answer and a "
         "new question (median TTFT of the turns after each one's first):",
         "",
@@ -90,6 +96,44 @@ def llamacpp_section(result: dict[str, Any]) -> list[str]:
                     memory["instances_4"]["uss_mib"],
                 ],
             ],
+        ),
+        "",
+    ]
+
+
+def rates_section(result: dict[str, Any]) -> list[str]:
+    rates = result.get("rates")
+    if not rates:
+        return []
+    bench, stack, alone = rates["llama_bench"], rates["stack"], rates["ceiling"]
+    rows = [
+        [f"read a prompt of {n} tokens", bench[f"pp{n}"], stack[n], alone[n],
+         f"{stack[n] / bench[f'pp{n}']:.0%}"]
+        for n in stack
+    ]  # fmt: skip
+    tg = next((key for key in bench if key.startswith("tg")), None)
+    one = result.get("throughput", {}).get("1")
+    if tg and one:
+        decode = one["stack"]["tok_s"]
+        rows.append([f"decode one stream ({tg[2:]} tokens)", bench[tg], decode,
+                     one["ceiling"]["tok_s"], f"{decode / bench[tg]:.0%}"])  # fmt: skip
+    return [
+        "Rates beside llama.cpp's `llama-bench` (built as the library was, "
+        f"`{rates['llama_bench_flags']}`): a cold prompt of random token ids, alone, read "
+        "through `coderai run` (prompt tokens / wall time of a one-token completion) and by "
+        "the engine's instance in the benchmark's process; each side in turn, medians of "
+        f"{len(rates['rounds']['stack'])} rounds. The decode row takes the engine's numbers "
+        "from the table above.",
+        "",
+        table(
+            [
+                "",
+                "llama-bench tok/s",
+                "CoderAI tok/s",
+                "engine alone tok/s",
+                "CoderAI / llama-bench",
+            ],
+            rows,
         ),
         "",
     ]

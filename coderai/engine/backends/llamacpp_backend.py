@@ -31,6 +31,7 @@ from coderai.engine.backends.base import (
 )
 from coderai.engine.backends.llamacpp_batch import LlamaCppBatchInstance
 from coderai.engine.backends.llamacpp_draft import Drafter
+from coderai.engine.cpu_features import extra_buffer_types
 from coderai.engine.kv import bytes_per_token, context_for_memory
 from coderai.errors import JobError
 
@@ -112,7 +113,7 @@ class LlamaCppBackend(Backend):
         _init_backend()
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = gpu_layers
-        model_params.use_extra_bufts = bool(options.get("extra_buffer_types", False))
+        model_params.use_extra_bufts = extra_buffer_types(options.get("extra_buffer_types"))
         model = LlamaModel(path_model=str(path), params=model_params, verbose=False)
         trained = model.n_ctx_train()
         per_token = bytes_per_token(model.metadata(), _KV_BYTES[kv])
@@ -178,7 +179,7 @@ class LlamaCppBackend(Backend):
         # a pooled input is decoded in one batch, so the default batch of 512 tokens would
         # cap inputs below the context
         n_ctx = int(spec.options.get("n_ctx") or _embedding_context(path))
-        with _extra_buffer_types(bool(spec.options.get("extra_buffer_types", False))):
+        with _extra_buffer_types(extra_buffer_types(spec.options.get("extra_buffer_types"))):
             llm = llama_cpp.Llama(
                 model_path=str(path),
                 n_ctx=n_ctx,
@@ -256,12 +257,10 @@ def _init_backend() -> None:
 
 @contextlib.contextmanager
 def _extra_buffer_types(enabled: bool) -> Iterator[None]:
-    """llama.cpp's CPU "extra buffer types" (AMX / repacked weights) crashed the first
-    decode of SmolLM2's Q4_1 weights on this project's Xeon machines (SIGSEGV in
-    llama_decode), so they are off unless a model entry sets extra_buffer_types. The
-    Python binding builds its model parameters from llama_model_default_params() and
-    exposes no switch, so the default is adjusted around the constructor; only the loader
-    thread constructs models."""
+    """llama.cpp's CPU "extra buffer types" (AMX / repacked weights), on or off (the
+    default: cpu_features.extra_buffer_types). The Python binding builds its model
+    parameters from llama_model_default_params() and exposes no switch, so the default is
+    adjusted around the constructor; only the loader thread constructs models."""
     binding: Any = importlib.import_module("llama_cpp.llama_cpp")  # what llama.py calls
     original = binding.llama_model_default_params
 
