@@ -26,7 +26,7 @@ from bench.report_plot import save, streams_panel
 from bench.report_ram import ram_cap_section
 from bench.report_soak import soak_section
 from bench.report_table import table
-from bench.report_turns import speculation_section, turns_section
+from bench.report_turns import kv_types_section, speculation_section, turns_section
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
@@ -581,12 +581,16 @@ def main() -> int:
     agents = load("agents")
     if agents:
         out += agents_section(agents)
-    turns = load("agent_turns")
-    if turns:
-        out += turns_section(turns)
+    for name in ("agent_turns-smol", "agent_turns-gemma"):
+        turns = load(name)
+        if turns:
+            out += turns_section(turns)
     speculation = load("speculation")
     if speculation:
         out += speculation_section(speculation)
+    kv_types = load("kv_types")
+    if kv_types:
+        out += kv_types_section(kv_types)
     (BENCH / "REPORT.md").write_text("\n".join(out) + "\n")
     print(f"wrote {BENCH / 'REPORT.md'}")
     return 0

@@ -9,8 +9,9 @@ from bench.report_table import table
 
 
 def turns_section(result: dict[str, Any]) -> list[str]:
+    names = ", ".join(result["models"])
     out = [
-        "## An agent's turns: cold and warm, beside llama-server (issue 29)\n",
+        f"## An agent's turns: cold and warm, beside llama-server ({names}, issue 29)\n",
         "`python bench/agent_turns.py`: an agent's conversation (a system prompt with tools "
         f"of ~{result['system_tokens']:,} tokens, then per turn the answer, a tool's result "
         "and a question), one agent and then "
@@ -22,6 +23,9 @@ def turns_section(result: dict[str, Any]) -> list[str]:
     summary = []
     for model, sides in result["models"].items():
         for side, got in sides.items():
+            if "error" in got:
+                summary.append([model, side, "failed: " + got["error"], "", "", ""])
+                continue
             summary.append([model, side, got["cold_ttft"], got["warm_ttft_median"],
                             f"{got['warm_over_cold_median']:.1%}",
                             f"{got['warm_over_cold_max']:.1%}"])  # fmt: skip
@@ -57,5 +61,26 @@ def speculation_section(result: dict[str, Any]) -> list[str]:
         + (f" ({rate:.0%})." if rate is not None else ".")
         + "\n",
         table(["streams", "plain tok/s", "ngram tok/s", "ngram / plain", "same greedy text"], rows),
+        "",
+    ]
+
+
+def kv_types_section(result: dict[str, Any]) -> list[str]:
+    rows = []
+    for row in result["types"]:
+        firsts = [p["first_difference"] for p in row["prompts"] if not p["same"]]
+        rows.append([row["kv_cache"], f"{row['bytes_per_token']:,}", f"{row['of_f16']:.2f}",
+                     f"{row['same_as_f16']} of {len(row['prompts'])}",
+                     ", ".join(map(str, firsts)) or "—"])  # fmt: skip
+    return [
+        f"## Quantized KV caches against f16 ({result['model']})\n",
+        "`python bench/kv_types.py`: bench/batch_invariance.py's 8 chat prompts alone, "
+        f"greedy, {result['tokens']} tokens, flash attention on for every type (llama.cpp "
+        "needs it for a quantized V cache), so only the cache type differs. KV bytes per "
+        f"token: f16 {result['f16_bytes_per_token']:,}.\n",
+        table(
+            ["KV cache", "bytes/token", "of f16", "greedy text as f16's", "first differing token"],
+            rows,
+        ),
         "",
     ]

