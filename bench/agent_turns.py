@@ -45,6 +45,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.agents import GEMMA_TEMPLATE
+from bench.chat_stream import stream_chat
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
 from coderai.defaults import embedded_gguf
@@ -102,24 +103,9 @@ async def turn(
             "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
     began = time.perf_counter()
-    first = 0.0
-    text: list[str] = []
-    usage: dict[str, Any] = {}
-    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
-        if response.status != 200:
-            raise RuntimeError(f"{url}: {response.status} {await response.text()}")
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", []):
-                piece = choice.get("delta", {}).get("content")
-                if piece:
-                    first = first or time.perf_counter()
-                    text.append(piece)
-            usage = chunk.get("usage") or usage
-    answer = "".join(text)
+    got = await stream_chat(session, url, body)
+    first, usage = got.first, got.usage
+    answer = got.text
     details = usage.get("prompt_tokens_details") or {}
     return {"ttft": (first or time.perf_counter()) - began, "text": answer,
             "prompt_tokens": usage.get("prompt_tokens"),

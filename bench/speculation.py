@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.chat_stream import stream_chat
 from bench.results import RESULTS, save
 from bench.server import BenchServer
 from coderai.defaults import embedded_gguf
@@ -72,25 +71,9 @@ def request(model: str, code: str, tokens: int) -> dict[str, Any]:
 
 
 async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
-    first = last = 0.0
-    text, count = [], 0
-    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            for choice in chunk.get("choices", []):
-                piece = choice.get("delta", {}).get("content")
-                if piece:
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
-                    text.append(piece)
-            if chunk.get("usage"):
-                count = chunk["usage"]["completion_tokens"]
-    return {"first": first, "last": last, "tokens": count, "text": "".join(text)}
+    got = await stream_chat(session, url, body)
+    tokens = got.usage.get("completion_tokens", 0)
+    return {"first": got.first, "last": got.last, "tokens": tokens, "text": got.text}
 
 
 async def level(url: str, model: str, code: str, streams: int, tokens: int) -> dict[str, Any]:
@@ -148,6 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--lines", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=RESULTS / "speculation.json")
     args = parser.parse_args()
     gguf = embedded_gguf()
     if gguf is None:
@@ -167,7 +151,7 @@ def main() -> None:
         rounds=args.rounds, draft_tokens=drafted, draft_kept=kept,
         acceptance=round(kept / drafted, 3) if drafted else None,
     )  # fmt: skip
-    save(result, RESULTS / "speculation.json")
+    save(result, args.out)
 
 
 if __name__ == "__main__":

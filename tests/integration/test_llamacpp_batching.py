@@ -554,26 +554,30 @@ def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
     assert [text for text, _ in ram] == [text for text, _ in off]
 
 
+async def three_answers(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+    """Three prompts decoded together, 64 greedy tokens each: their texts and counters
+    (with speculation, once drafts kept are published: a few times a second)."""
+    prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
+    async with engine() as eng:
+        for i, prompt in enumerate(prompts, 1):
+            eng.scheduler.submit(job(i, spec, prompt, max_tokens=64))
+        await eng.finished(1, 2, 3)
+        if spec["options"].get("speculative"):
+            await eng.until(lambda: eng.counters().get("draft_accepted", 0) > 0)
+        return [text_of(eng.sent, i) for i in (1, 2, 3)], eng.counters()
+
+
 def test_ngram_drafts_give_the_text_decoding_one_token_at_a_time_gives(
     tiny_models: tuple[Path, Path],
 ) -> None:
     """With `speculative: ngram` a sequence decodes the tokens that followed its last
     n-gram earlier in it beside its next one, and keeps those the sampler picks: the
     greedy text is the same, in fewer steps, and some drafts were kept."""
-    prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
 
-    async def run(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
-        async with engine() as eng:
-            for i, prompt in enumerate(prompts, 1):
-                eng.scheduler.submit(job(i, spec, prompt, max_tokens=64))
-            await eng.finished(1, 2, 3)
-            if spec["options"].get("speculative"):  # counters are published a few times a second
-                await eng.until(lambda: eng.counters().get("draft_accepted", 0) > 0)
-            return [text_of(eng.sent, i) for i in (1, 2, 3)], eng.counters()
-
-    plain, _ = asyncio.run(run(model(tiny_models[1])))
+    plain, _ = asyncio.run(three_answers(model(tiny_models[1])))
     # a fixed length: how many pay is decided from step times, which a test cannot fix
-    drafted, stats = asyncio.run(run(model(tiny_models[1], speculative="ngram", draft_length=8)))
+    ngram = model(tiny_models[1], speculative="ngram", draft_length=8)
+    drafted, stats = asyncio.run(three_answers(ngram))
     assert drafted == plain
     assert 0 < stats["draft_accepted"] <= stats["draft_tokens"]
 
@@ -584,20 +588,11 @@ def test_a_draft_model_gives_the_text_decoding_one_token_at_a_time_gives(
     """`speculative: {"draft": ...}` (the front adds the draft's file): the draft model
     reads each sequence, guesses greedily, and the main model keeps what its sampler
     picks. The tiny model drafting for itself: the same text, and its guesses kept."""
-    prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
     draft = {"draft": "tiny", "path": str(tiny_models[1])}
 
-    async def run(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
-        async with engine() as eng:
-            for i, prompt in enumerate(prompts, 1):
-                eng.scheduler.submit(job(i, spec, prompt, max_tokens=64))
-            await eng.finished(1, 2, 3)
-            if spec["options"].get("speculative"):  # counters are published a few times a second
-                await eng.until(lambda: eng.counters().get("draft_accepted", 0) > 0)
-            return [text_of(eng.sent, i) for i in (1, 2, 3)], eng.counters()
-
-    plain, _ = asyncio.run(run(model(tiny_models[1])))
-    drafted, stats = asyncio.run(run(model(tiny_models[1], speculative=draft, draft_length=4)))
+    plain, _ = asyncio.run(three_answers(model(tiny_models[1])))
+    drafted, stats = asyncio.run(three_answers(model(tiny_models[1], speculative=draft,
+                                                     draft_length=4)))  # fmt: skip
     assert drafted == plain
     # a model drafting for itself guesses what it picks: nearly every guess is kept
     assert stats["draft_accepted"] >= 0.9 * stats["draft_tokens"] > 0
