@@ -116,7 +116,10 @@ async def scenario(url: str, model: str, args: argparse.Namespace) -> dict[str, 
     system = system_prompt(args.system_tokens)
     timeout = aiohttp.ClientTimeout(total=3600)
     rows: list[dict[str, Any]] = []
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # a connection per request: llama-server closes an idle keep-alive connection, and
+    # a request written to it fails
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         alone = Agent(0, system)
         for t in range(args.turns):
             got = await turn(session, url, model, alone)
@@ -203,12 +206,18 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--system-tokens", type=int, default=15000)
     parser.add_argument("--skip-llama-server", action="store_true")
+    parser.add_argument("--skip-coderai", action="store_true",
+                        help="the peer only, added to --out's earlier result")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "agent_turns.json")
     args = parser.parse_args()
     result: dict[str, Any] = {"turns": args.turns, "agents": args.agents,
                               "system_tokens": args.system_tokens, "models": {}}  # fmt: skip
+    if args.skip_coderai and args.out.exists():
+        result["models"] = json.loads(args.out.read_text())["models"]
     for name in args.models.split(","):
-        result["models"][name] = {"coderai": ours(name, args)}
+        result["models"].setdefault(name, {})
+        if not args.skip_coderai:
+            result["models"][name]["coderai"] = ours(name, args)
         if not args.skip_llama_server:
             try:
                 result["models"][name]["llama-server"] = peer(name, args)
