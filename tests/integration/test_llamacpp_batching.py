@@ -601,7 +601,7 @@ def test_a_draft_model_gives_the_text_decoding_one_token_at_a_time_gives(
 @pytest.mark.parametrize(
     ("option", "says"),
     [({"draft": "small"}, "its file is not known here"), ("eagle", 'must be "ngram"'),
-     ("tiny", "another vocabulary")],
+     ("tiny", "another vocabulary"), (None, "draft_length needs speculative")],
 )  # fmt: skip
 def test_a_speculative_option_that_cannot_be_honoured_is_refused_naming_it(
     tiny_models: tuple[Path, Path], option: Any, says: str
@@ -610,7 +610,9 @@ def test_a_speculative_option_that_cannot_be_honoured_is_refused_naming_it(
     assert smol is not None
     if option == "tiny":  # the tiny model's vocabulary is not SmolLM2's
         option = {"draft": "tiny", "path": str(tiny_models[1])}
-    spec = ModelSpec("m", str(smol), "gguf", {"speculative": option})
+    # without speculation, a draft length would be read and do nothing
+    options = {"speculative": option} if option is not None else {"draft_length": 4}
+    spec = ModelSpec("m", str(smol), "gguf", options)
     with pytest.raises(JobError, match=says) as refused:
         LlamaCppBackend().load(spec, LoadProgress())
     assert refused.value.kind == "bad_model"

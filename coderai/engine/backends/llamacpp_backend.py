@@ -144,6 +144,9 @@ class LlamaCppBackend(Backend):
         flash = options.get("flash_attn", on_gpu or kv in _QUANTIZED)
         params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
         ngram, draft = _speculative(options.get("speculative"))
+        if options.get("draft_length") is not None and not (ngram or draft):
+            raise JobError("draft_length needs speculative (\"ngram\" or a draft model)",
+                           kind="bad_model")  # fmt: skip
         context = LlamaContext(model=model, params=params, verbose=False)
         log.info(
             "model %s: context of %d tokens (trained %d; KV cache %.0f MiB, %s), %d sequences"
