@@ -486,17 +486,25 @@ class LlamaCppBatchInstance(ModelInstance):
         held = self._held(kept) if self.memory is not Memory.FULL else None
         lib.llama_memory_seq_cp(memory, kept, slot.seq_id, 0, tokens)
         slot.decoded = tokens
-        if held is None:
-            return
-        theirs = self._checkpoints.get(kept, [])
-        self._checkpoints[slot.seq_id] = [c for c in theirs if c.tokens <= tokens]
-        if whole(tokens, held, self.memory, self.window):
-            return
-        point = next((c for c in theirs if c.tokens == tokens), None)
-        if point is None or not self._restore(slot.seq_id, point):
-            lib.llama_memory_seq_rm(memory, slot.seq_id, -1, -1)  # its promise stays
-            self._checkpoints.pop(slot.seq_id, None)
+        if held is not None and not self._complete(
+            slot.seq_id, tokens, held, self._checkpoints.get(kept, [])
+        ):
             slot.decoded = 0
+
+    def _complete(self, sid: int, tokens: int, held: Held, points: list[Checkpoint]) -> bool:
+        """A sequence given the cells of another's first `tokens` tokens, whose window or
+        recurrent state reached `held` there: it keeps the checkpoints up to `tokens`, and
+        where that state does not cover them the checkpoint taken there is restored. False
+        (its cells let go, its promise kept) where none is, or it cannot be restored."""
+        self._checkpoints[sid] = [c for c in points if c.tokens <= tokens]
+        if whole(tokens, held, self.memory, self.window):
+            return True
+        point = next((c for c in points if c.tokens == tokens), None)
+        if point is not None and self._restore(sid, point):
+            return True
+        self._lib.llama_memory_seq_rm(self.context.memory, sid, -1, -1)
+        self._checkpoints.pop(sid, None)
+        return False
 
     # -- host RAM (ram_cache.py) -------------------------------------------------------------
     def _save(self, seq_id: int, tokens: list[int]) -> None:
@@ -540,13 +548,8 @@ class LlamaCppBatchInstance(ModelInstance):
             return
         held = self._held(sid)  # what was restored, not what was foreseen
         lib.llama_memory_seq_rm(memory, sid, tokens, -1)
-        self._checkpoints[sid] = [c for c in saved.checkpoints if c.tokens <= tokens]
-        if not whole(tokens, held, self.memory, self.window):
-            point = next((c for c in saved.checkpoints if c.tokens == tokens), None)
-            if point is None or not self._restore(sid, point):
-                lib.llama_memory_seq_rm(memory, sid, -1, -1)
-                self._checkpoints.pop(sid, None)
-                return
+        if not self._complete(sid, tokens, held, saved.checkpoints):
+            return
         slot.decoded = tokens
         self.ram.count_hit(tokens, round((time.perf_counter() - began) * 1000))
 
