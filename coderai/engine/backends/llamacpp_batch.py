@@ -218,6 +218,9 @@ class LlamaCppBatchInstance(ModelInstance):
         self._costs = StepCosts()
         self.draft_length = draft_length
         self._drafted = self._accepted = 0
+        #: sequences ended here: a reader of the published counters can tell they are
+        #: from after a given sequence ended (they are published a few times a second)
+        self._released = 0
         meta: dict[str, str] = model.metadata()
         self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "true") != "false"
         template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
@@ -319,6 +322,7 @@ class LlamaCppBatchInstance(ModelInstance):
         if slot is None:
             return
         seq.state = None
+        self._released += 1
         self._slots.discard(slot)
         slot.sampler.close()
         if slot in self._waiting:
@@ -400,6 +404,7 @@ class LlamaCppBatchInstance(ModelInstance):
             "checkpoint_bytes": sum(len(p.data) for c in self._checkpoints.values() for p in c),
             "checkpoints_restored": self._restored,
             "steps_aborted": self._aborted,
+            "released": self._released,
             "draft_tokens": self._drafted,
             "draft_accepted": self._accepted,
             **(self._ram_stats() if self.ram is not None else {}),
