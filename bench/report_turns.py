@@ -17,8 +17,10 @@ def turns_section(result: dict[str, Any]) -> list[str]:
         "and a question), one agent and then "
         f"{result['agents']} agents with the same system prompt taking turns in turn, "
         f"{result['turns']} turns each, 32 greedy tokens a turn; 32k context, 4 slots, "
-        "unified KV, all threads, on both servers. TTFT in seconds; warm / cold is a turn's "
-        "TTFT over the first (cold) turn's.\n",
+        "unified KV, all threads, flash attention off, on both servers, run one after the "
+        "other (not interleaved: a load on the machine during one side's run is not on the "
+        "other's). TTFT in seconds; warm / cold is a turn's TTFT over the first (cold) "
+        "turn's.\n",
     ]
     summary = []
     for model, sides in result["models"].items():
