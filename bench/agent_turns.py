@@ -48,6 +48,7 @@ from bench.agents import GEMMA_TEMPLATE
 from bench.chat_stream import stream_chat
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
+from coderai.cli import brief_openmp_spin
 from coderai.defaults import embedded_gguf
 
 CONTEXT = 32768
@@ -210,6 +211,8 @@ def main() -> None:
                         help="the peer only, added to --out's earlier result")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "agent_turns.json")
     args = parser.parse_args()
+    # this process's instance and the peers wait at OpenMP's barriers as the engine does
+    brief_openmp_spin()
     result: dict[str, Any] = {"turns": args.turns, "agents": args.agents,
                               "system_tokens": args.system_tokens, "models": {}}  # fmt: skip
     if args.skip_coderai and args.out.exists():

@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
+from coderai.cli import brief_openmp_spin
 
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
           "a winter forest", "a busy market", "a small robot"]  # fmt: skip
@@ -64,6 +65,8 @@ with _extra_buffer_types(extra_buffer_types(None)):
     main()
 """
 #: the peers the throughput section may run, by the name their results go under
+#: the OpenMP settings every side ran with (the engine's, see coderai.cli.brief_openmp_spin)
+OPENMP_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SERVERS = {"llama_cpp.server": "llama_cpp_server", "llama-server": "llama_server"}
 
 
@@ -417,6 +420,8 @@ def main() -> int:
                         help="prompt lengths the rates section reads")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "llamacpp.json")
     args = parser.parse_args()
+    # this process's instance and the peers wait at OpenMP's barriers as the engine does
+    brief_openmp_spin()
     from coderai.defaults import embedded_gguf
 
     gguf = str(embedded_gguf())
@@ -428,7 +433,9 @@ def main() -> int:
     result: dict[str, Any] = {"benchmark": "llamacpp", "tokens": args.tokens,
                               "parallel": parallel, "rounds": args.rounds,
                               "threads": len(os.sched_getaffinity(0)),
-                              "options": options}  # fmt: skip
+                              "options": options,
+                              "openmp": {k: os.environ[k] for k in OPENMP_ENV
+                                         if k in os.environ}}  # fmt: skip
     if "throughput" in sections:
         result["throughput"] = throughput(gguf, args, options)
     if sections & {"cache", "prefill"}:

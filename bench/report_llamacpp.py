@@ -26,11 +26,13 @@ def llamacpp_section(result: dict[str, Any]) -> list[str]:
         result["long_prefill"],
         result["memory_at_4_streams"],
     )
+    openmp = ", ".join(f"`{k}={v}`" for k, v in result.get("openmp", {}).items()) or "unset"
     return [
         "## llama.cpp engine: SmolLM2-135M-Instruct, many sequences in one context",
         "",
         f"`python bench/llamacpp.py`: greedy, {result['tokens']} tokens per request, "
-        f"`parallel: {result['parallel']}`, {result['threads']} threads on every side; "
+        f"`parallel: {result['parallel']}`, {result['threads']} threads on every side, "
+        f"OpenMP waiting at barriers as the engine does ({openmp}); "
         f"medians of {result.get('rounds', 1)} rounds, each level run on each side in turn. The "
         "ceiling is the engine's own batched decode loop driven in the benchmark's process "
         "(no server); llama-cpp-python's server is `python -m llama_cpp.server` with the "

@@ -72,20 +72,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _passive_openmp() -> None:
-    """llama.cpp's (and torch's) OpenMP threads spin between steps by default. With the
-    engine's own threads, the front and clients on the same cores, that spinning made a
-    117-token SmolLM2 answer take 6-58 s instead of 1.3 s on 2 cores (measured), and alone
-    it was no faster (decode 31 against 26 ms a token). Set before llama.cpp or torch load
-    their OpenMP runtime; an operator's own setting wins."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+#: OpenMP's spin before a waiting thread sleeps (libgomp's GOMP_SPINCOUNT, iterations).
+#: ggml ends each graph node with an OpenMP barrier, hundreds a token: a thread that sleeps
+#: at each (a passive wait) is woken hundreds of times a token, and SmolLM2 decoded at
+#: 63-68 tok/s through `coderai run` on 2 cores against 86-101 with this spin (measured,
+#: 1 stream; 108 against 133 at 4). libgomp's default spin (300,000) is long enough to
+#: keep spinning between steps while the front and clients want the same cores.
+OPENMP_SPIN = "10000"
+
+
+def brief_openmp_spin() -> None:
+    """llama.cpp's (and torch's) OpenMP threads spin for a short while at a barrier, then
+    sleep. Spinning without end (libgomp's default once a step ends is 300,000 turns),
+    with the engine's own threads, the front and clients on the same cores, made a
+    117-token SmolLM2 answer take 6-58 s instead of 1.3 s on 2 cores (measured); never
+    spinning makes every barrier inside a step a sleep and a wake (see OPENMP_SPIN). Set
+    before llama.cpp or torch load their OpenMP runtime; an operator's own setting of
+    either variable wins."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN
 
 
 def _engine(args: argparse.Namespace) -> int:
     # models are local files: a hub lookup would only stall (~46 s) and then fail
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    _passive_openmp()
+    brief_openmp_spin()
     from coderai.engine.worker import EngineSettings, EngineWorker
 
     front_pid = os.environ.get("CODERAI_FRONT_PID")
@@ -113,7 +125,7 @@ def _engine(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _passive_openmp()  # for engines in this process (single-process mode) and its children
+    brief_openmp_spin()  # for engines in this process (single-process mode) and its children
     from coderai.front.server import serve
 
     config_path: Path | None = args.config

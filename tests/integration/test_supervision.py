@@ -14,6 +14,7 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from coderai import cli
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.conftest import StartServer
 from tests.support.server import Server, site_hook, wait_for
@@ -232,15 +233,18 @@ def test_sigterm_lets_a_running_stream_finish_then_stops_everything(
     assert list(srv.runtime.iterdir()) == []
 
 
-def test_engines_start_with_a_passive_openmp_wait_unless_the_operator_set_one(
+def test_engines_start_with_abrief_openmp_spin_unless_the_operator_set_one(
     start_server: StartServer,
 ) -> None:
     # read from each engine's own environment, as the OS started it: `coderai run` set it
-    # for its children (see coderai.cli._passive_openmp)
+    # for its children (see coderai.cli.brief_openmp_spin)
     srv = start_server({}, MODELS[-1:], engines=2)
-    expected = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    operator = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+    expected = os.environ.get("GOMP_SPINCOUNT") if operator else cli.OPENMP_SPIN
     for pid in srv.engine_pids:
-        assert psutil.Process(pid).environ().get("OMP_WAIT_POLICY") == expected
+        env = psutil.Process(pid).environ()
+        assert env.get("GOMP_SPINCOUNT") == expected
+        assert env.get("OMP_WAIT_POLICY") == os.environ.get("OMP_WAIT_POLICY")
 
 
 def test_engines_exit_when_the_front_is_killed(start_server: StartServer) -> None:
