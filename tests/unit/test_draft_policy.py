@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from coderai.engine.draft_policy import StepCosts, best_length, expected_tokens, updated_kept
+from coderai.engine.draft_policy import (
+    Shadow,
+    StepCosts,
+    best_length,
+    expected_tokens,
+    updated_kept,
+)
 
 
 def costs(per_step: float, per_token: float, sizes: range) -> StepCosts:
@@ -52,3 +58,37 @@ def test_the_kept_rate_moves_toward_what_a_step_showed() -> None:
     assert updated_kept(0.5, 8, 8) > 0.5
     assert updated_kept(0.5, 8, 0) < 0.5
     assert updated_kept(0.5, 0, 0) == 0.5
+
+
+def test_a_shadow_guess_settles_at_the_first_token_it_did_not_guess() -> None:
+    shadow = Shadow()
+    shadow.start([5, 6, 7])
+    assert shadow.see(5) is None
+    assert shadow.see(6) is None
+    assert shadow.see(9) == (3, 2)
+    assert shadow.see(7) is None  # settled: nothing watched until the next guess
+
+
+def test_a_shadow_guess_all_sampled_settles_as_all_kept() -> None:
+    shadow = Shadow()
+    shadow.start([5, 6])
+    shadow.start([1, 2])  # one guess at a time: the first is still being checked
+    assert shadow.see(5) is None
+    assert shadow.see(6) == (2, 2)
+
+
+def test_shadow_guesses_that_come_true_bring_drafting_back() -> None:
+    """A sequence whose early drafts missed stops drafting; once its own text repeats, the
+    guesses it was not decoding come true and the policy drafts again."""
+    dear_then_cheap = costs(0.010, 0.002, range(1, 65))
+    kept = 0.1
+    assert best_length(kept, dear_then_cheap, 1, 8) == 0
+    shadow = Shadow()
+    for _ in range(10):
+        shadow.start([1, 2, 3, 4, 5, 6, 7, 8])
+        settled = None
+        for token in range(1, 9):
+            settled = shadow.see(token)
+        assert settled == (8, 8)
+        kept = updated_kept(kept, *settled)
+    assert best_length(kept, dear_then_cheap, 1, 8) > 0

@@ -69,7 +69,13 @@ from coderai.engine.checkpoints import (
     reusable,
     whole,
 )
-from coderai.engine.draft_policy import PRIOR_KEPT, StepCosts, best_length, updated_kept
+from coderai.engine.draft_policy import (
+    PRIOR_KEPT,
+    Shadow,
+    StepCosts,
+    best_length,
+    updated_kept,
+)
 from coderai.engine.kv import KvLedger, cells_needed, grown, reservation
 from coderai.engine.ngram import NgramIndex
 from coderai.engine.prefix_cache import PrefixCache, common_prefix
@@ -120,6 +126,8 @@ class _Slot:
     draft: list[int] = field(default_factory=list)
     #: the estimated chance that a draft token of its is kept (draft_policy.py)
     kept_rate: float = PRIOR_KEPT
+    #: an n-gram draft not decoded (none paid), checked against what it samples next
+    shadow: Shadow = field(default_factory=Shadow)
 
 
 @dataclass(eq=False)
@@ -716,6 +724,18 @@ class LlamaCppBatchInstance(ModelInstance):
         for slot, room in rooms:
             if slot.ngrams is not None:
                 slot.draft = slot.ngrams.draft(slot.tokens, room)
+        drafted = {slot for slot, _ in rooms}
+        for slot in decoding:
+            if (
+                slot.ngrams is None
+                or slot.seq.constraint is not None
+                or slot.seq.logprobs is not None
+            ):
+                continue
+            if slot in drafted:
+                slot.shadow.clear()
+            elif self.draft_length is None:  # the policy said 0: keep its estimate current
+                slot.shadow.start(slot.ngrams.draft(slot.tokens, DRAFT_MOST))
 
     def _prompt_budget(self) -> int:
         if self._per_token is None:
@@ -802,6 +822,9 @@ class LlamaCppBatchInstance(ModelInstance):
                     structured.logprob_entry(logprobs, chosen, seq.job.top_logprobs, self._piece_of)
                 )
             slot.tokens.append(chosen)
+            settled = slot.shadow.see(chosen)
+            if settled is not None:
+                slot.kept_rate = updated_kept(slot.kept_rate, *settled)
             produced[slot] = (
                 END if lib.llama_vocab_is_eog(self.vocab, chosen) else self._text(slot, chosen)
             )
