@@ -50,19 +50,33 @@ def turns_section(result: dict[str, Any]) -> list[str]:
 
 def speculation_section(result: dict[str, Any]) -> list[str]:
     rows = [[r["streams"], r["plain_tok_s"], r["ngram_tok_s"], f"{r['ratio']:.2f}x",
-             "yes" if r["same_greedy_text"] else "no"] for r in result["rows"]]  # fmt: skip
+             "yes" if r["same_greedy_text"] else "no",
+             f"{r['lines_copied']:.0%}" if "lines_copied" in r else "—"]
+            for r in result["rows"]]  # fmt: skip
     rate = result["acceptance"]
     return [
         "## Speculative decoding by prompt lookup: a file rewritten with one change\n",
         f"`python bench/speculation.py`: {result['model']} rewrites a {result['lines']}-line "
-        f"Python file with one rename, greedy, {result['tokens']} tokens per stream, from "
+        f"Python file with one rename (its answer's lines that are lines of the file: "
+        '"copied"; the 135M model copies rather than renames), greedy, '
+        f"{result['tokens']} tokens per stream, from "
         'two entries of one engine that differ only in `speculative: "ngram"`; each side '
         f"in turn, {result['rounds']} rounds, medians. Decode tok/s: completion tokens over "
         "first to last token (the prompt is read before, once per side). Draft tokens kept: "
         f"{result['draft_kept']:,.0f} of {result['draft_tokens']:,.0f}"
         + (f" ({rate:.0%})." if rate is not None else ".")
         + "\n",
-        table(["streams", "plain tok/s", "ngram tok/s", "ngram / plain", "same greedy text"], rows),
+        table(
+            [
+                "streams",
+                "plain tok/s",
+                "ngram tok/s",
+                "ngram / plain",
+                "same greedy text",
+                "copied",
+            ],
+            rows,
+        ),
         "",
     ]
 

@@ -61,13 +61,28 @@ def source_file(lines: int) -> str:
     return "\n".join(out[:lines]) + "\n"
 
 
+#: SmolLM2-135M answers the request with prose about the file unless told its role and
+#: given the request after the file (tried by hand); so told, it writes the file back
+EDITOR = "You are a code editor. You answer with the complete edited file and nothing else."
+
+
 def request(model: str, code: str, tokens: int) -> dict[str, Any]:
     ask = (
-        "Rewrite this file with one change: rename the field `count` to `quantity` "
-        "everywhere. Answer with the whole file and nothing else.\n\n```python\n" + code + "```"
+        "```python\n" + code + "```\n\nRewrite the file above with one change: rename the "
+        "field `count` to `quantity` everywhere. Answer with the whole file in a python code "
+        "block."
     )
-    return {"model": model, "messages": [{"role": "user", "content": ask}],
-            "max_tokens": tokens, "temperature": 0, "stream": True}  # fmt: skip
+    messages = [{"role": "system", "content": EDITOR}, {"role": "user", "content": ask}]
+    return {"model": model, "messages": messages, "max_tokens": tokens, "temperature": 0,
+            "stream": True}  # fmt: skip
+
+
+def copied(code: str, text: str) -> float:
+    """The share of the answer's non-blank lines that are lines of the file (stripped): how
+    much of it repeats the prompt, which is what drafts by prompt lookup can guess."""
+    lines = {line.strip() for line in code.splitlines()}
+    said = [line.strip() for line in text.splitlines() if line.strip()]
+    return sum(line in lines for line in said) / len(said) if said else 0.0
 
 
 async def stream(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +136,7 @@ async def measure(url: str, args: argparse.Namespace, code: str) -> dict[str, An
         rows.append({"streams": n, "plain_tok_s": round(plain, 2), "ngram_tok_s": round(ngram, 2),
                      "ratio": round(ngram / plain, 2) if plain else None,
                      "same_greedy_text": same,
+                     "lines_copied": round(copied(code, texts["plain"][n][0]), 3),
                      "samples": {side: samples[side][n] for side in SIDES}})  # fmt: skip
     return {"rows": rows}
 
