@@ -19,8 +19,10 @@ the llama.cpp sources that llama-cpp-python vendors (bench/llamacpp_peer.py), wi
 same threads, slots (`-np`), unified KV and context, doing the same requests.
 
 llama-server caps a slot's context at the model's trained one (SmolLM2: 8,192), where
-`coderai run` gives the 32k asked for: on SmolLM2 the two sides are compared with a
-system prompt that fits (`--system-tokens 4000`), on Gemma 3 (32k trained) with ~15k.
+`coderai run` gives the 32k asked for: it is told SmolLM2 was trained for 32k
+(`--override-kv llama.context_length=int:32768`, which changes no sum: SmolLM2 has no
+rope scaling), so both sides read the same ~15k-token prompts. Flash attention on each
+side as the engine has it by default (on the CPU: on for Gemma 3, off for SmolLM2).
 
 What it does not show: turns sent at once (here each waits for the one before), or a GPU.
 """
@@ -174,7 +176,10 @@ def peer(name: str, args: argparse.Namespace) -> dict[str, Any]:
     command = [str(ensure_built()["llama-server"]), "-m", str(path), "--port", str(port),
                "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
                "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
-               "--flash-attn", "off"]  # as the engine on a CPU  # fmt: skip
+               # the engine's defaults on a CPU (llamacpp_backend: on for a windowed model)
+               "--flash-attn", "on" if name == "gemma" else "off"]  # fmt: skip
+    if name == "smol":  # its slots would be capped at the trained 8,192 tokens
+        command += ["--override-kv", f"llama.context_length=int:{CONTEXT}"]
     if template:
         file = Path(tempfile.mkdtemp()) / "template.jinja"
         file.write_text(template)
