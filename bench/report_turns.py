@@ -17,7 +17,9 @@ def turns_section(result: dict[str, Any]) -> list[str]:
         "and a question), one agent and then "
         f"{result['agents']} agents with the same system prompt taking turns in turn, "
         f"{result['turns']} turns each, 32 greedy tokens a turn; 32k context, 4 slots, "
-        "unified KV, all threads, flash attention off, on both servers, run one after the "
+        "unified KV, all threads, flash attention "
+        f"{result.get('flash_attn', 'off')} (the engine's default for the model on a CPU), "
+        "OpenMP waiting as the engine does, on both servers, run one after the "
         "other (not interleaved: a load on the machine during one side's run is not on the "
         "other's). TTFT in seconds; warm / cold is a turn's TTFT over the first (cold) "
         "turn's.\n",
