@@ -1,7 +1,7 @@
 """A coding agent's turns, cold and warm, on `coderai run` and on llama.cpp's own server.
 
     python bench/agent_turns.py [--models smol,gemma] [--turns 4] [--agents 4]
-        [--system-tokens 15000] [--skip-llama-server] [--out PATH]
+        [--system-tokens 15000] [--cold-rounds N] [--skip-llama-server] [--out PATH]
 
 A coding agent resends its whole conversation every turn: a long system prompt with its
 tools (~15k tokens here, as Claude Code's ~21k and Codex's ~6k), then the turns so far,
@@ -9,6 +9,9 @@ then a tool's result and a question. What decides its speed is whether each turn
 only what is new. One run, per model (SmolLM2-135M with a 32k context; Gemma 3 270M, a
 sliding-window model, with its 32k), per server:
 
+0. with `--cold-rounds N`: a cold first turn N times per server, the servers taking turns
+   (both are up; an idle one takes no CPU), each round with a system prompt neither has
+   seen: the median, a cold figure less at the mercy of one run's noise;
 1. one agent, `--turns` turns: TTFT of each (the first is cold: the system prompt too);
 2. `--agents` agents with the same system prompt and their own tasks, taking turns in
    turn (a1, a2, ..., a1, a2, ...), `--turns` each: TTFT of each turn.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +164,21 @@ def catalogue(name: str) -> tuple[dict[str, Any], Path, str | None]:
     return {"id": "gemma", "path": str(path), "options": options}, path, GEMMA_TEMPLATE
 
 
-def ours(name: str, args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def ours(name: str) -> Iterator[str]:
+    """`coderai run` serving the model; yields its URL."""
     entry, _, _ = catalogue(name)
     entry["options"]["parallel"] = PARALLEL
     server = BenchServer({}, [entry], engines=1)
     try:
-        return asyncio.run(scenario(server.url, name, args))
+        yield server.url
     finally:
         server.stop()
 
 
-def peer(name: str, args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def peer(name: str) -> Iterator[str]:
+    """llama-server serving the model as the engine would; yields its URL."""
     from bench.llamacpp_peer import ensure_built  # builds llama-server once (~12 min)
 
     _, path, template = catalogue(name)
@@ -200,10 +209,47 @@ def peer(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("llama-server did not start") from None
                 time.sleep(0.5)
-        return asyncio.run(scenario(url, name, args))
+        yield url
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+async def cold_turns(urls: dict[str, str], model: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Each side's cold first turn, `--cold-rounds` times, the sides alternating, each round
+    with a system prompt no server has seen (its first line numbers the round)."""
+    times: dict[str, list[float]] = {side: [] for side in urls}
+    connector = aiohttp.TCPConnector(force_close=True)
+    timeout = aiohttp.ClientTimeout(total=3600)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        for round_ in range(args.cold_rounds):
+            system = f"Session {round_ + 1}.\n" + system_prompt(args.system_tokens)
+            for side, url in urls.items():
+                got = await turn(session, url, model, Agent(0, system))
+                assert got["cached_tokens"] in (0, None), got  # read cold
+                times[side].append(round(got["ttft"], 2))
+                print(model, "cold", side, times[side][-1], flush=True)
+    return {side: {"cold_ttfts": t, "cold_ttft_median": statistics.median(t)}
+            for side, t in times.items()}  # fmt: skip
+
+
+def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Both servers up (an idle one takes no CPU), the cold rounds alternating between
+    them, then each side's turns in turn."""
+    out: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        urls: dict[str, str] = {}
+        if not args.skip_coderai:
+            urls["coderai"] = stack.enter_context(ours(name))
+        if not args.skip_llama_server:
+            try:
+                urls["llama-server"] = stack.enter_context(peer(name))
+            except Exception as exc:  # the peer's failure is a result too, beside ours
+                out["llama-server"] = {"error": repr(exc)[:300]}
+        colds = asyncio.run(cold_turns(urls, name, args)) if args.cold_rounds else {}
+        for side, url in urls.items():
+            out[side] = {**asyncio.run(scenario(url, name, args)), **colds.get(side, {})}
+    return out
 
 
 def main() -> None:
@@ -213,6 +259,8 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--system-tokens", type=int, default=15000)
     parser.add_argument("--skip-llama-server", action="store_true")
+    parser.add_argument("--cold-rounds", type=int, default=0,
+                        help="cold first turns per side, taking turns, first")  # fmt: skip
     parser.add_argument("--skip-coderai", action="store_true",
                         help="the peer only, added to --out's earlier result")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "agent_turns.json")
@@ -224,14 +272,7 @@ def main() -> None:
     if args.skip_coderai and args.out.exists():
         result["models"] = json.loads(args.out.read_text())["models"]
     for name in args.models.split(","):
-        result["models"].setdefault(name, {})
-        if not args.skip_coderai:
-            result["models"][name]["coderai"] = ours(name, args)
-        if not args.skip_llama_server:
-            try:
-                result["models"][name]["llama-server"] = peer(name, args)
-            except Exception as exc:  # the peer's failure is a result too, beside ours
-                result["models"][name]["llama-server"] = {"error": repr(exc)[:300]}
+        result["models"].setdefault(name, {}).update(measure(name, args))
     save(result, args.out)
 
 

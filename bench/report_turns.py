@@ -28,13 +28,18 @@ def turns_section(result: dict[str, Any]) -> list[str]:
     for model, sides in result["models"].items():
         for side, got in sides.items():
             if "error" in got:
-                summary.append([model, side, "failed: " + got["error"], "", "", ""])
+                summary.append([model, side, "failed: " + got["error"], "", "", "", ""])
                 continue
-            summary.append([model, side, got["cold_ttft"], got["warm_ttft_median"],
+            rounds = got.get("cold_ttfts")
+            summary.append([model, side, got["cold_ttft"],
+                            f"{got['cold_ttft_median']:.2f} ({', '.join(map(str, rounds))})"
+                            if rounds else "—",
+                            got["warm_ttft_median"],
                             f"{got['warm_over_cold_median']:.1%}",
                             f"{got['warm_over_cold_max']:.1%}"])  # fmt: skip
-    out += [table(["model", "server", "cold TTFT s", "warm TTFT s (median)",
-                   "warm / cold (median)", "warm / cold (worst)"], summary), ""]  # fmt: skip
+    out += [table(["model", "server", "cold TTFT s", "cold rounds s: median (each)",
+                   "warm TTFT s (median)", "warm / cold (median)", "warm / cold (worst)"],
+                  summary), ""]  # fmt: skip
     for model, sides in result["models"].items():
         ours = sides["coderai"]["rows"]
         theirs = sides.get("llama-server", {}).get("rows", [])
