@@ -83,13 +83,13 @@ OPENMP_SPIN = "10000"
 
 def brief_openmp_spin() -> None:
     """llama.cpp's (and torch's) OpenMP threads spin for a short while at a barrier, then
-    sleep. Spinning without end (libgomp's default once a step ends is 300,000 turns),
-    with the engine's own threads, the front and clients on the same cores, made a
-    117-token SmolLM2 answer take 6-58 s instead of 1.3 s on 2 cores (measured); never
-    spinning makes every barrier inside a step a sleep and a wake (see OPENMP_SPIN). Set
-    before llama.cpp or torch load their OpenMP runtime; an operator's own setting of
-    either variable wins."""
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    sleep. libgomp's own default spin (300,000 turns) kept them spinning from one step to
+    the next while the front and clients wanted the same cores: a 117-token SmolLM2 answer
+    took 6-58 s instead of 1.3 s on 2 cores (measured). Never spinning makes every barrier
+    inside a step a sleep and a wake (see OPENMP_SPIN). Set before llama.cpp or torch load
+    their OpenMP runtime. An operator's own setting of either variable wins; an empty one is
+    none (libgomp reads it as unset)."""
+    if not any(os.environ.get(name, "").strip() for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")):
         os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN
 
 

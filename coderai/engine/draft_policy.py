@@ -133,6 +133,13 @@ class Shadow:
         self.guess, self._matched = [], 0
         return settled
 
-    def clear(self) -> None:
-        """The sequence decodes a real draft now: that one is measured instead."""
-        self.guess, self._matched = [], 0
+    def pending(self) -> bool:
+        return bool(self.guess)
+
+    def clear(self) -> tuple[int, int] | None:
+        """The sequence decodes a real draft now, which is measured instead: the tokens
+        of this guess that came true so far, as kept ((matched, matched)), or None. (Long
+        guesses that keep coming true are the likeliest to be cut off here: dropping what
+        they showed would bias the estimate low.)"""
+        matched, self.guess, self._matched = self._matched, [], 0
+        return (matched, matched) if matched else None

@@ -17,6 +17,8 @@ import pytest
 from coderai.bus.codec import decode
 from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
 from coderai.defaults import embedded_gguf
+from coderai.engine import draft_policy
+from coderai.engine.backends import llamacpp_batch
 from coderai.engine.backends.base import END, READING, LoadProgress, Sequence
 from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
 from coderai.engine.outbox import Outbox
@@ -584,6 +586,41 @@ def test_ngram_drafts_give_the_text_decoding_one_token_at_a_time_gives(
     drafted, stats = asyncio.run(three_answers(ngram))
     assert drafted == plain
     assert 0 < stats["draft_accepted"] <= stats["draft_tokens"]
+
+
+def test_guesses_not_decoded_are_checked_against_what_is_sampled(
+    tiny_models: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the policy gives a sequence no draft, its n-gram guess is still made and
+    checked against the tokens it samples next, and what it showed moves the sequence's
+    kept share (draft_policy.Shadow): without that, a share that fell once would never
+    rise again. Nothing is decoded for such guesses, and the text is unchanged."""
+    scored: list[tuple[int, int]] = []
+    real = draft_policy.updated_kept
+
+    def spy(kept: float, drafted: int, taken: int) -> float:
+        scored.append((drafted, taken))
+        return real(kept, drafted, taken)
+
+    monkeypatch.setattr(llamacpp_batch, "updated_kept", spy)
+    monkeypatch.setattr(llamacpp_batch, "best_length", lambda *_: 0)  # never pays
+    prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
+
+    async def run(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+        async with engine() as eng:
+            for i, prompt in enumerate(prompts, 1):
+                eng.scheduler.submit(job(i, spec, prompt, max_tokens=64))
+            await eng.finished(1, 2, 3)
+            # counters are published a few times a second: wait for those after all three
+            await eng.until(lambda: eng.counters().get("released", 0) >= 3)
+            return [text_of(eng.sent, i) for i in (1, 2, 3)], eng.counters()
+
+    plain, _ = asyncio.run(run(model(tiny_models[1])))
+    assert scored == []  # no speculation, no guesses
+    guessed, stats = asyncio.run(run(model(tiny_models[1], speculative="ngram")))
+    assert guessed == plain
+    assert stats["draft_tokens"] == 0
+    assert scored and all(0 <= taken <= drafted for drafted, taken in scored)
 
 
 def test_a_draft_model_gives_the_text_decoding_one_token_at_a_time_gives(

@@ -233,13 +233,15 @@ def test_sigterm_lets_a_running_stream_finish_then_stops_everything(
     assert list(srv.runtime.iterdir()) == []
 
 
-def test_engines_start_with_abrief_openmp_spin_unless_the_operator_set_one(
+def test_engines_start_with_a_brief_openmp_spin_unless_the_operator_set_one(
     start_server: StartServer,
 ) -> None:
     # read from each engine's own environment, as the OS started it: `coderai run` set it
     # for its children (see coderai.cli.brief_openmp_spin)
     srv = start_server({}, MODELS[-1:], engines=2)
-    operator = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+    operator = any(
+        os.environ.get(name, "").strip() for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    )
     expected = os.environ.get("GOMP_SPINCOUNT") if operator else cli.OPENMP_SPIN
     for pid in srv.engine_pids:
         env = psutil.Process(pid).environ()

@@ -92,3 +92,14 @@ def test_shadow_guesses_that_come_true_bring_drafting_back() -> None:
         assert settled == (8, 8)
         kept = updated_kept(kept, *settled)
     assert best_length(kept, dear_then_cheap, 1, 8) > 0
+
+
+def test_a_guess_cut_off_by_a_real_draft_counts_what_came_true() -> None:
+    shadow = Shadow()
+    shadow.start([5, 6, 7])
+    shadow.see(5)
+    shadow.see(6)
+    assert shadow.pending()
+    assert shadow.clear() == (2, 2)
+    assert not shadow.pending()
+    assert shadow.clear() is None

@@ -733,8 +733,11 @@ class LlamaCppBatchInstance(ModelInstance):
             ):
                 continue
             if slot in drafted:
-                slot.shadow.clear()
-            elif self.draft_length is None:  # the policy said 0: keep its estimate current
+                shown = slot.shadow.clear()
+                if shown is not None:
+                    slot.kept_rate = updated_kept(slot.kept_rate, *shown)
+            elif self.draft_length is None and not slot.shadow.pending():
+                # the policy said 0: keep its estimate current with a guess not decoded
                 slot.shadow.start(slot.ngrams.draft(slot.tokens, DRAFT_MOST))
 
     def _prompt_budget(self) -> int:
