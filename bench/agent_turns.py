@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.agents import GEMMA_TEMPLATE
 from bench.chat_stream import stream_chat
+from bench.llamacpp import OPENMP_ENV
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
 from coderai.cli import brief_openmp_spin
@@ -60,6 +61,9 @@ from coderai.defaults import embedded_gguf
 
 CONTEXT = 32768
 PARALLEL = 4
+#: flash attention as the engine has it by default on a CPU (llamacpp_backend: on for a
+#: windowed model): the peer is given the same
+FLASH_ATTN = {"gemma": "on", "smol": "off"}
 ANSWER_TOKENS = 32
 #: a tool's result a turn adds (a file the agent read): about 750 tokens; with the answer
 #: and the template's markers a turn adds 796 (SmolLM2) to 835 (Gemma 3), ~5% of the prompt
@@ -186,8 +190,7 @@ def peer(name: str) -> Iterator[str]:
     command = [str(ensure_built()["llama-server"]), "-m", str(path), "--port", str(port),
                "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
                "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
-               # the engine's defaults on a CPU (llamacpp_backend: on for a windowed model)
-               "--flash-attn", "on" if name == "gemma" else "off"]  # fmt: skip
+               "--flash-attn", FLASH_ATTN[name]]  # fmt: skip
     if name == "smol":  # its slots would be capped at the trained 8,192 tokens
         command += ["--override-kv", f"llama.context_length=int:{CONTEXT}"]
     if template:
@@ -215,27 +218,42 @@ def peer(name: str) -> Iterator[str]:
         proc.wait(30)
 
 
+#: prompt tokens a cold round may find cached: its chat template's first tokens (the round's
+#: system prompt differs from its first line on)
+COLD_SHARED = 64
+
+
 async def cold_turns(urls: dict[str, str], model: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Each side's cold first turn, `--cold-rounds` times, the sides alternating, each round
-    with a system prompt no server has seen (its first line numbers the round)."""
-    times: dict[str, list[float]] = {side: [] for side in urls}
+    """Each side's cold first turn, `--cold-rounds` times, the sides taking turns (in the
+    other order every other round), each round with a system prompt no server has seen (its
+    first line numbers the round). A side that fails keeps its error and sits out the rest."""
+    got_by: dict[str, dict[str, Any]] = {side: {"cold_ttfts": []} for side in urls}
     connector = aiohttp.TCPConnector(force_close=True)
     timeout = aiohttp.ClientTimeout(total=3600)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         for round_ in range(args.cold_rounds):
             system = f"Session {round_ + 1}.\n" + system_prompt(args.system_tokens)
-            for side, url in urls.items():
-                got = await turn(session, url, model, Agent(0, system))
-                assert got["cached_tokens"] in (0, None), got  # read cold
-                times[side].append(round(got["ttft"], 2))
-                print(model, "cold", side, times[side][-1], flush=True)
-    return {side: {"cold_ttfts": t, "cold_ttft_median": statistics.median(t)}
-            for side, t in times.items()}  # fmt: skip
+            order = list(urls) if round_ % 2 == 0 else list(reversed(urls))
+            for side in order:
+                if "error" in got_by[side]:
+                    continue
+                try:
+                    got = await turn(session, urls[side], model, Agent(0, system))
+                except Exception as exc:  # a result too, beside the other side's
+                    got_by[side]["error"] = repr(exc)[:300]
+                    continue
+                assert (got["cached_tokens"] or 0) < COLD_SHARED, got  # read cold
+                got_by[side]["cold_ttfts"].append(round(got["ttft"], 2))
+                print(model, "cold", side, got_by[side]["cold_ttfts"][-1], flush=True)
+    for got in got_by.values():
+        if got["cold_ttfts"]:
+            got["cold_ttft_median"] = statistics.median(got["cold_ttfts"])
+    return got_by
 
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Both servers up (an idle one takes no CPU), the cold rounds alternating between
-    them, then each side's turns in turn."""
+    """Both servers up (an idle one takes no CPU), the cold rounds taking turns between
+    them, then each side's turns, one side after the other. A side's failure is its result."""
     out: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
         urls: dict[str, str] = {}
@@ -244,11 +262,15 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         if not args.skip_llama_server:
             try:
                 urls["llama-server"] = stack.enter_context(peer(name))
-            except Exception as exc:  # the peer's failure is a result too, beside ours
+            except Exception as exc:
                 out["llama-server"] = {"error": repr(exc)[:300]}
         colds = asyncio.run(cold_turns(urls, name, args)) if args.cold_rounds else {}
         for side, url in urls.items():
-            out[side] = {**asyncio.run(scenario(url, name, args)), **colds.get(side, {})}
+            try:
+                out[side] = asyncio.run(scenario(url, name, args))
+            except Exception as exc:
+                out[side] = {"error": repr(exc)[:300]}
+            out[side].update(colds.get(side, {}))
     return out
 
 
@@ -271,9 +293,13 @@ def main() -> None:
                               "system_tokens": args.system_tokens, "models": {}}  # fmt: skip
     if args.skip_coderai and args.out.exists():
         result["models"] = json.loads(args.out.read_text())["models"]
+    if args.skip_coderai and args.out.exists():
+        result["flash_attn"] = json.loads(args.out.read_text()).get("flash_attn", {})
     for name in args.models.split(","):
         result["models"].setdefault(name, {}).update(measure(name, args))
-    save(result, args.out)
+        result.setdefault("flash_attn", {})[name] = FLASH_ATTN[name]
+        result["openmp"] = {k: os.environ[k] for k in OPENMP_ENV if k in os.environ}
+        save(result, args.out)  # each model's as it ends: a later failure loses none
 
 
 if __name__ == "__main__":

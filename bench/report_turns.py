@@ -10,6 +10,9 @@ from bench.report_table import table
 
 def turns_section(result: dict[str, Any]) -> list[str]:
     names = ", ".join(result["models"])
+    flash = result.get("flash_attn", "off")
+    if isinstance(flash, dict):
+        flash = ", ".join(f"{flash.get(m, 'off')} for {m}" for m in result["models"])
     out = [
         f"## An agent's turns: cold and warm, beside llama-server ({names}, issue 29)\n",
         "`python bench/agent_turns.py`: an agent's conversation (a system prompt with tools "
@@ -17,12 +20,12 @@ def turns_section(result: dict[str, Any]) -> list[str]:
         "and a question), one agent and then "
         f"{result['agents']} agents with the same system prompt taking turns in turn, "
         f"{result['turns']} turns each, 32 greedy tokens a turn; 32k context, 4 slots, "
-        "unified KV, all threads, flash attention "
-        f"{result.get('flash_attn', 'off')} (the engine's default for the model on a CPU), "
-        "OpenMP waiting as the engine does, on both servers, run one after the "
-        "other (not interleaved: a load on the machine during one side's run is not on the "
-        "other's). TTFT in seconds; warm / cold is a turn's TTFT over the first (cold) "
-        "turn's.\n",
+        f"unified KV, all threads, flash attention {flash} (the engine's default for the "
+        "model on a CPU), OpenMP waiting as the engine does, on both servers. The turns run "
+        "on one server after the other (not interleaved: a load on the machine during one "
+        "side's run is not on the other's); the cold rounds, where run, take turns between "
+        "the servers, each with a system prompt neither has seen. TTFT in seconds; warm / "
+        "cold is a turn's TTFT over the first (cold) turn's.\n",
     ]
     summary = []
     for model, sides in result["models"].items():
