@@ -46,7 +46,7 @@ class Checkpoint:
     """The partial state (window cells or recurrent state) after `tokens` tokens."""
 
     tokens: int
-    data: bytes
+    data: bytes | bytearray  #: bytearray as the engine writes it (read in place)
 
 
 def whole(n: int, held: Held, memory: Memory, window: int) -> bool:

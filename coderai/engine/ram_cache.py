@@ -26,7 +26,7 @@ class Saved:
     """One sequence's state as llama.cpp wrote it."""
 
     tokens: list[int]
-    data: bytes
+    data: bytes | bytearray  #: bytearray as the engine writes it (read in place)
     held: Held
     checkpoints: list[Checkpoint] = field(default_factory=list)
 
