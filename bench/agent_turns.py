@@ -61,9 +61,9 @@ from coderai.defaults import embedded_gguf
 
 CONTEXT = 32768
 PARALLEL = 4
-#: flash attention as the engine has it by default on a CPU (llamacpp_backend: on for a
-#: windowed model): the peer is given the same
-FLASH_ATTN = {"gemma": "on", "smol": "off"}
+#: the models with a sliding window (Gemma 3: 512 tokens), for flash attention as the
+#: engine has it by default on a CPU (llamacpp_backend.default_flash_attn), peers alike
+WINDOWED = {"gemma": True, "smol": False}
 ANSWER_TOKENS = 32
 #: a tool's result a turn adds (a file the agent read): about 750 tokens; with the answer
 #: and the template's markers a turn adds 796 (SmolLM2) to 835 (Gemma 3), ~5% of the prompt
@@ -168,6 +168,13 @@ def catalogue(name: str) -> tuple[dict[str, Any], Path, str | None]:
     return {"id": "gemma", "path": str(path), "options": options}, path, GEMMA_TEMPLATE
 
 
+def flash_attn(name: str) -> str:
+    """ "on" or "off": what the engine has by default for the model on a CPU."""
+    from coderai.engine.backends.llamacpp_backend import default_flash_attn
+
+    return "on" if default_flash_attn(False, "f16", WINDOWED[name]) else "off"
+
+
 @contextlib.contextmanager
 def ours(name: str) -> Iterator[str]:
     """`coderai run` serving the model; yields its URL."""
@@ -190,7 +197,7 @@ def peer(name: str) -> Iterator[str]:
     command = [str(ensure_built()["llama-server"]), "-m", str(path), "--port", str(port),
                "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
                "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
-               "--flash-attn", FLASH_ATTN[name]]  # fmt: skip
+               "--flash-attn", flash_attn(name)]  # fmt: skip
     if name == "smol":  # its slots would be capped at the trained 8,192 tokens
         command += ["--override-kv", f"llama.context_length=int:{CONTEXT}"]
     if template:
@@ -297,7 +304,7 @@ def main() -> None:
         result["flash_attn"] = json.loads(args.out.read_text()).get("flash_attn", {})
     for name in args.models.split(","):
         result["models"].setdefault(name, {}).update(measure(name, args))
-        result.setdefault("flash_attn", {})[name] = FLASH_ATTN[name]
+        result.setdefault("flash_attn", {})[name] = flash_attn(name)
         result["openmp"] = {k: os.environ[k] for k in OPENMP_ENV if k in os.environ}
         save(result, args.out)  # each model's as it ends: a later failure loses none
 

@@ -242,11 +242,13 @@ def start_peer(name: str, gguf: str, threads: int, options: dict[str, Any], n_ct
 def same_kernels(options: dict[str, Any], tool: str) -> list[str]:
     """llama-server's or llama-bench's flags for the engine's batch, KV type, attention
     kernels and weight repacking (llamacpp_backend's defaults on the CPU)."""
+    from coderai.engine.backends.llamacpp_backend import default_flash_attn
     from coderai.engine.cpu_features import extra_buffer_types
 
     batch = str(options.get("n_batch") or 512)
     kv = options.get("kv_cache", "f16")
-    flash = options.get("flash_attn", kv in ("q8_0", "q4_0"))
+    # SmolLM2, the only model here, on the CPU: no window
+    flash = options.get("flash_attn", default_flash_attn(False, kv, windowed=False))
     repack = extra_buffer_types(options.get("extra_buffer_types"))
     flags = ["-b", batch, "-ub", batch, "-ctk", kv, "-ctv", kv, "-fa", "on" if flash else "off"]
     return (

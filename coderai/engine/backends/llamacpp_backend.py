@@ -139,17 +139,8 @@ class LlamaCppBackend(Backend):
         params.type_k = params.type_v = _KV_TYPES[kv]
         params.swa_full = swa_full
         params.no_perf = True
-        # flash attention: on by default where it pays and where it is needed (a quantized
-        # V cache). On the CPU it pays on a windowed model (Gemma 3 270M: a cold prompt
-        # read at 321 against 250 tok/s, 274 against 173 beside another kept prompt, and
-        # decode steps no slower), not on a full-attention one, where its kernels for a
-        # few tokens are the slower (SmolLM2 at depth 3000: a 1-token step 25 against
-        # 18 ms, 8 tokens 182 against 65: batched decode and drafts lose more than prompt
-        # reading gains). It skips the cells a sequence cannot see, which attention
-        # without it computes and masks: every kept prompt in the one KV cache. Measured
-        # on a 2-core AVX2 CPU, 2 threads.
         windowed = llama_cpp.llama_model_n_swa(model.model) > 0
-        flash = options.get("flash_attn", on_gpu or kv in _QUANTIZED or windowed)
+        flash = options.get("flash_attn", default_flash_attn(on_gpu, kv, windowed))
         params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
         ngram, draft = _speculative(options.get("speculative"))
         if options.get("draft_length") is not None and not (ngram or draft):
@@ -205,6 +196,18 @@ class LlamaCppBackend(Backend):
                 verbose=False,
             )
         return LlamaCppEmbedder(llm)
+
+
+def default_flash_attn(on_gpu: bool, kv: str, windowed: bool) -> bool:
+    """Flash attention unless a model entry says: on where it pays and where it is needed
+    (a quantized V cache). On the CPU it pays on a windowed model (Gemma 3 270M: a cold
+    prompt read at 321 against 250 tok/s, 274 against 173 beside another kept prompt, and
+    decode steps no slower), not on a full-attention one, where its kernels for a few
+    tokens are the slower (SmolLM2 at depth 3000: a 1-token step 25 against 18 ms, 8 tokens
+    182 against 65; at 16,000: 149 against 63 ms). It skips the cells a sequence cannot
+    see, which attention without it computes and masks: every kept prompt in the one KV
+    cache. Measured on a 2-core AVX2 CPU, 2 threads. The benches give peers the same."""
+    return on_gpu or kv in _QUANTIZED or windowed
 
 
 def _speculative(option: object) -> tuple[bool, Path | None]:
