@@ -57,21 +57,53 @@ def context_for_memory(trained: int, bytes_per_token: int, allowance: int, floor
 
 
 class KvLedger:
-    """Cells of one unified KV cache, promised to sequences by owner id."""
+    """Cells of one unified KV cache, promised to sequences by owner id.
+
+    A sequence started from another's first cells (llama_memory_seq_cp: the cells are
+    shared, not copied) has that one as its base: the shared cells are counted once, with
+    the base, and the sequence's own promise counts only what it adds. Many agents with
+    one system prompt so hold it once. When a base goes, its cells that others share
+    stay: the one sharing the most of them takes them over (counted with it from then
+    on), and the others share with that one instead.
+    """
 
     def __init__(self, cells: int) -> None:
         self.cells = cells
+        #: cells promised: each owner's reservation less what it shares with its base
         self.reserved = 0
+        #: owner -> the cells it may hold, shared ones included
         self._by_owner: dict[int, int] = {}
+        #: owner -> (its base, how many of its first cells are the base's)
+        self._base: dict[int, tuple[int, int]] = {}
+
+    def copy(self) -> KvLedger:
+        """A ledger to try changes on."""
+        other = KvLedger(self.cells)
+        other.reserved = self.reserved
+        other._by_owner = dict(self._by_owner)
+        other._base = dict(self._base)
+        return other
 
     def free(self) -> int:
         return self.cells - self.reserved
 
     def holds(self, owner: int) -> int:
+        """The cells an owner may hold, the ones it shares included."""
         return self._by_owner.get(owner, 0)
 
+    def base(self, owner: int) -> tuple[int, int] | None:
+        return self._base.get(owner)
+
+    def cost(self, owner: int) -> int:
+        """The cells an owner adds to the cache: its reservation less what it shares."""
+        base = self._base.get(owner)
+        return self.holds(owner) - (base[1] if base else 0)
+
     def reserve(self, owner: int, cells: int) -> bool:
-        """Set an owner's reservation to `cells` if the cache has room; False if not."""
+        """Set an owner's reservation to `cells` (never less than it shares) if the cache
+        has room; False if not."""
+        base = self._base.get(owner)
+        assert base is None or cells >= base[1], "an owner holds the cells it shares"
         change = cells - self.holds(owner)
         if change > self.free():
             return False
@@ -79,5 +111,30 @@ class KvLedger:
         self.reserved += change
         return True
 
+    def share(self, owner: int, base: int, count: int) -> None:
+        """A new owner is given `base`'s first `count` cells: it holds them, counted with
+        `base`, and its reservation grows from there (again with the same: nothing)."""
+        if self._base.get(owner) == (base, count):
+            return
+        assert owner not in self._by_owner, "an owner is given cells before any of its own"
+        assert owner != base and count <= self.holds(base), "a base holds what it shares"
+        self._base[owner] = (base, count)
+        self._by_owner[owner] = count
+
     def release(self, owner: int) -> None:
-        self.reserved -= self._by_owner.pop(owner, 0)
+        """An owner's cells are freed; the ones others share stay, with the heir."""
+        cost = self.cost(owner)
+        self._by_owner.pop(owner, None)
+        base = self._base.pop(owner, None)
+        self.reserved -= cost
+        sharers = sorted((c for c, (b, _) in self._base.items() if b == owner),
+                         key=lambda c: -self._base[c][1])  # fmt: skip
+        if not sharers:
+            return
+        heir, *others = sharers
+        kept = self._base.pop(heir)[1]
+        if base is not None and min(base[1], kept) > 0:  # still shared further back
+            self._base[heir] = (base[0], min(base[1], kept))
+        self.reserved += self.cost(heir) - (self.holds(heir) - kept)
+        for other in others:  # they share no more than the heir holds of them
+            self._base[other] = (heir, self._base[other][1])

@@ -28,12 +28,16 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class PrefixCache:
-    def __init__(self, max_tokens: int, max_entries: int) -> None:
+    def __init__(
+        self, max_tokens: int, max_entries: int, size: Callable[[int], int] | None = None
+    ) -> None:
         self.max_tokens = max_tokens
         self.max_entries = max_entries
+        #: the cells an entry takes (kv.KvLedger.cost: those it shares with another are
+        #: counted there); its token count where not given
+        self._size = size
         #: seq id -> tokens its cells hold, least recently used first
         self._entries: OrderedDict[int, list[int]] = OrderedDict()
-        self.tokens = 0
         self.hits = 0
         self.reused = 0
         #: told of each entry let go for room or its bound (its id and tokens), before
@@ -42,6 +46,14 @@ class PrefixCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def tokens(self) -> int:
+        """The cells the kept entries take."""
+        return sum(self._cells(seq_id) for seq_id in self._entries)
+
+    def _cells(self, seq_id: int) -> int:
+        return self._size(seq_id) if self._size else len(self._entries[seq_id])
 
     def match(
         self, tokens: list[int], usable: Callable[[int, int], int] | None = None
@@ -75,19 +87,23 @@ class PrefixCache:
     def add(self, seq_id: int, tokens: list[int]) -> list[int]:
         """Keep a finished sequence's cells (if they fit the bound); returns the ids whose
         cells are to be freed: entries it makes useless (their tokens are a prefix of
-        its), the least recently used past the bounds, or itself if it is too long."""
-        if not tokens or len(tokens) > self.max_tokens:
+        its), or itself if it takes more than the bound. Past the bounds, the least
+        recently used go next (`over`, `evict`)."""
+        if not tokens:
             return [seq_id]
-        gone = [i for i, t in self._entries.items() if common_prefix(t, tokens) == len(t)]
+        self._entries[seq_id] = tokens
+        if self._cells(seq_id) > self.max_tokens:
+            del self._entries[seq_id]
+            return [seq_id]
+        gone = [i for i, t in self._entries.items() if i != seq_id
+                and common_prefix(t, tokens) == len(t)]  # fmt: skip
         for i in gone:
             self._drop(i)
-        self._entries[seq_id] = tokens
-        self.tokens += len(tokens)
-        while self.tokens > self.max_tokens or len(self._entries) > self.max_entries:
-            oldest = self.evict()
-            assert oldest is not None
-            gone.append(oldest)
         return gone
+
+    def over(self) -> bool:
+        """Whether the entries kept take more than the bounds allow."""
+        return len(self._entries) > self.max_entries or self.tokens > self.max_tokens
 
     def evict(self, keep: int | None = None) -> int | None:
         """Let the least recently used entry but `keep` go; its id, or None if there is
@@ -105,4 +121,4 @@ class PrefixCache:
         self._drop(seq_id)
 
     def _drop(self, seq_id: int) -> None:
-        self.tokens -= len(self._entries.pop(seq_id))
+        del self._entries[seq_id]

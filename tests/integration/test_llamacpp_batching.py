@@ -663,14 +663,54 @@ def test_an_agent_whose_prefix_another_took_over_finds_its_turn_in_host_ram(
     tiny_models: tuple[Path, Path],
 ) -> None:
     """Two agents with one long system prompt, on a context that cannot hold both their
-    conversations: the second takes the first's kept cells over (it needs their system
-    prompt), and the first's own turn beyond it is saved to host RAM first, so its next
-    turn restores all of it instead of reading it again. It answers as cold."""
-    system = "Servers answer requests\n" * 40  # about 400 tokens, shared
-    mine = system + "Once upon a time\n" * 40  # and about 300 of the first agent's own
-    theirs = system + "The quick brown fox\n" * 40
+    conversations even with the system prompt held once: the second takes the first's
+    kept cells over (it needs their system prompt), and the first's own turn beyond it
+    is saved to host RAM first, so its next turn restores all of it instead of reading
+    it again. It answers as cold."""
+    system = "Servers answer requests\n" * 20  # about 200 tokens, shared
+    mine = system + "Once upon a time\n" * 60  # and about 450 of the first agent's own
+    theirs = system + "The quick brown fox\n" * 60
     spec = model(tiny_models[1], n_ctx=1024)
     later = mine + "and then some more words"
-    (_, first), (_, _), (text, again) = asyncio.run(turns(spec, [mine, theirs, later]))
+    (_, first), (_, other), (text, again) = asyncio.run(turns(spec, [mine, theirs, later]))
+    assert first.prompt_tokens + other.prompt_tokens - other.cached_tokens > 1024
+    assert again.cached_tokens >= first.prompt_tokens - 1
+    assert text == cold_text(spec, later)
+
+
+def test_agents_with_one_system_prompt_keep_their_turns_side_by_side_holding_it_once(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Two agents with one long system prompt, on a context that holds it once beside both
+    their own turns but not twice: the second starts from the first's kept cells and
+    shares them (the ledger counts them once), so both conversations stay in the KV
+    cache: the first's next turn finds all of its own there (the RAM cache is off), and
+    answers as cold."""
+    system = "Servers answer requests\n" * 55  # about 550 tokens, shared
+    mine = system + "Once upon a time\n" * 15
+    theirs = system + "The quick brown fox\n" * 15
+    later = mine + "and then some more words"
+    spec = model(tiny_models[1], n_ctx=1024, prompt_cache_ram_mb=0)
+
+    async def scenario() -> tuple[list[Done], str, dict[str, int]]:
+        async with engine() as eng:
+            out = []
+            for i, prompt in enumerate([mine, theirs, later], 1):
+                eng.scheduler.submit(job(i, spec, prompt))
+                await eng.finished(i)
+                done = eng.ended(i)
+                assert isinstance(done, Done), done
+                out.append(done)
+                if i == 2:  # both kept: the counters published after the second's end
+                    await eng.until(lambda: eng.counters().get("released", 0) >= 2)
+                    kept = eng.counters()
+            return out, text_of(eng.sent, 3), kept
+
+    (first, other, again), text, kept = asyncio.run(scenario())
+    assert other.cached_tokens > 500  # it started from the first's system prompt
+    assert first.prompt_tokens + other.prompt_tokens + TOKENS > 1024  # held twice: no room
+    # both kept, the system prompt's cells counted once
+    cells = [d.prompt_tokens + d.completion_tokens - 1 for d in (first, other)]
+    assert kept["prefix_cached"] == cells[0] + cells[1] - other.cached_tokens
     assert again.cached_tokens >= first.prompt_tokens - 1
     assert text == cold_text(spec, later)

@@ -31,11 +31,21 @@ def test_entries_past_the_bounds_go_least_recently_used_first() -> None:
     cache.add(1, [1, 1, 1])
     cache.add(2, [2, 2, 2])
     cache.match([1, 1, 1, 5])  # entry 1 was used last
-    assert cache.add(3, [3, 3, 3]) == [2]
-    assert cache.add(4, [4] * 11) == [4]  # longer than the bound: not kept at all
-    assert cache.add(5, [5] * 6) == [1]  # 3 + 6 tokens fit, 3 + 3 + 6 do not
+    assert cache.add(3, [3, 3, 3]) == [] and cache.over()
+    assert cache.evict() == 2 and not cache.over()
+    assert cache.add(4, [4] * 11) == [4] and len(cache) == 2  # longer than the bound
+    cache.add(5, [5] * 6)  # 3 + 6 tokens fit, 3 + 3 + 6 do not
+    assert cache.over() and cache.evict() == 1 and not cache.over()
     assert cache.evict() == 3 and cache.evict() == 5 and cache.evict() is None
     assert cache.tokens == 0
+
+
+def test_the_bound_counts_the_cells_entries_take_not_their_tokens() -> None:
+    cells = {1: 8, 2: 1, 3: 1}  # 2 and 3 share 7 of their 8 tokens' cells with 1
+    cache = PrefixCache(max_tokens=10, max_entries=4, size=cells.__getitem__)
+    for seq_id in cells:
+        assert cache.add(seq_id, [9] * 7 + [seq_id]) == []
+    assert cache.tokens == 10 and not cache.over()
 
 
 def test_eviction_spares_the_entry_a_new_prompt_starts_from() -> None:

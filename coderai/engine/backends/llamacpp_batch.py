@@ -178,7 +178,7 @@ class LlamaCppBatchInstance(ModelInstance):
         self.ledger = KvLedger(int(llama_cpp.llama_n_ctx(self.ctx)))
         self._batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
         #: a kept entry per running sequence at most: each has its own sequence id
-        self.cache = PrefixCache(cache_tokens, parallel if cache_tokens else 0)
+        self.cache = PrefixCache(cache_tokens, parallel if cache_tokens else 0, self.ledger.cost)
         self._free_ids = list(range(parallel + self.cache.max_entries - 1, -1, -1))
         #: sequences started and not yet promised cells, in arrival order
         self._waiting: deque[_Slot] = deque()
@@ -203,6 +203,10 @@ class LlamaCppBatchInstance(ModelInstance):
         #: the whole of it, and a decode would find no room. There a sequence that starts
         #: from a kept prefix takes it over, and none copies a running one's cells.
         self._private = self.memory is Memory.WINDOW and not swa_full
+        #: a sequence started from another's cells shares them, and the ledger counts them
+        #: once (kv.KvLedger.share), where cells are all a sequence's state: beside a
+        #: window or a recurrent state a restore may fail, and the cells be read again
+        self._linked = self.memory is Memory.FULL
         #: sequences whose prompt the running step reads: a CANCEL for one of them stops
         #: the step within a graph node (llama.cpp's abort callback, set for such steps
         #: only: it is called from every node). A recurrent state half-advanced by an
@@ -344,6 +348,8 @@ class LlamaCppBatchInstance(ModelInstance):
         for seq_id in self.cache.add(slot.seq_id, slot.tokens[: slot.decoded]):
             self._free_cells(seq_id)
             self._free_ids.append(seq_id)
+        while self.cache.over() and self._evict_one():
+            pass
 
     def _free_cells(self, seq_id: int) -> None:
         """Free what a sequence id holds in the cache and in the ledger. Cells it shares
@@ -371,12 +377,15 @@ class LlamaCppBatchInstance(ModelInstance):
 
     def _adopt(self, slot: _Slot, hit: tuple[int, int], cells: int) -> bool:
         """A sequence that does not fit beside the kept prefix it starts from takes that
-        prefix's cells over instead of evicting it: its reservation counts them (they are
-        its prompt's), and the entry's own hold is let go. A long prompt resent (an
-        agent's next turn, as long as the context allows) so keeps its prefix. False if it
-        does not fit even so."""
+        prefix's cells over instead of evicting it: they are its prompt's, and the entry's
+        own hold is let go. A long prompt resent (an agent's next turn, as long as the
+        context allows) so keeps its prefix. False if it does not fit even so."""
         kept, shared = hit
-        if self.ledger.free() + self.ledger.holds(kept) < cells - self.ledger.holds(slot.seq_id):
+        trial = self.ledger.copy()
+        if self._linked:
+            trial.share(slot.seq_id, kept, shared)
+        trial.release(kept)
+        if not trial.reserve(slot.seq_id, cells):
             return False
         self._share(kept, slot, shared)
         self._let_go(kept, shared)
@@ -447,19 +456,21 @@ class LlamaCppBatchInstance(ModelInstance):
             hit = self._match(slot.tokens)
             keep = hit[0] if hit else None
             whole = hit is not None and hit[1] >= self.cache.length(hit[0]) - 1
+            if hit and self._linked and not whole:  # beside it, only what it adds counts
+                self.ledger.share(slot.seq_id, *hit)
             if not (whole and hit and self._adopt(slot, hit, want)) and not (
                 self._reserve(slot, want, keep) or (hit and self._adopt(slot, hit, want))
             ):
+                self.ledger.release(slot.seq_id)
                 return
             self._waiting.popleft()
             slot.admitted = True
             slot.order = next(self._admissions)
-            self._reuse(slot)
+            self._reuse(slot, None if slot.decoded else hit)
 
-    def _reuse(self, slot: _Slot) -> None:
-        """Start from the kept cells that share the longest prefix with its tokens (unless
-        it took a prefix's cells over as it was admitted)."""
-        hit = None if slot.decoded else self._match(slot.tokens)
+    def _reuse(self, slot: _Slot, hit: tuple[int, int] | None) -> None:
+        """Start from the kept cells that share the longest prefix with its tokens, `hit`
+        (none if it took a prefix's cells over as it was admitted)."""
         if hit is not None:
             kept, shared = hit
             self._share(kept, slot, shared)
@@ -499,6 +510,8 @@ class LlamaCppBatchInstance(ModelInstance):
         held = self._held(kept) if self.memory is not Memory.FULL else None
         lib.llama_memory_seq_cp(memory, kept, slot.seq_id, 0, tokens)
         slot.decoded = tokens
+        if self._linked:
+            self.ledger.share(slot.seq_id, kept, tokens)
         if held is not None and not self._complete(
             slot.seq_id, tokens, held, self._checkpoints.get(kept, [])
         ):
@@ -565,24 +578,36 @@ class LlamaCppBatchInstance(ModelInstance):
 
     def _recall(self, slot: _Slot) -> None:
         """Start a sequence from a state saved in RAM where that gives more of its tokens
-        than the KV cache did: all its cells are restored (within the sequence's promise),
-        then those past the shared tokens let go."""
+        than the KV cache did: all its cells are restored (in the room the cache has now:
+        the cells no one is promised and those promised to it), then those past the
+        shared tokens let go. Its first cells that it shares with another (its base in the
+        ledger) it shares again, so that only what it adds is its own."""
         assert self.ram is not None
-        hit = self.ram.match(slot.tokens, self._gives, self.ledger.holds(slot.seq_id))
+        lib, memory, sid = self._lib, self.context.memory, slot.seq_id
+        base = self.ledger.base(sid)
+        room = self.ledger.free() + self.ledger.cost(sid)
+        hit = self.ram.match(slot.tokens, self._gives, room)
         if hit is None or hit[1] <= slot.decoded:
             return
         saved, tokens = hit
         began = time.perf_counter()
-        lib, memory, sid = self._lib, self.context.memory, slot.seq_id
         lib.llama_memory_seq_rm(memory, sid, -1, -1)
         self._checkpoints.pop(sid, None)
         slot.decoded = 0
-        if not self._set_state(sid, saved.data, 0):
-            lib.llama_memory_seq_rm(memory, sid, -1, -1)
-            return
-        held = self._held(sid)  # what was restored, not what was foreseen
-        lib.llama_memory_seq_rm(memory, sid, tokens, -1)
-        if not self._complete(sid, tokens, held, saved.checkpoints):
+        restored = self._set_state(sid, saved.data, 0)
+        if restored:
+            held = self._held(sid)  # what was restored, not what was foreseen
+            lib.llama_memory_seq_rm(memory, sid, tokens, -1)
+            restored = self._complete(sid, tokens, held, saved.checkpoints)
+        if base is not None:  # the base's cells again, where the restored ones were
+            lib.llama_memory_seq_rm(memory, sid, 0, base[1])
+            lib.llama_memory_seq_cp(memory, base[0], sid, 0, base[1])
+        if not restored:
+            if base is None:
+                lib.llama_memory_seq_rm(memory, sid, -1, -1)
+            else:
+                lib.llama_memory_seq_rm(memory, sid, base[1], -1)
+                slot.decoded = base[1]
             return
         slot.decoded = tokens
         self.ram.count_hit(tokens, round((time.perf_counter() - began) * 1000))
@@ -632,9 +657,12 @@ class LlamaCppBatchInstance(ModelInstance):
         ):  # its window has slid past the shared tokens (or its recurrent state is later)
             slot.leader = None
             return False
-        memory = self.context.memory
-        self._lib.llama_memory_seq_rm(memory, slot.seq_id, -1, -1)
-        self._lib.llama_memory_seq_cp(memory, leader.seq_id, slot.seq_id, 0, slot.shared)
+        memory, sid = self.context.memory, slot.seq_id
+        if self._linked:  # its first cells (a kept prefix's, that others may share) stay
+            self._lib.llama_memory_seq_cp(memory, leader.seq_id, sid, slot.decoded, slot.shared)
+        else:  # a window or recurrent state is the leader's as a whole
+            self._lib.llama_memory_seq_rm(memory, sid, -1, -1)
+            self._lib.llama_memory_seq_cp(memory, leader.seq_id, sid, 0, slot.shared)
         gained = slot.shared - slot.decoded
         slot.decoded, slot.leader = slot.shared, None
         slot.seq.cached_tokens = max(slot.seq.cached_tokens, slot.shared)
