@@ -1,7 +1,8 @@
 """A coding agent's turns, cold and warm, on `coderai run` and on llama.cpp's own server.
 
     python bench/agent_turns.py [--models smol,gemma] [--turns 4] [--agents 4]
-        [--system-tokens 15000] [--cold-rounds N] [--skip-llama-server] [--out PATH]
+        [--system-tokens 15000] [--tool-lines 40] [--cold-rounds N] [--skip-llama-server]
+        [--out PATH]
 
 A coding agent resends its whole conversation every turn: a long system prompt with its
 tools (~15k tokens here, as Claude Code's ~21k and Codex's ~6k), then the turns so far,
@@ -90,15 +91,16 @@ def system_prompt(tokens: int) -> str:
     return text + "Tools:\n" + "\n".join(tools)
 
 
-def tool_result(agent: int, turn: int) -> str:
+def tool_result(agent: int, turn: int, count: int) -> str:
     lines = [f"    value_{agent}_{turn}_{n} = compute({n}, scale={agent + turn})"
-             for n in range(TOOL_RESULT_LINES)]  # fmt: skip
+             for n in range(count)]  # fmt: skip
     return f"Result of reading src/module_{agent}_{turn}.py:\n" + "\n".join(lines)
 
 
 class Agent:
-    def __init__(self, index: int, system: str) -> None:
+    def __init__(self, index: int, system: str, tool_lines: int = TOOL_RESULT_LINES) -> None:
         self.index = index
+        self.tool_lines = tool_lines
         self.messages: list[dict[str, str]] = [
             {"role": "system", "content": system},
             {"role": "user", "content": f"Task {index}: find why test_{index} fails."},
@@ -106,7 +108,8 @@ class Agent:
 
     def answered(self, text: str, turn: int) -> None:
         self.messages.append({"role": "assistant", "content": text})
-        self.messages.append({"role": "user", "content": tool_result(self.index, turn)})
+        result = tool_result(self.index, turn, self.tool_lines)
+        self.messages.append({"role": "user", "content": result})
 
 
 async def turn(
@@ -133,13 +136,13 @@ async def scenario(url: str, model: str, args: argparse.Namespace) -> dict[str, 
     # a request written to it fails
     connector = aiohttp.TCPConnector(force_close=True)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        alone = Agent(0, system)
+        alone = Agent(0, system, args.tool_lines)
         for t in range(args.turns):
             got = await turn(session, url, model, alone)
             alone.answered(got.pop("text"), t)
             rows.append({"agents": 1, "agent": 0, "turn": t, **got})
             print(model, rows[-1], flush=True)
-        crowd = [Agent(a, system) for a in range(1, args.agents + 1)]
+        crowd = [Agent(a, system, args.tool_lines) for a in range(1, args.agents + 1)]
         for t in range(args.turns):
             for agent in crowd:
                 got = await turn(session, url, model, agent)
@@ -287,6 +290,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--system-tokens", type=int, default=15000)
+    parser.add_argument("--tool-lines", type=int, default=TOOL_RESULT_LINES,
+                        help="lines of each tool result (19 tokens a line)")  # fmt: skip
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument("--cold-rounds", type=int, default=0,
                         help="cold first turns per side, taking turns, first")  # fmt: skip
@@ -297,7 +302,8 @@ def main() -> None:
     # this process's instance and the peers wait at OpenMP's barriers as the engine does
     brief_openmp_spin()
     result: dict[str, Any] = {"turns": args.turns, "agents": args.agents,
-                              "system_tokens": args.system_tokens, "models": {}}  # fmt: skip
+                              "system_tokens": args.system_tokens,
+                              "tool_lines": args.tool_lines, "models": {}}  # fmt: skip
     if args.skip_coderai and args.out.exists():
         result["models"] = json.loads(args.out.read_text())["models"]
     if args.skip_coderai and args.out.exists():
