@@ -121,6 +121,13 @@ class KvLedger:
         self._base[owner] = (base, count)
         self._by_owner[owner] = count
 
+    def staying(self, owner: int) -> int:
+        """How many of an owner's first cells stay in the cache when it goes: those it
+        shares with its base, or that another shares with it."""
+        base = self._base.get(owner)
+        shares = [n for b, n in self._base.values() if b == owner]
+        return max([base[1] if base else 0, *shares])
+
     def release(self, owner: int) -> None:
         """An owner's cells are freed; the ones others share stay, with the heir."""
         cost = self.cost(owner)

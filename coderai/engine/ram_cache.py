@@ -29,6 +29,10 @@ class Saved:
     data: bytes | bytearray  #: bytearray as the engine writes it (read in place)
     held: Held
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    #: the first position its cells hold: the cells before it stayed in the KV cache,
+    #: shared with another sequence, and were not saved; it serves only a sequence that
+    #: has its first `start` tokens already
+    start: int = 0
 
     @property
     def size(self) -> int:
@@ -56,7 +60,10 @@ class RamCache:
         if saved.size > self.max_bytes or not saved.tokens:
             return False
         for key, old in list(self._entries.items()):
-            if common_prefix(old.tokens, saved.tokens) == len(old.tokens):
+            if (
+                common_prefix(old.tokens, saved.tokens) == len(old.tokens)
+                and saved.start <= old.start
+            ):
                 self._drop(key)
         self._keys += 1
         self._entries[self._keys] = saved
@@ -70,13 +77,13 @@ class RamCache:
         self, tokens: list[int], usable: Callable[[Saved, int], int], fits: int
     ) -> tuple[Saved, int] | None:
         """The saved state that gives the most of `tokens` (at most all but the last,
-        whose logits are needed) and holds no more than `fits` tokens (a restore writes
+        whose logits are needed) and holds no more than `fits` cells (a restore writes
         all of its cells before the ones past the shared prefix are let go), and how many
         it gives; `usable` says how many of n shared tokens a state can give
-        (checkpoints.reusable)."""
+        (checkpoints.reusable; 0 for one whose `start` the sequence does not have)."""
         best: tuple[int, int] | None = None
         for key, saved in self._entries.items():
-            if len(saved.tokens) > fits:
+            if len(saved.tokens) - saved.start > fits:
                 continue
             shared = min(common_prefix(saved.tokens, tokens), len(tokens) - 1)
             gives = usable(saved, shared) if shared > 0 else 0

@@ -5,6 +5,7 @@ decided by the test, not by timing."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from coderai import tinymodel
 from coderai.bus.codec import decode
 from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
 from coderai.defaults import embedded_gguf
@@ -558,6 +560,52 @@ def test_five_agents_taking_turns_beside_two_kept_prefixes_start_from_host_ram(
         assert second.cached_tokens >= first.prompt_tokens - 1
     assert all(done.cached_tokens == 0 for _, done in off[5:])
     assert [text for text, _ in ram] == [text for text, _ in off]
+
+
+def released(eng: Engine, count: int) -> bool:
+    return eng.counters().get("released", 0) >= count
+
+
+def test_an_agents_own_turn_beside_a_shared_system_prompt_waits_in_host_ram(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Two agents with one long system prompt. Without flash attention every token read
+    computes attention over every used cell of the cache, so the second agent's own turn,
+    once it ends, goes to host RAM (only its cells past the shared system prompt: a small
+    part of its state) instead of staying; its next turn finds the system prompt in the KV
+    cache and the rest in RAM, reads only what is new, and answers as cold."""
+    system = "Servers answer requests\n" * 55  # about 550 tokens, shared
+    mine = system + "Once upon a time\n" * 15
+    theirs = system + "The quick brown fox\n" * 15
+    later = theirs + "and then some more words"
+    spec = model(tiny_models[1], n_ctx=1024)
+
+    async def scenario() -> tuple[list[Done], str, dict[str, int], dict[str, int]]:
+        async with engine() as eng:
+            out = []
+            for i, prompt in enumerate([mine, theirs, later], 1):
+                eng.scheduler.submit(job(i, spec, prompt))
+                await eng.finished(i)
+                done = eng.ended(i)
+                assert isinstance(done, Done), done
+                out.append(done)
+                await eng.until(functools.partial(released, eng, i))
+                if i == 2:
+                    parked = eng.counters()
+            return out, text_of(eng.sent, 3), parked, eng.counters()
+
+    (first, other, again), text, parked, after = asyncio.run(scenario())
+    assert other.cached_tokens > 500  # it started from the first's system prompt
+    cells = [d.prompt_tokens + d.completion_tokens - 1 for d in (first, other)]
+    assert parked["prefix_cached"] == cells[0]  # the first's; the second's own went to RAM
+    per_token = (
+        tinymodel.LAYERS * tinymodel.KV_HEADS * 2 * (tinymodel.HIDDEN // tinymodel.HEADS) * 4
+    )
+    own = cells[1] - other.cached_tokens
+    assert parked["ram_cache_saves"] == 1
+    assert own * per_token <= parked["ram_cache_bytes"] < cells[1] * per_token / 3
+    assert after["ram_cache_hits"] == 1 and again.cached_tokens >= other.prompt_tokens - 1
+    assert text == cold_text(spec, later)
 
 
 async def three_answers(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:

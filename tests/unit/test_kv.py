@@ -145,3 +145,14 @@ def test_the_ledger_counts_exactly_the_cells_the_owners_hold_between_them(
             ledger.release(owner)
             del cells[owner]
         check()
+
+
+def test_the_cells_staying_when_an_owner_goes_are_those_shared() -> None:
+    ledger = KvLedger(100)
+    assert ledger.reserve(1, 40)
+    ledger.share(2, 1, 30)
+    assert ledger.reserve(2, 50)
+    ledger.share(3, 2, 45)
+    assert (ledger.staying(1), ledger.staying(2), ledger.staying(3)) == (30, 45, 45)
+    ledger.release(3)
+    assert ledger.staying(2) == 30

@@ -132,7 +132,9 @@ class LlamaCppBackend(Backend):
         # a kept prefix is reused where what is held or a checkpoint covers it
         swa_full = bool(options.get("swa_full", False))
         # a kept prefix has a sequence id of its own, one per running sequence at most
-        params.n_seq_max = parallel * 2 if cache_tokens else parallel
+        # a sequence id per running sequence and per kept prefix, and one to save the
+        # state of part of a sequence's cells through (llamacpp_batch._save)
+        params.n_seq_max = parallel * 2 + 1 if cache_tokens else parallel
         params.kv_unified = True  # every sequence may use the whole context
         params.n_threads = int(options.get("n_threads") or cores)
         params.n_threads_batch = int(options.get("n_threads_batch") or cores)
@@ -164,6 +166,7 @@ class LlamaCppBackend(Backend):
             checkpoints=0 if swa_full else int(options.get("checkpoints", CHECKPOINTS)),
             checkpoint_every=int(options.get("checkpoint_every") or CHECKPOINT_EVERY),
             swa_full=swa_full,
+            flash=flash,
             ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
             speculative=ngram,
             drafter=Drafter(draft, model, params) if draft is not None else None,

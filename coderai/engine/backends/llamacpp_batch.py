@@ -89,7 +89,8 @@ _PARTIAL = 1
 #: what llama_decode returns when its abort callback said stop
 _ABORTED = 2
 #: the fewest tokens past a shared prefix for which a kept entry taken over is saved to
-#: host RAM first (reading fewer again costs less than copying the whole state out)
+#: host RAM first, where its whole state is saved (reading fewer again costs less than
+#: copying it all out); where only its cells past the shared ones are, any is
 RAM_TAIL = 256
 #: speculative decoding: the most draft tokens a sequence decodes in a step, and the most
 #: sequences decoding in a step for drafts to be tried at all (with more, the batch
@@ -151,6 +152,7 @@ class LlamaCppBatchInstance(ModelInstance):
         checkpoints: int = 0,
         checkpoint_every: int = 4096,
         swa_full: bool = True,
+        flash: bool = True,
         ram_bytes: int = 0,
         speculative: bool = False,
         drafter: Drafter | None = None,
@@ -207,6 +209,10 @@ class LlamaCppBatchInstance(ModelInstance):
         #: once (kv.KvLedger.share), where cells are all a sequence's state: beside a
         #: window or a recurrent state a restore may fail, and the cells be read again
         self._linked = self.memory is Memory.FULL
+        #: a sequence id no sequence has: part of a sequence's cells are copied to it to
+        #: be saved (llama.cpp saves all of a sequence's cells), and a saved state is
+        #: restored into it and copied from there
+        self._scratch = parallel + self.cache.max_entries if self.cache.max_entries else None
         #: sequences whose prompt the running step reads: a CANCEL for one of them stops
         #: the step within a graph node (llama.cpp's abort callback, set for such steps
         #: only: it is called from every node). A recurrent state half-advanced by an
@@ -219,6 +225,14 @@ class LlamaCppBatchInstance(ModelInstance):
         self.ram = RamCache(ram_bytes) if ram_bytes > 0 else None
         if self.ram is not None:
             self.cache.on_evict = self._save
+        #: without flash attention, attention computes every used cell of the cache for
+        #: every token read, the cells of other sequences too (masked): there a finished
+        #: sequence's cells past those it shares with another go to host RAM instead of
+        #: staying (an agent's own turns beside a system prompt others share), and come
+        #: back when its conversation does (~20% of a warm SmolLM2 turn at 17k tokens)
+        self._park = (
+            self._linked and not flash and self.ram is not None and self._scratch is not None
+        )
         #: n-gram drafts (ngram.py); a recurrent state cannot drop the drafts it rejects
         self.speculative = (speculative or drafter is not None) and (
             self.memory is not Memory.RECURRENT
@@ -343,6 +357,11 @@ class LlamaCppBatchInstance(ModelInstance):
             self._free_cells(slot.seq_id)
             self._free_ids.append(slot.seq_id)
             return
+        if self._park and self.ledger.base(slot.seq_id) is not None:
+            self._save(slot.seq_id, slot.tokens[: slot.decoded])
+            self._free_cells(slot.seq_id)
+            self._free_ids.append(slot.seq_id)
+            return
         # its cells are kept: the entry's promise shrinks to what they hold
         self.ledger.reserve(slot.seq_id, slot.decoded)
         for seq_id in self.cache.add(slot.seq_id, slot.tokens[: slot.decoded]):
@@ -399,7 +418,8 @@ class LlamaCppBatchInstance(ModelInstance):
         more tokens than are shared (another agent's conversation beyond a common system
         prompt), it is saved to host RAM first, for that conversation's next turn."""
         tokens = self.cache.tokens_of(kept)
-        if self.ram is not None and len(tokens) - shared >= RAM_TAIL:
+        tail = len(tokens) - shared
+        if self.ram is not None and (tail >= RAM_TAIL or (tail > 0 and self._tails())):
             self._save(kept, tokens)
         self.cache.take(kept)
         self._free_cells(kept)
@@ -561,32 +581,86 @@ class LlamaCppBatchInstance(ModelInstance):
             int(self._lib.llama_state_seq_set_data_ext(self.ctx, buffer, size, seq_id, flags)) > 0
         )
 
+    def _tails(self) -> bool:
+        """Whether part of a sequence's cells can be saved (and restored beside others)."""
+        return self._linked and self._scratch is not None
+
     def _save(self, seq_id: int, tokens: list[int]) -> None:
-        """Copy a sequence's state to host RAM before its cells are freed."""
+        """Copy a sequence's state to host RAM before its cells are freed: where cells
+        it shares stay in the cache (with its base, or another that shares them), only
+        those past them (an agent's own turns after a system prompt others share: a few
+        MB, not the hundreds of the whole)."""
         assert self.ram is not None
-        data = self._state(seq_id, 0, self.ram.max_bytes)
+        start = self.ledger.staying(seq_id) if self._tails() else 0
+        if start >= len(tokens):
+            return
+        source = seq_id
+        if start > 0:
+            assert self._scratch is not None
+            source = self._scratch
+            self._lib.llama_memory_seq_cp(self.context.memory, seq_id, source, start, -1)
+        data = self._state(source, 0, self.ram.max_bytes)
+        held = self._held(source)
+        if source != seq_id:
+            self._lib.llama_memory_seq_rm(self.context.memory, source, -1, -1)
         if data is not None:
             points = list(self._checkpoints.get(seq_id, ()))
-            held = self._held(seq_id)
             if self.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
                 held = Held(max(held.first, held.end - self.window), held.end)
-            self.ram.put(Saved(list(tokens), data, held, points))
+            self.ram.put(Saved(list(tokens), data, held, points, start))
 
     def _gives(self, saved: Saved, common: int) -> int:
         taken = [c.tokens for c in saved.checkpoints]
         return reusable(common, saved.held, self.memory, self.window, taken)[0]
 
     def _recall(self, slot: _Slot) -> None:
-        """Start a sequence from a state saved in RAM where that gives more of its tokens
-        than the KV cache did: all its cells are restored (in the room the cache has now:
-        the cells no one is promised and those promised to it), then those past the
-        shared tokens let go. Its first cells that it shares with another (its base in the
-        ledger) it shares again, so that only what it adds is its own."""
+        """Go on from a state saved in RAM where that gives more of its tokens than the
+        KV cache did (`_recall_tail` where parts of states are saved)."""
+        if self._tails():
+            while self._recall_tail(slot):  # a conversation's turns, saved one by one
+                pass
+            return
+        self._recall_whole(slot)
+
+    def _recall_tail(self, slot: _Slot) -> bool:
+        """Restore a saved state that begins within the cells a sequence has and gives
+        more: into the scratch sequence (in the room the cache has now: cells no one is
+        promised, and those promised to it that it does not use), from where the cells
+        past those it has are copied. True if it did."""
+        assert self.ram is not None and self._scratch is not None
+        lib, memory, sid, scratch = self._lib, self.context.memory, slot.seq_id, self._scratch
+        base = self.ledger.base(sid)
+        have = slot.decoded
+        own = have - (base[1] if base else 0)
+        room = self.ledger.free() + self.ledger.cost(sid) - own
+
+        def gives(saved: Saved, common: int) -> int:
+            return 0 if saved.start > have else self._gives(saved, common)
+
+        hit = self.ram.match(slot.tokens, gives, room)
+        if hit is None or hit[1] <= have:
+            return False
+        saved, tokens = hit
+        began = time.perf_counter()
+        restored = self._set_state(scratch, saved.data, 0)
+        if restored:
+            lib.llama_memory_seq_rm(memory, scratch, tokens, -1)
+            lib.llama_memory_seq_cp(memory, scratch, sid, have, tokens)
+        lib.llama_memory_seq_rm(memory, scratch, -1, -1)
+        if not restored:
+            return False
+        slot.decoded = tokens
+        self.ram.count_hit(tokens, round((time.perf_counter() - began) * 1000))
+        return True
+
+    def _recall_whole(self, slot: _Slot) -> None:
+        """Start a sequence from a whole state saved in RAM where that gives more of its
+        tokens than the KV cache did: all its cells are restored (in the room the cache has
+        now: the cells no one is promised and those promised to it), then those past the
+        shared tokens let go. (A sequence here shares no cells: `_tails` is False.)"""
         assert self.ram is not None
         lib, memory, sid = self._lib, self.context.memory, slot.seq_id
-        base = self.ledger.base(sid)
-        room = self.ledger.free() + self.ledger.cost(sid)
-        hit = self.ram.match(slot.tokens, self._gives, room)
+        hit = self.ram.match(slot.tokens, self._gives, self.ledger.free() + self.ledger.cost(sid))
         if hit is None or hit[1] <= slot.decoded:
             return
         saved, tokens = hit
@@ -594,20 +668,12 @@ class LlamaCppBatchInstance(ModelInstance):
         lib.llama_memory_seq_rm(memory, sid, -1, -1)
         self._checkpoints.pop(sid, None)
         slot.decoded = 0
-        restored = self._set_state(sid, saved.data, 0)
-        if restored:
-            held = self._held(sid)  # what was restored, not what was foreseen
-            lib.llama_memory_seq_rm(memory, sid, tokens, -1)
-            restored = self._complete(sid, tokens, held, saved.checkpoints)
-        if base is not None:  # the base's cells again, where the restored ones were
-            lib.llama_memory_seq_rm(memory, sid, 0, base[1])
-            lib.llama_memory_seq_cp(memory, base[0], sid, 0, base[1])
-        if not restored:
-            if base is None:
-                lib.llama_memory_seq_rm(memory, sid, -1, -1)
-            else:
-                lib.llama_memory_seq_rm(memory, sid, base[1], -1)
-                slot.decoded = base[1]
+        if not self._set_state(sid, saved.data, 0):
+            lib.llama_memory_seq_rm(memory, sid, -1, -1)
+            return
+        held = self._held(sid)  # what was restored, not what was foreseen
+        lib.llama_memory_seq_rm(memory, sid, tokens, -1)
+        if not self._complete(sid, tokens, held, saved.checkpoints):
             return
         slot.decoded = tokens
         self.ram.count_hit(tokens, round((time.perf_counter() - began) * 1000))
