@@ -228,8 +228,8 @@ class LlamaCppBatchInstance(ModelInstance):
         #: without flash attention, attention computes every used cell of the cache for
         #: every token read, the cells of other sequences too (masked): there a finished
         #: sequence's cells past those it shares with another go to host RAM instead of
-        #: staying (an agent's own turns beside a system prompt others share), and come
-        #: back when its conversation does (~20% of a warm SmolLM2 turn at 17k tokens)
+        #: staying (an agent's own turns beside a system prompt others share: a few MB,
+        #: ~10 ms each way), and come back when its conversation does
         self._park = (
             self._linked and not flash and self.ram is not None and self._scratch is not None
         )
