@@ -63,7 +63,7 @@ from coderai.defaults import embedded_gguf
 CONTEXT = 32768
 PARALLEL = 4
 #: the models with a sliding window (Gemma 3: 512 tokens), for flash attention as the
-#: engine has it by default on a CPU (llamacpp_backend.default_flash_attn), peers alike
+#: engine has it by default on a CPU (llamacpp/backend.py, default_flash_attn), peers alike
 WINDOWED = {"gemma": True, "smol": False}
 ANSWER_TOKENS = 32
 #: a tool's result a turn adds (a file the agent read): about 750 tokens; with the answer
@@ -173,7 +173,7 @@ def catalogue(name: str) -> tuple[dict[str, Any], Path, str | None]:
 
 def flash_attn(name: str) -> str:
     """ "on" or "off": what the engine has by default for the model on a CPU."""
-    from coderai.engine.backends.llamacpp_backend import default_flash_attn
+    from coderai.engine.backends.llamacpp.backend import default_flash_attn
 
     return "on" if default_flash_attn(False, "f16", WINDOWED[name]) else "off"
 

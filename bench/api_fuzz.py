@@ -1,4 +1,4 @@
-"""The long schemathesis run: tests/integration/test_api_fuzz.py's command with many more
+"""The long schemathesis run: tests/integration/front/api/test_api_fuzz.py's command with many more
 examples per route and a fresh seed each run (CI's run is short and repeats exactly).
 It leaves out what that test leaves out, for the reasons its docstring gives.
 

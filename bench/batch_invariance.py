@@ -37,8 +37,8 @@ def run(instance: Any, prompts: list[str], tokens: int) -> list[list[tuple[int, 
     import numpy as np
 
     from coderai.bus.messages import Job
-    from coderai.engine.backends import llamacpp_sampler
     from coderai.engine.backends.base import END, PENDING, READING, Sequence
+    from coderai.engine.backends.llamacpp import sampler as llamacpp_sampler
 
     lib = llamacpp_sampler.SamplerChain
     trace: dict[int, list[tuple[int, list[float]]]] = {}
@@ -101,7 +101,7 @@ def main() -> int:
     from coderai.bus.messages import ModelSpec
     from coderai.defaults import embedded_gguf
     from coderai.engine.backends.base import LoadProgress
-    from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 
     path = args.model or str(embedded_gguf())
     options = {"parallel": len(PROMPTS), "kv_cache": args.kv}

@@ -41,10 +41,10 @@ def _load(backend: str, path: str) -> Any:
     from coderai.engine.backends.base import LoadProgress
 
     if backend == "llama.cpp":
-        from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+        from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 
         return LlamaCppBackend().load(ModelSpec("m", path, "gguf"), LoadProgress())
-    from coderai.engine.backends.transformers_backend import TransformersBackend
+    from coderai.engine.backends.transformers.backend import TransformersBackend
 
     spec = ModelSpec("m", path, "gguf", {"backend": "transformers"})
     return TransformersBackend().load(spec, LoadProgress())
@@ -53,7 +53,7 @@ def _load(backend: str, path: str) -> Any:
 def decode(instance: Any, constrained: bool, tokens: int) -> dict[str, float]:
     """One greedy sequence: seconds per token after the first, and how many it wrote."""
     from coderai.bus.messages import Job
-    from coderai.engine import structured
+    from coderai.engine.backends import structured
     from coderai.engine.backends.base import END, PENDING, READING, Sequence
 
     fmt = {"type": "json_schema", "schema": SCHEMA} if constrained else {}
@@ -84,7 +84,7 @@ def mask_cost(instance: Any, calls: int = 200) -> float:
     a row of logits), inside a string of the schema: the constraint's own work, without
     the model's step, which the decode figures cannot resolve on a noisy machine."""
     from coderai import grammar
-    from coderai.engine.constraint import Constraint
+    from coderai.engine.decoding.constraint import Constraint
 
     text = grammar.response_grammar({"type": "json_schema", "schema": SCHEMA})
     constraint = Constraint(instance.grammar_tokenizer(), text)

@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer
-from coderai.front.supervisor import STARTUP_FAILURE_SECONDS
+from coderai.front.engines.supervisor import STARTUP_FAILURE_SECONDS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = {"id": "slow", "format": "fake",

@@ -34,8 +34,8 @@ def main() -> int:
     from coderai.bus.messages import ModelSpec
     from coderai.defaults import embedded_gguf
     from coderai.engine.backends.base import LoadProgress
-    from coderai.engine.backends.llamacpp_backend import _KV_BYTES, LlamaCppBackend
-    from coderai.engine.kv import bytes_per_token
+    from coderai.engine.backends.llamacpp.backend import _KV_BYTES, LlamaCppBackend
+    from coderai.engine.backends.llamacpp.kv import bytes_per_token
 
     path = args.model or str(embedded_gguf())
     traces: dict[str, list[Any]] = {}

@@ -57,8 +57,8 @@ TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long 
 #: has them by default (cpu_features.extra_buffer_types)
 PYTHON_SERVER = """
 import sys
-from coderai.engine.backends.llamacpp_backend import _extra_buffer_types
-from coderai.engine.cpu_features import extra_buffer_types
+from coderai.engine.backends.llamacpp.backend import _extra_buffer_types
+from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
 from llama_cpp.server.__main__ import main
 sys.argv = ["llama_cpp.server", *sys.argv[1:]]
 with _extra_buffer_types(extra_buffer_types(None)):
@@ -118,7 +118,7 @@ def load_instance(gguf: str, parallel: int) -> Any:
     """The engine's llama.cpp instance in this process, as an engine would load it."""
     from coderai.bus.messages import ModelSpec
     from coderai.engine.backends.base import LoadProgress
-    from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 
     options = {"parallel": parallel, "prefix_cache_tokens": 0}
     return LlamaCppBackend().load(ModelSpec("smollm2", gguf, "gguf", options), LoadProgress())
@@ -241,9 +241,9 @@ def start_peer(name: str, gguf: str, threads: int, options: dict[str, Any], n_ct
 
 def same_kernels(options: dict[str, Any], tool: str) -> list[str]:
     """llama-server's or llama-bench's flags for the engine's batch, KV type, attention
-    kernels and weight repacking (llamacpp_backend's defaults on the CPU)."""
-    from coderai.engine.backends.llamacpp_backend import default_flash_attn
-    from coderai.engine.cpu_features import extra_buffer_types
+    kernels and weight repacking (the llama.cpp backend's defaults on the CPU)."""
+    from coderai.engine.backends.llamacpp.backend import default_flash_attn
+    from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
 
     batch = str(options.get("n_batch") or 512)
     kv = options.get("kv_cache", "f16")

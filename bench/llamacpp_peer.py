@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coderai.engine.backends.transformers_backend import cache_root
-from coderai.engine.cpu_features import system_info_features
+from coderai.engine.backends.llamacpp.cpu_features import system_info_features
+from coderai.engine.backends.transformers.backend import cache_root
 
 PACKAGE = "llama_cpp_python"
 TOOLS = ("llama-server", "llama-bench")

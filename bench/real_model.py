@@ -46,9 +46,10 @@ def direct(gguf: str, tokens: int) -> list[dict[str, Any]]:
     """llama-cpp-python's own streaming chat API, as a user would call it."""
     import llama_cpp
 
-    from coderai.engine.backends.llamacpp_backend import _extra_buffer_types
+    from coderai.engine.backends.llamacpp.backend import _extra_buffer_types
 
-    # same settings the engine uses (see llamacpp_backend: extra buffer types crash here)
+    # same settings the engine uses (see engine/backends/llamacpp/backend.py: extra buffer
+    # types crash here)
     with _extra_buffer_types(False):
         llm = llama_cpp.Llama(model_path=gguf, n_ctx=4096, verbose=False)
     out = []

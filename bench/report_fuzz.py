@@ -13,7 +13,8 @@ def api_fuzz_section(result: dict[str, Any]) -> list[str]:
         "",
         f"`python bench/api_fuzz.py --examples {result['examples_per_route']}`: schemathesis"
         f" against the OpenAPI description the front serves, {result['routes']} routes (the"
-        " ones tests/integration/test_api_fuzz.py fuzzes in CI with 8 examples each and a fixed"
+        " ones tests/integration/front/api/test_api_fuzz.py fuzzes in CI with 8 examples each"
+        " and a fixed"
         f" seed), seed {result['seed']}: {cases} generated requests in"
         f" {result['seconds']:.0f} s, {verdict}; every check but positive_data_acceptance (no"
         " 5xx, status, content type, headers and body as described, the error envelope), and"

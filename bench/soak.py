@@ -46,7 +46,7 @@ from bench.soak_load import (
     WIDE_TOKENS,
 )
 from bench.stats import percentile
-from coderai.front.supervisor import STARTUP_FAILURE_SECONDS
+from coderai.front.engines.supervisor import STARTUP_FAILURE_SECONDS
 
 KEY = "soak-admin-key"
 ENGINES = 3

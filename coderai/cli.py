@@ -10,11 +10,15 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coderai import accounts_cli, cluster_cli
 from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
+
+if TYPE_CHECKING:
+    from coderai.front.engines.host import InProcess
 
 log = logging.getLogger("coderai")
 
@@ -151,4 +155,7 @@ def _run(args: argparse.Namespace) -> int:
             "no catalogue at %s; serving the embedded default: %s",
             path, ", ".join(e.id for e in catalogue.entries),
         )  # fmt: skip
-    return asyncio.run(serve(config, catalogue, files))
+    engine_here: InProcess | None = None
+    if config.server.single_process:  # the engine runs here: the front never imports it
+        from coderai.inprocess import in_process as engine_here
+    return asyncio.run(serve(config, catalogue, files, engine_here))

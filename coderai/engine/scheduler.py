@@ -29,7 +29,7 @@ from coderai.bus.messages import (
     Prompt,
     Tokens,
 )
-from coderai.engine import structured
+from coderai.engine.backends import structured
 from coderai.engine.backends.base import (
     END,
     PENDING,
@@ -40,9 +40,9 @@ from coderai.engine.backends.base import (
     StepResult,
     completion_limit,
 )
+from coderai.engine.decoding.stops import StopMatcher
 from coderai.engine.outbox import Delta, Outbox
 from coderai.engine.pool import ModelPool
-from coderai.engine.stops import StopMatcher
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")

@@ -48,12 +48,13 @@ from coderai.bus.messages import (
 )
 from coderai.bus.sockets import connect_dealer
 from coderai.engine.backends import available_backends
-from coderai.engine.fleet import fleet_usage
+from coderai.engine.machine.fleet import fleet_usage
+from coderai.engine.machine.readings import Readings, free_vram_bytes
+from coderai.engine.machine.sensors import sensors_for
+from coderai.engine.machine.thermal import Cooldown, ThermalPolicy, next_cooldown
 from coderai.engine.outbox import Outbox
 from coderai.engine.pool import still_to_load
 from coderai.engine.scheduler import Scheduler
-from coderai.engine.sensors import Readings, free_vram_bytes, sensors_for
-from coderai.engine.thermal import Cooldown, ThermalPolicy, next_cooldown
 from coderai.errors import BusProtocolError
 from coderai.logthrottle import ThrottledLog
 

@@ -10,31 +10,34 @@ from aiohttp import web
 
 from coderai.config import Config, StateFiles
 from coderai.errors import NoEngine
-from coderai.front import console_events, openapi
-from coderai.front.accounts_api import AccountRoutes
-from coderai.front.activity import Activity
-from coderai.front.admin_api import AdminRoutes
-from coderai.front.anthropic_api import AnthropicRoutes
-from coderai.front.auth import Auth, requires_api_key
-from coderai.front.broker import BrokerClient
-from coderai.front.broker_chat import BrokerAnswers
-from coderai.front.console import Console
-from coderai.front.console_events import EventHub
-from coderai.front.dispatcher import Dispatcher
-from coderai.front.engine_view import EngineView, engine_views
+from coderai.front import hub
+from coderai.front.api.anthropic.reply import refuse as refuse_as_anthropic
+from coderai.front.api.anthropic.routes import PREFIX as ANTHROPIC_PREFIX
+from coderai.front.api.anthropic.routes import AnthropicRoutes
+from coderai.front.api.openai.routes import OpenAIRoutes
+from coderai.front.api.openai.tokenize import TokenizeRoutes
+from coderai.front.api.responses.routes import ResponsesRoutes
+from coderai.front.auth.activity import Activity
+from coderai.front.auth.gate import Auth, requires_api_key
+from coderai.front.auth.state_store import StateStore
+from coderai.front.auth.usage import UsageLedger
+from coderai.front.broker.chat import BrokerAnswers
+from coderai.front.broker.client import BrokerClient
+from coderai.front.cluster.uplink import NodeUplink
+from coderai.front.console import openapi
+from coderai.front.console.accounts_api import AccountRoutes
+from coderai.front.console.admin_api import AdminRoutes
+from coderai.front.console.logs_api import LogsRoutes
+from coderai.front.console.settings_api import SettingsRoutes
+from coderai.front.console.site import Console
+from coderai.front.console.status_api import StatusRoutes
+from coderai.front.dispatch.catalogue import ModelDirectory
+from coderai.front.dispatch.dispatcher import Dispatcher
+from coderai.front.dispatch.engine_view import EngineView, engine_views
 from coderai.front.http import error_boundary
+from coderai.front.hub import EventHub
 from coderai.front.logbook import LogBook
-from coderai.front.logs_api import LogsRoutes
 from coderai.front.metrics import Metrics
-from coderai.front.models import ModelDirectory
-from coderai.front.openai_api import OpenAIRoutes
-from coderai.front.responses_api import ResponsesRoutes
-from coderai.front.settings_api import SettingsRoutes
-from coderai.front.state_store import StateStore
-from coderai.front.status_api import StatusRoutes
-from coderai.front.tokenize_api import TokenizeRoutes
-from coderai.front.uplink import NodeUplink
-from coderai.front.usage import UsageLedger
 
 METRICS = web.AppKey("metrics", Metrics)
 #: large enough for long chat histories, small enough that a body cannot exhaust memory
@@ -90,6 +93,10 @@ class Front:
         # the dispatcher reads its section at each use, so it goes by the new one at once
         self.dispatcher.settings = config.server
 
+    def adopt(self, config: Config) -> None:
+        """Put changed settings in force (the settings routes' changes)."""
+        self.config = config
+
     def engines(self) -> list[EngineView]:
         """Every planned engine as /healthz, the admin API and /metrics show it."""
         dispatcher = self.dispatcher
@@ -132,7 +139,8 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     activity = Activity(front.hub)
     usage = UsageLedger(store)
     require_key = requires_api_key(config.auth.require_api_key, config.server.host)
-    auth = Auth(admin_key, store, activity, usage, require_key)
+    refusals = {ANTHROPIC_PREFIX: refuse_as_anthropic}
+    auth = Auth(admin_key, store, activity, usage, require_key, refusals)
     app = web.Application(
         middlewares=[error_boundary(count_answer), auth.middleware],
         client_max_size=MAX_BODY_BYTES,
@@ -141,14 +149,24 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     dispatcher = front.dispatcher
     front.metrics.watch(dispatcher, front.engines)
     AccountRoutes(auth, usage, config.auth, front.directory).add_to(app)
-    StatusRoutes(front, activity).add_to(app)
+    StatusRoutes(
+        front.engines, lambda: len(dispatcher.queue), front.broker_status,
+        lambda: front.uplink.status() if front.uplink is not None else None,
+        front.hub, activity,
+    ).add_to(app)  # fmt: skip
     openai = OpenAIRoutes(dispatcher, front.directory, front.metrics)
     openai.add_to(app)
     TokenizeRoutes(openai).add_to(app)
     AnthropicRoutes(openai).add_to(app)
     ResponsesRoutes(openai).add_to(app)
-    AdminRoutes(front).add_to(app)
-    SettingsRoutes(front).add_to(app)
+    AdminRoutes(
+        dispatcher, front.directory, front.engines, front.files.catalogue,
+        config.server.drain_grace_seconds,
+    ).add_to(app)  # fmt: skip
+    SettingsRoutes(
+        lambda: front.config, front.adopt, front.directory, front.files, front.hub,
+        dispatcher.configure_engines,
+    ).add_to(app)  # fmt: skip
     LogsRoutes(front.logbook).add_to(app)
     app.router.add_get("/healthz", front.healthz)
     app.router.add_get("/health", front.health)
@@ -176,9 +194,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         interval = config.server.heartbeat_interval
         loop = asyncio.get_running_loop()
         watchers = [
-            loop.create_task(
-                console_events.watch(front.hub, "engines", front.engines_body, interval)
-            ),
+            loop.create_task(hub.watch(front.hub, "engines", front.engines_body, interval)),
             loop.create_task(activity.refreshing(interval)),
         ]
         if front.broker is not None:

@@ -22,8 +22,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from coderai.front.dispatcher import Dispatcher
-from coderai.front.engine_view import EngineView
+from coderai.front.dispatch.dispatcher import Dispatcher
+from coderai.front.dispatch.engine_view import EngineView
 
 #: what the per-model counters engines report are called here: gauges, then counters
 _MODEL_GAUGES = {

@@ -19,19 +19,19 @@ from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
 from coderai.config import Catalogue, Config, StateFiles, engine_settings
 from coderai.errors import ConfigError
 from coderai.front.app import Front, build_app
-from coderai.front.auth import requires_api_key
-from coderai.front.console_events import EventHub
-from coderai.front.dispatcher import Dispatcher
-from coderai.front.engine_plan import plan_engines
-from coderai.front.gpus import NvmlSensor
-from coderai.front.host import EngineHost
+from coderai.front.auth.gate import requires_api_key
+from coderai.front.dispatch.catalogue import ModelDirectory
+from coderai.front.dispatch.dispatcher import Dispatcher
+from coderai.front.dispatch.probe import Probed, probe, refusals, with_templates
+from coderai.front.dispatch.registry import EngineRecord
+from coderai.front.engines.gpus import NvmlSensor
+from coderai.front.engines.host import EngineHost, InProcess
+from coderai.front.engines.plan import plan_engines
+from coderai.front.engines.supervisor import Supervisor
 from coderai.front.http import MALFORMED_REQUEST_LOG
+from coderai.front.hub import EventHub
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
-from coderai.front.models import ModelDirectory
-from coderai.front.probe import Probed, probe, refusals, with_templates
-from coderai.front.registry import EngineRecord
-from coderai.front.supervisor import Supervisor
 
 log = logging.getLogger("coderai.front")
 
@@ -39,7 +39,9 @@ log = logging.getLogger("coderai.front")
 LAST_WRITE_SECONDS = 2.0
 
 
-async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
+async def serve(
+    config: Config, catalogue: Catalogue, files: StateFiles, in_process: InProcess | None = None
+) -> int:
     runtime_dir = private_runtime_dir()
     try:
         # before the site starts, so no request finds the catalogue unchecked; off the loop
@@ -48,7 +50,7 @@ async def serve(config: Config, catalogue: Catalogue, files: StateFiles) -> int:
         probed = await probe(catalogue.entries)
         for why in refusals(probed, catalogue.entries):  # a request to it says so again
             log.warning("catalogue: %s", why)
-        front = assemble(config, files, catalogue, probed, runtime_dir)
+        front = assemble(config, files, catalogue, probed, runtime_dir, in_process)
         admin_key = config.auth.admin_key
         if admin_key is None:
             admin_key = secrets.token_urlsafe(24)
@@ -105,7 +107,10 @@ def assemble(
     catalogue: Catalogue,
     probed: dict[str, Probed],
     runtime_dir: str,
+    in_process: InProcess | None = None,
 ) -> Front:
+    """The front's parts. `in_process` runs the engine of --single-process (given by the
+    command that starts the front: the front never imports the engine itself)."""
     token = secrets.token_hex(16)
     plans = plan_engines(config, NvmlSensor().nvidia_gpus())
     if config.server.single_process:
@@ -125,18 +130,17 @@ def assemble(
     host: EngineHost
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     if config.server.single_process:
-        from coderai.front.inprocess import ENDPOINT, InProcessEngine
-
+        if in_process is None:
+            raise ConfigError("server.single_process: this front was started without an engine")
         # inproc:// endpoints exist only within one context: the engine shares the front's
-        endpoint = ENDPOINT
-        host = InProcessEngine(plans[0], context, token)
+        endpoint, host = in_process(plans[0], context, token)
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
     else:
         endpoint = ipc_endpoint(runtime_dir)
         host = Supervisor(plans, endpoint, token, logbook, config.server.engine_join_timeout)
     cluster = None
     if config.cluster.bind is not None:
-        from coderai.front.cluster import ClusterLink
+        from coderai.front.dispatch.cluster_link import ClusterLink
 
         cluster = ClusterLink(files.state_dir, config.cluster.bind)
     dispatcher = Dispatcher(

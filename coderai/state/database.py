@@ -3,7 +3,7 @@
 SQLite in WAL mode with synchronous=FULL: a commit is on disk before it returns, and a
 process killed at any moment leaves the database as of its last commit. Every method is
 one transaction. A `Database` belongs to one thread (sqlite3's default check): the front
-keeps one on its state thread (see coderai/front/state_store.py), a CLI command its own.
+keeps one on its state thread (see coderai/front/auth/state_store.py), a CLI command its own.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import zmq.asyncio
 from coderai.bus.codec import decode, encode
 from coderai.bus.messages import Chunks, Hello, Job, Message, Welcome
 from coderai.config import ModelEntry, ServerConfig
-from coderai.front.dispatcher import Dispatcher
-from coderai.front.jobs import FrontJob
+from coderai.front.dispatch.dispatcher import Dispatcher
+from coderai.front.dispatch.jobs import FrontJob
 
 
 def text_of(messages: list[Message], job_id: int) -> str:

@@ -1,5 +1,5 @@
 """schemathesis's command line against a server's OpenAPI description: one command for the
-CI test (tests/integration/test_api_fuzz.py, whose docstring says what is left out and
+CI test (tests/integration/front/api/test_api_fuzz.py, whose docstring says what is left out and
 why) and the long run (bench/api_fuzz.py)."""
 
 from __future__ import annotations

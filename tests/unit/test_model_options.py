@@ -14,7 +14,7 @@ from coderai.config import ModelEntry
 from coderai.engine.backends.fake import FakeBackend
 from coderai.engine.pool import ModelPool
 from coderai.errors import JobError
-from coderai.front.probe import refusals
+from coderai.front.dispatch.probe import refusals
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from coderai.config import Config, engine_settings, engine_slots
-from coderai.engine.backends.transformers_backend import choose_dtype
+from coderai.engine.backends.transformers.backend import choose_dtype
 from coderai.errors import JobError, ModelFileError, NotAFileOrFolder
 from coderai.modelfile import detect_format, required_capability
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from coderai.config import Catalogue, ModelEntry, catalogue_from
-from coderai.engine.chat_template import chosen_template, tool_format
+from coderai.engine.decoding.chat_template import chosen_template, tool_format
 from coderai.errors import ConfigError, JobError
-from coderai.front.engine_plan import EnginePlan
-from coderai.front.models import ModelDirectory
-from coderai.front.probe import with_templates
+from coderai.front.dispatch.catalogue import ModelDirectory
+from coderai.front.dispatch.probe import with_templates
+from coderai.front.engines.plan import EnginePlan
 from coderai.templatefile import MAX_BYTES, template_text
 
 TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

@@ -13,11 +13,11 @@ def available_backends() -> dict[str, Backend]:
     llama.cpp load only with the first model that needs them."""
     backends: dict[str, Backend] = {"fake": FakeBackend()}
     if find_spec("torch") and find_spec("transformers"):
-        from coderai.engine.backends.transformers_backend import TransformersBackend
+        from coderai.engine.backends.transformers.backend import TransformersBackend
 
         backends["transformers"] = TransformersBackend()
     if find_spec("llama_cpp"):
-        from coderai.engine.backends.llamacpp_backend import LlamaCppBackend
+        from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 
         backends["gguf"] = LlamaCppBackend()
     return backends

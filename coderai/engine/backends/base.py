@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coderai.bus.messages import Job, JobKind, ModelSpec
-from coderai.engine.stops import StopMatcher
+from coderai.engine.decoding.stops import StopMatcher
 from coderai.errors import ContextLengthExceeded, JobError
 
 

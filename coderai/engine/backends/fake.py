@@ -48,7 +48,7 @@ from coderai.engine.backends.base import (
     input_ids,
     known_ids,
 )
-from coderai.engine.chat_template import tool_format
+from coderai.engine.decoding.chat_template import tool_format
 from coderai.errors import JobError
 
 # a few non-ASCII words and JSON metacharacters keep the escaping paths honest

@@ -1,0 +1,347 @@
+"""llama.cpp backend (llama-cpp-python): GGUF files on the CPU or offloaded to a GPU.
+
+A generation instance is one context that many sequences share (batch.py), made
+through llama.cpp's own API; an embedding instance is a separate context made for pooled
+embeddings (llama-cpp-python's Llama), since llama.cpp computes them only in such a one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import psutil
+
+from coderai.bus.messages import JobKind, ModelSpec
+from coderai.engine.backends.base import (
+    Backend,
+    EmbeddingInputs,
+    LoadProgress,
+    ModelInstance,
+    Sequence,
+    StepResult,
+    check_input_lengths,
+    input_ids,
+)
+from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
+from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
+from coderai.engine.backends.llamacpp.draft import Drafter
+from coderai.engine.backends.llamacpp.kv import bytes_per_token, context_for_memory
+from coderai.errors import JobError
+
+log = logging.getLogger("coderai.engine")
+
+#: ggml type ids for the KV cache option, and the bytes of one element
+#: the KV cache's element types (ggml's type ids) and their bytes per value: a q8_0 block
+#: holds 32 values in 34 bytes, a q4_0 block in 18
+_KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}
+_KV_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+#: llama.cpp keeps a quantized V cache only with flash attention
+_QUANTIZED = frozenset({"q8_0", "q4_0"})
+_POOLING_MEAN = 1
+_FLASH_OFF, _FLASH_ON = 0, 1
+#: the largest embedding context made when the entry names none
+EMBEDDING_CONTEXT = 4096
+#: the smallest context made when memory is short
+CONTEXT_FLOOR = 2048
+#: of the memory available at load, the share a model's KV cache may take by default
+KV_SHARE = 0.25
+#: sequences one context runs at once, by default
+PARALLEL_CPU, PARALLEL_GPU = 4, 16
+#: completion tokens promised at a time to a request without max_tokens
+RESERVE_STEP = 256
+#: how long a step that reads a prompt may take while other sequences decode
+PREFILL_STEP_MS = 500
+#: checkpoints of window or recurrent state kept per sequence, and the prompt tokens
+#: between two (one is also taken where each prompt ends)
+CHECKPOINTS, CHECKPOINT_EVERY = 8, 4096
+#: host RAM for prompt state the KV cache lets go, by default: this share of the memory
+#: available at load, at most RAM_CACHE_MOST bytes
+RAM_CACHE_SHARE, RAM_CACHE_MOST = 0.1, 8 << 30
+
+
+class LlamaCppBackend(Backend):
+    def instance_spec(self, spec: ModelSpec, kind: str) -> ModelSpec:
+        # llama.cpp computes embeddings only in a context created for them
+        return dataclasses.replace(spec, embedding=True) if kind == JobKind.EMBEDDING else spec
+
+    def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
+        import llama_cpp
+
+        path = Path(spec.path)
+        options = spec.options
+        if not path.is_file():
+            raise JobError(f"model file {path} does not exist", kind="model_file")
+        kv = options.get("kv_cache", "f16")
+        if kv not in _KV_TYPES:
+            raise JobError(f"kv_cache must be one of {', '.join(_KV_TYPES)}", kind="bad_model")
+        if kv in _QUANTIZED and not options.get("flash_attn", True):
+            raise JobError(
+                f"kv_cache {kv} needs flash_attn: llama.cpp quantizes the V cache only with"
+                " flash attention",
+                kind="bad_model",
+            )
+        gpu_layers = options.get("n_gpu_layers")
+        if gpu_layers is None:
+            gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
+        progress.fraction = 0.1
+        try:
+            if spec.embedding:
+                return self._load_embedder(spec, path, int(gpu_layers), kv)
+            return self._load_generator(spec, path, int(gpu_layers), kv)
+        except (ValueError, RuntimeError) as exc:
+            # llama.cpp says only "Failed to load model"; the file is what the user needs
+            raise JobError(
+                f"llama.cpp cannot load model file {path}: {exc}", kind="model_file"
+            ) from None
+        finally:
+            progress.fraction = 1.0
+
+    def _load_generator(
+        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
+    ) -> LlamaCppBatchInstance:
+        import llama_cpp
+        from llama_cpp._internals import LlamaContext, LlamaModel
+
+        options = spec.options
+        _init_backend()
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = gpu_layers
+        model_params.use_extra_bufts = extra_buffer_types(options.get("extra_buffer_types"))
+        model = LlamaModel(path_model=str(path), params=model_params, verbose=False)
+        trained = model.n_ctx_train()
+        per_token = bytes_per_token(model.metadata(), _KV_BYTES[kv])
+        n_ctx = int(options.get("n_ctx") or 0) or context_for_memory(
+            trained, per_token, int(psutil.virtual_memory().available * KV_SHARE), CONTEXT_FLOOR
+        )
+        on_gpu = gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload()
+        parallel = int(options.get("parallel") or (PARALLEL_GPU if on_gpu else PARALLEL_CPU))
+        n_batch = int(options.get("n_batch") or 512)
+        cores = len(os.sched_getaffinity(0))
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = n_batch
+        cache_tokens = int(options.get("prefix_cache_tokens", n_ctx))
+        # a windowed model's window layers keep only their window (as llama-server does):
+        # a kept prefix is reused where what is held or a checkpoint covers it
+        swa_full = bool(options.get("swa_full", False))
+        # a kept prefix has a sequence id of its own, one per running sequence at most
+        # a sequence id per running sequence and per kept prefix, and one to save the
+        # state of part of a sequence's cells through (batch.py, _save)
+        params.n_seq_max = parallel * 2 + 1 if cache_tokens else parallel
+        params.kv_unified = True  # every sequence may use the whole context
+        params.n_threads = int(options.get("n_threads") or cores)
+        params.n_threads_batch = int(options.get("n_threads_batch") or cores)
+        params.type_k = params.type_v = _KV_TYPES[kv]
+        params.swa_full = swa_full
+        params.no_perf = True
+        windowed = llama_cpp.llama_model_n_swa(model.model) > 0
+        flash = options.get("flash_attn", default_flash_attn(on_gpu, kv, windowed))
+        params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
+        ngram, draft = _speculative(options.get("speculative"))
+        if options.get("draft_length") is not None and not (ngram or draft):
+            raise JobError("draft_length needs speculative (\"ngram\" or a draft model)",
+                           kind="bad_model")  # fmt: skip
+        context = LlamaContext(model=model, params=params, verbose=False)
+        log.info(
+            "model %s: context of %d tokens (trained %d; KV cache %.0f MiB, %s), %d sequences"
+            " at once, %d/%d threads, flash attention %s",
+            spec.id, n_ctx, trained, n_ctx * per_token / (1 << 20), kv, parallel,
+            params.n_threads, params.n_threads_batch, "on" if flash else "off",
+        )  # fmt: skip
+        return LlamaCppBatchInstance(
+            model,
+            context,
+            parallel=parallel,
+            reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
+            cache_tokens=cache_tokens,
+            prefill_step=float(options.get("prefill_step_ms") or PREFILL_STEP_MS) / 1000,
+            # a full-size window cache holds what a checkpoint would, at every position
+            checkpoints=0 if swa_full else int(options.get("checkpoints", CHECKPOINTS)),
+            checkpoint_every=int(options.get("checkpoint_every") or CHECKPOINT_EVERY),
+            swa_full=swa_full,
+            flash=flash,
+            ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
+            speculative=ngram,
+            drafter=Drafter(draft, model, params) if draft is not None else None,
+            draft_length=None
+            if options.get("draft_length") is None
+            else int(options["draft_length"]),
+            options=options,
+        )
+
+    def _load_embedder(
+        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
+    ) -> LlamaCppEmbedder:
+        import llama_cpp
+
+        # a pooled input is decoded in one batch, so the default batch of 512 tokens would
+        # cap inputs below the context
+        n_ctx = int(spec.options.get("n_ctx") or _embedding_context(path))
+        with _extra_buffer_types(extra_buffer_types(spec.options.get("extra_buffer_types"))):
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_gpu_layers=gpu_layers,
+                type_k=_KV_TYPES[kv],
+                type_v=_KV_TYPES[kv],
+                flash_attn=kv in _QUANTIZED or bool(spec.options.get("flash_attn", False)),
+                embedding=True,
+                pooling_type=_POOLING_MEAN,
+                n_batch=n_ctx,
+                n_ubatch=n_ctx,
+                verbose=False,
+            )
+        return LlamaCppEmbedder(llm)
+
+
+def default_flash_attn(on_gpu: bool, kv: str, windowed: bool) -> bool:
+    """Flash attention unless a model entry says: on where it pays and where it is needed
+    (a quantized V cache). On the CPU it pays on a windowed model (Gemma 3 270M: a cold
+    prompt read at 321 against 250 tok/s, 274 against 173 beside another kept prompt, and
+    decode steps no slower), not on a full-attention one, where its kernels for a few
+    tokens are the slower (SmolLM2 at depth 3000: a 1-token step 25 against 18 ms, 8 tokens
+    182 against 65; at 16,000: 149 against 63 ms). It skips the cells a sequence cannot
+    see, which attention without it computes and masks: every kept prompt in the one KV
+    cache. Measured on a 2-core AVX2 CPU, 2 threads. The benches give peers the same."""
+    return on_gpu or kv in _QUANTIZED or windowed
+
+
+def _speculative(option: object) -> tuple[bool, Path | None]:
+    """What a model entry asks of speculative decoding: n-gram drafts (`"ngram"`), or a
+    draft model (`{"draft": "<model id>"}`, whose file the front adds as `path`)."""
+    if option is None or option is False:
+        return False, None
+    if option == "ngram":
+        return True, None
+    if isinstance(option, dict) and set(option) == {"draft", "path"}:
+        return False, Path(str(option["path"]))
+    if isinstance(option, dict) and "draft" in option:
+        raise JobError(
+            f"draft model {option['draft']!r}: its file is not known here (a draft model"
+            " is named by its catalogue id, on the same machine)",
+            kind="bad_model",
+        )
+    raise JobError(
+        f'speculative must be "ngram" or {{"draft": "<model id>"}}, not {option!r}',
+        kind="bad_model",
+    )
+
+
+def _ram_cache_bytes(megabytes: object) -> int:
+    """The host RAM bound of a model's prompt cache: the entry's `prompt_cache_ram_mb` (0
+    turns it off), else a share of the memory available now."""
+    if megabytes is not None:
+        return int(cast(Any, megabytes)) << 20
+    return min(int(psutil.virtual_memory().available * RAM_CACHE_SHARE), RAM_CACHE_MOST)
+
+
+def _embedding_context(path: Path) -> int:
+    """The model's trained context, capped: an embedding input is decoded in one batch,
+    whose buffers grow with it."""
+    import llama_cpp
+
+    probe = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        meta = probe.metadata
+        trained = int(meta.get(f"{meta.get('general.architecture', 'llama')}.context_length", 0))
+    finally:
+        probe.close()
+    return min(trained or EMBEDDING_CONTEXT, EMBEDDING_CONTEXT)
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    """llama.cpp's one-time global set-up (Llama does it too; only the loader thread
+    loads)."""
+    global _backend_ready
+    if not _backend_ready:
+        import llama_cpp
+        from llama_cpp._logger import set_verbose
+
+        set_verbose(False)  # llama.cpp's load and context lines, on stderr, unless errors
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+@contextlib.contextmanager
+def _extra_buffer_types(enabled: bool) -> Iterator[None]:
+    """llama.cpp's CPU "extra buffer types" (AMX / repacked weights), on or off (the
+    default: cpu_features.extra_buffer_types). The Python binding builds its model
+    parameters from llama_model_default_params() and exposes no switch, so the default is
+    adjusted around the constructor; only the loader thread constructs models."""
+    binding: Any = importlib.import_module("llama_cpp.llama_cpp")  # what llama.py calls
+    original = binding.llama_model_default_params
+
+    def params() -> Any:
+        p = original()
+        p.use_extra_bufts = enabled
+        return p
+
+    binding.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        binding.llama_model_default_params = original
+
+
+class LlamaCppEmbedder(ModelInstance):
+    """A context made for pooled embeddings; it generates nothing."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def start(self, seq: Sequence) -> None:
+        raise JobError("this instance computes embeddings only", kind="unsupported")
+
+    def step(self, seqs: list[Sequence]) -> list[StepResult]:
+        raise JobError("this instance computes embeddings only", kind="unsupported")
+
+    def embed(self, inputs: EmbeddingInputs) -> tuple[list[list[float]], int]:
+        llm = self.llm
+        # a text is tokenised as Llama.embed tokenises it
+        lists = input_ids(inputs, int(llm.n_vocab()), lambda text: llm.tokenize(text.encode()))
+        # an input is decoded in one batch: n_batch is the most one may have
+        check_input_lengths([len(ids) for ids in lists], llm.n_batch)
+        return self._pooled(lists), sum(len(ids) for ids in lists)
+
+    def _pooled(self, lists: list[list[int]]) -> list[list[float]]:
+        """The mean-pooled vectors of token-id lists, batched as Llama.embed batches texts:
+        inputs share a decode, one sequence each, while they fit. (Llama.embed takes text
+        only, and a token-id input is embedded as the ids given, never re-tokenised.)"""
+        import llama_cpp
+
+        llm = self.llm
+        ctx, batch = llm._ctx, llm._batch
+        width, room, most = llm.n_embd(), llm.n_batch, llm.context_params.n_seq_max
+        vectors: list[list[float]] = []
+
+        def decode(count: int) -> None:
+            ctx.kv_cache_clear()
+            ctx.decode(batch)
+            batch.reset()
+            for seq in range(count):
+                pooled = llama_cpp.llama_get_embeddings_seq(ctx.ctx, seq)
+                vectors.append([float(x) for x in pooled[:width]])
+
+        batch.reset()
+        sequences = tokens = 0
+        for ids in lists:
+            if tokens + len(ids) > room or sequences >= most:
+                decode(sequences)
+                sequences = tokens = 0
+            # every token an output: llama.cpp pools the outputs (Llama.embed does the same)
+            batch.add_sequence(ids, sequences, True)
+            sequences += 1
+            tokens += len(ids)
+        decode(sequences)
+        ctx.kv_cache_clear()
+        return vectors

@@ -1,0 +1,138 @@
+"""Structured output for one sequence: the grammar on its logits, the parser that splits its
+text into content and tool calls, and its log-probabilities. The scheduler calls `prepare`
+when a sequence starts and `read` with each piece of text; backends call `constrain` before
+sampling and `sampled` after.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from coderai import grammar
+from coderai.engine.backends.base import ModelInstance, Sequence
+from coderai.engine.decoding.constraint import Constraint
+from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
+from coderai.errors import JobError
+
+log = logging.getLogger("coderai.engine")
+
+
+def _constraint(instance: ModelInstance, grammar_text: str) -> Constraint:
+    tokenizer = instance.grammar_tokenizer()
+    if tokenizer is None:
+        raise JobError("this model cannot constrain its output", kind="unsupported")
+    return Constraint(tokenizer, grammar_text)
+
+
+def _tool(job_tools: list[Any], name: str) -> dict[str, Any]:
+    for tool in job_tools:
+        if tool.get("function", {}).get("name") == name:
+            return dict(tool)
+    raise JobError(f"tool_choice names {name!r}, which is not among the tools", kind="bad_request")
+
+
+def prepare(seq: Sequence, instance: ModelInstance) -> None:
+    """Set up a starting sequence's grammar and parser from its job."""
+    job = seq.job
+    try:
+        if job.response_format:
+            seq.constraint = _constraint(instance, grammar.response_grammar(job.response_format))
+        if not job.tools or job.tool_choice == "none":
+            pass
+        elif job.tool_choice == "required":
+            seq.parser = ToolCallParser("calls")
+            text = grammar.required_grammar(job.tools, job.parallel_tool_calls)
+            seq.constraint = _constraint(instance, text)
+        elif job.tool_choice == "function":
+            seq.parser = ToolCallParser("arguments", name=job.tool_name)
+            seq.constraint = _constraint(
+                instance, grammar.named_grammar(_tool(job.tools, job.tool_name))
+            )
+        else:
+            single = not job.parallel_tool_calls
+            seq.parser = ToolCallParser("auto", instance.tool_format, single=single)
+            seq.render_special = True
+    except grammar.GrammarError as exc:
+        raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None
+    if job.logprobs:
+        seq.logprobs = []
+
+
+def read(seq: Sequence, text: str, end: bool = False) -> Parsed:
+    """Split text (after stop sequences) into content and calls; begin a lazy grammar
+    where the model began a call."""
+    parser: ToolCallParser = seq.parser
+    out = parser.feed(text) if text else Parsed()
+    if end:
+        tail = parser.finish()
+        out.content += tail.content
+    if out.began is not None and seq.constraint is None and seq.instance is not None:
+        try:
+            _begin_lazy(seq, seq.instance, out.began)
+        except Exception:  # a grammar that cannot be built leaves the call as the model writes it
+            log.exception("job %d: no grammar for the call it began", seq.job.job_id)
+    return out
+
+
+def _begin_lazy(seq: Sequence, instance: ModelInstance, began: str) -> None:
+    if instance.grammar_tokenizer() is None:
+        return  # the fake model: its text is what it is
+    text = grammar.lazy_grammar(seq.job.tools, instance.tool_format)
+    constraint = _constraint(instance, text)
+    if not constraint.accept_text(began):
+        # the model's start already breaks the grammar (a tool that does not exist): the
+        # call is parsed as written, and the client validates it
+        log.info("job %d: a call began outside the grammar: %r", seq.job.job_id, began[:80])
+        return
+    if constraint.accepting:  # the text read holds the whole call already: nothing to do
+        return
+    seq.constraint, seq.lazy = constraint, True
+
+
+def constrain_numpy(seq: Sequence, logits: Any) -> None:
+    if seq.constraint is not None:
+        seq.constraint.mask_numpy(logits)
+
+
+def constrain_torch(seq: Sequence, logits: Any) -> None:
+    if seq.constraint is not None:
+        seq.constraint.mask_torch(logits)
+
+
+def sampled(seq: Sequence, token: int) -> None:
+    """Feed the grammar the token sampled; a lazy grammar ends with its call."""
+    constraint: Constraint | None = seq.constraint
+    if constraint is None:
+        return
+    constraint.accept(token)
+    if seq.lazy and constraint.accepting:
+        seq.constraint, seq.lazy = None, False
+
+
+def logprob_entry(logprobs: Any, token: int, top: int, piece: Any) -> list[Any]:
+    """[bytes, logprob, [[bytes, logprob], ...]] for the chosen token and the `top` likeliest
+    (a float32 numpy row of log-probabilities; piece(id) -> bytes)."""
+    import numpy as np
+
+    chosen = float(logprobs[token])
+    alternatives: list[list[Any]] = []
+    if top:
+        best = np.argpartition(-logprobs, top)[:top]
+        best = best[np.argsort(-logprobs[best])]
+        alternatives = [[piece(int(i)), _finite(float(logprobs[i]))] for i in best]
+    return [piece(token), _finite(chosen), alternatives]
+
+
+def _finite(value: float) -> float:
+    """OpenAI's floor for an impossible token: JSON has no -Infinity."""
+    return value if math.isfinite(value) else -9999.0
+
+
+def log_softmax(row: Any) -> Any:
+    import numpy as np
+
+    top = np.max(row)
+    shifted = row - top
+    return shifted - np.log(np.sum(np.exp(shifted)))

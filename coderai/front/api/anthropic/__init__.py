@@ -1,0 +1,2 @@
+"""Anthropic's Messages API: its routes, its request translated to a chat job, its reply
+rendered from the job's output."""

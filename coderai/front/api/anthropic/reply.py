@@ -1,0 +1,201 @@
+"""Anthropic's Messages API answers: the whole message, its stream of events, and its
+error shape, rendered from one chat job's output.
+
+Tool-use ids are made here, as chat completions' call ids are (choices.py): engines never
+deal in wire ids.
+
+A stop sequence ends the turn as `stop_sequence`, naming it (the engine's DONE says which
+one matched).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from coderai.bus.messages import Done, FinishReason, Prompt
+from coderai.errors import CoderaiError, ContextLengthExceeded
+from coderai.front.api.event_relay import EventTemplate, render, sse
+from coderai.front.api.stream_io import progress_comment
+from coderai.front.dispatch.output import CallPiece, Collected, Piece
+from coderai.front.http import error_response
+
+STOP_REASONS: dict[str, str] = {
+    FinishReason.STOP: "end_turn",
+    FinishReason.LENGTH: "max_tokens",
+    FinishReason.TOOL_CALLS: "tool_use",
+    # the client is gone; no one reads it
+    FinishReason.CANCELLED: "end_turn",
+}
+
+
+def stop_of(done: Done) -> dict[str, Any]:
+    """stop_reason and stop_sequence: a matched stop string is Anthropic's stop_sequence."""
+    if done.stop_sequence:
+        return {"stop_reason": "stop_sequence", "stop_sequence": done.stop_sequence}
+    return {"stop_reason": STOP_REASONS.get(done.finish_reason, "end_turn"), "stop_sequence": None}
+
+
+#: Anthropic's error type for each status this server answers with
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    # no engine can serve now: what Anthropic's 529 says, and clients retry it
+    503: "overloaded_error",
+}
+
+
+_PING = sse("ping", {"type": "ping"})
+
+
+def message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def tool_use_id() -> str:
+    return f"toolu_{uuid.uuid4().hex[:24]}"
+
+
+def error_body(error: CoderaiError) -> dict[str, Any]:
+    kind = _ERROR_TYPES.get(error.status, "api_error" if error.status >= 500 else None)
+    message = (
+        error.anthropic_message() if isinstance(error, ContextLengthExceeded) else error.message
+    )
+    return {"type": "error", "error": {"type": kind or "invalid_request_error", "message": message}}
+
+
+def refuse(error: CoderaiError, engine: str | None = None) -> web.Response:
+    """An error answered with a status, in Anthropic's shape."""
+    return error_response(error, engine, error_body(error))
+
+
+def usage(done: Done) -> dict[str, Any]:
+    """Anthropic counts tokens read from the cache apart from input_tokens (the prompt is
+    their sum)."""
+    return {
+        "input_tokens": done.prompt_tokens - done.cached_tokens,
+        "output_tokens": done.completion_tokens,
+        "cache_read_input_tokens": done.cached_tokens,
+        # the prefix cache keeps every prompt without being asked, and charges nothing
+        "cache_creation_input_tokens": 0,
+    }
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the object Anthropic's `input` is. Only a call cut short by
+    max_tokens has arguments that do not parse; its stop_reason says so, and the SDKs
+    need an object."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def whole(msg_id: str, model: str, got: Collected, done: Done) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    text = got.content()
+    if text:
+        content.append({"type": "text", "text": text})
+    for name, arguments in got.calls():
+        block = {"type": "tool_use", "id": tool_use_id(), "name": name}
+        content.append({**block, "input": tool_input(arguments)})
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        **stop_of(done),
+        "usage": usage(done),
+    }
+
+
+class MessageStream:
+    """The events of one streamed message: message_start; per content block (text, or a
+    tool_use whose input arrives as partial JSON) content_block_start, its deltas and
+    content_block_stop; message_delta with the stop reason and usage; message_stop."""
+
+    _TEXT = "\x00coderai-text\x00"
+
+    def __init__(self, msg_id: str, model: str) -> None:
+        self.msg_id = msg_id
+        self.model = model
+        #: the open block's index and what it holds: ("text", 0) or ("call", call index)
+        self._index = -1
+        self._block: tuple[str, int] | None = None
+        self._text_delta: EventTemplate | None = None
+
+    def opening(self, prompt: Prompt | None) -> bytes:
+        """message_start, with the prompt's tokens as the engine counted them when it
+        admitted the prompt. Tokens read from the prefix cache are known once the prompt
+        is placed, usually after this: message_delta's usage has the final split (the
+        SDKs take input_tokens from there too)."""
+        tokens, cached = (prompt.tokens, prompt.cached) if prompt is not None else (0, 0)
+        message: dict[str, Any] = {
+            "id": self.msg_id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": tokens - cached, "output_tokens": 0,
+                      "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0},
+        }  # fmt: skip
+        return sse("message_start", {"type": "message_start", "message": message})
+
+    def keepalive(self, prompt: Prompt | None) -> bytes:
+        """Anthropic's own keep-alive, after the progress (a comment its SDK skips)."""
+        return progress_comment(prompt) + _PING
+
+    def items(self, items: list[str | Piece]) -> bytes:
+        return render(items, self._text, self._call)
+
+    def _text(self, text: str) -> bytes:
+        out = b""
+        if self._block != ("text", 0) or self._text_delta is None:
+            out += self._start({"type": "text", "text": ""}, ("text", 0))
+            delta = {"type": "text_delta", "text": self._TEXT}
+            event = {"type": "content_block_delta", "index": self._index, "delta": delta}
+            self._text_delta = EventTemplate("content_block_delta", event, self._TEXT)
+        return out + self._text_delta.fill(text)
+
+    def _call(self, call: CallPiece) -> bytes:
+        out = b""
+        if self._block != ("call", call.index):
+            block = {"type": "tool_use", "id": tool_use_id(), "name": call.name, "input": {}}
+            out += self._start(block, ("call", call.index))
+        if call.arguments:
+            delta = {"type": "input_json_delta", "partial_json": call.arguments}
+            event = {"type": "content_block_delta", "index": self._index, "delta": delta}
+            out += sse("content_block_delta", event)
+        return out
+
+    def _start(self, block: dict[str, Any], holds: tuple[str, int]) -> bytes:
+        out = self._stop()
+        self._index += 1
+        self._block = holds
+        event = {"type": "content_block_start", "index": self._index, "content_block": block}
+        return out + sse("content_block_start", event)
+
+    def _stop(self) -> bytes:
+        if self._block is None:
+            return b""
+        self._block = None
+        return sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
+
+    def closing(self, done: Done) -> bytes:
+        delta = stop_of(done)
+        return (
+            self._stop()
+            + sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage(done)})
+            + sse("message_stop", {"type": "message_stop"})
+        )
+
+    def error(self, error: CoderaiError) -> bytes:
+        """After the first byte the status is sent: an error is an `error` event."""
+        return sse("error", error_body(error))

@@ -1,0 +1,348 @@
+"""The OpenAI-compatible routes: /v1/chat/completions, /v1/completions, /v1/models."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import struct
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from coderai.bus.messages import Done, Job, JobKind
+from coderai.config import ModelEntry
+from coderai.errors import CoderaiError
+from coderai.front.api.openai import choices, text_relay
+from coderai.front.api.openai.choices import ChoiceStream
+from coderai.front.api.openai.reply import StreamTemplate, error_event, whole_response
+from coderai.front.api.openai.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
+from coderai.front.api.stream_io import Preamble, open_stream, progress_comment, write_events
+from coderai.front.auth import activity
+from coderai.front.dispatch.catalogue import ModelDirectory
+from coderai.front.dispatch.dispatcher import Dispatcher
+from coderai.front.dispatch.jobs import FrontJob, Outcome, collect
+from coderai.front.dispatch.output import Collected
+from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
+from coderai.front.metrics import Metrics
+
+
+def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
+    """OpenAI's base64 form is the little-endian float32 bytes of the vector."""
+    if encoding == "base64":
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return vector
+
+
+def model_object(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderai"}
+
+
+def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
+    """A request's sampling, tool and logprob fields, which each of its jobs carries."""
+    fields: dict[str, Any] = dict(
+        max_tokens=req.token_limit(),
+        stop=req.stops(),
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logit_bias=req.logit_bias or {},
+        seed=req.seed,
+    )
+    if isinstance(req, ChatRequest):
+        fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs,
+                      reasoning_effort=req.reasoning_effort or "")  # fmt: skip
+    elif req.logprobs is not None:
+        fields.update(logprobs=True, top_logprobs=req.logprobs)
+    return fields
+
+
+log = logging.getLogger("coderai.front")
+
+
+class OpenAIRoutes:
+    def __init__(self, dispatcher: Dispatcher, models: ModelDirectory, metrics: Metrics) -> None:
+        self.dispatcher = dispatcher
+        self.directory = models
+        self.metrics = metrics
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_get("/v1/models", self.list_models)
+        # a model id may hold slashes ("org/name")
+        app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
+
+    async def resolve(self, name: str) -> ModelEntry:
+        """The catalogue entry a request names, if the request's API key may use it."""
+        activity.check_model(self.directory.entry(name))  # before any work on its file
+        return await self.directory.resolve(name)
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        """The catalogue, as far as the request's API key may use it."""
+        entries = [e for e in self.directory.entries() if activity.may_use(e)]
+        data = [model_object(e.id) for e in entries]
+        return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
+
+    async def retrieve_model(self, request: web.Request) -> web.Response:
+        """The SDKs' models.retrieve: the model as listed, under the name asked for (an
+        alias answers as itself), or a 404 model_not_found."""
+        name = request.match_info["model"]
+        activity.check_model(self.directory.entry(name))
+        return web.json_response(model_object(name), headers={ENGINE_HEADER: FRONT})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        req: ChatRequest = parse(ChatRequest, await read_json(request))
+        entry = await self.resolve(req.model)
+        messages = [m.for_template() for m in req.messages]
+        return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        req: CompletionRequest = parse(CompletionRequest, await read_json(request))
+        entry = await self.resolve(req.model)
+        payloads, echoes = [], []
+        for prompt in req.prompts():
+            text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
+            payloads.append({"prompt": text, "prompt_ids": ids, "suffix": req.suffix or ""})
+            echoes.append(text if req.echo else "")
+        return await self._run(request, req, entry, JobKind.COMPLETION, payloads, echoes)
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
+        entry = await self.resolve(req.model)
+        job, outcome = await self.answer(
+            entry, JobKind.EMBEDDING, inputs=req.texts(), input_ids=req.token_ids()
+        )
+        if isinstance(outcome, CoderaiError):
+            return error_response(outcome, job.served_by)
+        data = [
+            {"object": "embedding", "index": i, "embedding": encode_vector(v, req.encoding_format)}
+            for i, v in enumerate(job.vectors or [])
+        ]
+        usage = {"prompt_tokens": outcome.prompt_tokens, "total_tokens": outcome.prompt_tokens}
+        body = {"object": "list", "data": data, "model": entry.id, "usage": usage}
+        return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
+
+    async def answer(
+        self, entry: ModelEntry, kind: JobKind, **fields: Any
+    ) -> tuple[FrontJob, Outcome]:
+        """Run a job answered whole (embeddings, tokens) to its end: the job and how it
+        ended. A handler that ends early (its client went away) cancels it."""
+        job = self._submit(entry, kind, **fields)
+        try:
+            while job.outcome is None:
+                await job.wait()
+        finally:
+            self.dispatcher.cancel(job)
+        return job, job.outcome
+
+    def _submit(
+        self,
+        entry: ModelEntry,
+        kind: JobKind,
+        structured: bool = False,
+        wake: asyncio.Event | None = None,
+        **fields: Any,
+    ) -> FrontJob:
+        job_id = self.dispatcher.next_job_id()
+        message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
+        capability = self.directory.capability_of(entry)
+        job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
+                       structured=structured, wake=wake or asyncio.Event())  # fmt: skip
+        self.dispatcher.submit(job)
+        activity.attach(job)
+        return job
+
+    async def _run(
+        self,
+        request: web.Request,
+        req: ChatRequest | CompletionRequest,
+        entry: ModelEntry,
+        kind: JobKind,
+        payloads: list[dict[str, Any]],
+        echoes: list[str],
+    ) -> web.StreamResponse:
+        """Run a request's prompts (payloads: each one's job fields), n choices each."""
+        fields = job_fields(req)
+        chat = kind == JobKind.CHAT
+        response_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        if req.user is not None:  # recorded, as OpenAI keeps it, and used for nothing else
+            log.info("%s for user %r", response_id, req.user[:200])
+        created = int(time.time())
+        structured = bool(fields.get("logprobs") or fields.get("tools"))
+        if req.n > 1 or len(payloads) > 1 or structured:
+            jobs = self.submit_choices(entry, kind, req.n, fields, payloads)
+            # choice p * n + i is choice i of prompt p, and echoes that prompt
+            echoed = [echo for echo in echoes for _ in range(req.n)]
+            try:
+                if req.stream:
+                    include = req.include_usage()
+                    stream = ChoiceStream(
+                        chat, response_id, created, entry.id, include, len(jobs), echoed
+                    )
+                    return await self._stream_many(request, jobs, stream, len(payloads))
+                wants = bool(fields.get("logprobs"))
+                return await self._whole_many(
+                    jobs, chat, response_id, created, wants, echoed, len(payloads)
+                )
+            finally:
+                for job in jobs:
+                    self.dispatcher.cancel(job)
+        job = self._submit(entry, kind, **fields, **payloads[0])
+        try:
+            if req.stream:
+                template = StreamTemplate(
+                    chat, response_id, created, entry.id, req.include_usage(), echoes[0]
+                )
+                return await self._stream(request, job, template)
+            return await self._whole(job, chat, response_id, created, echoes[0])
+        finally:
+            # the handler ends early only when the client went away (or a write failed)
+            self.dispatcher.cancel(job)
+
+    def submit_chat(self, req: ChatRequest, entry: ModelEntry) -> FrontJob:
+        """One choice of a validated chat request, its output taken as pieces. The
+        Messages and Responses APIs translate their bodies into a ChatRequest and run
+        this: three wire formats, one internal job."""
+        messages = [m.for_template() for m in req.messages]
+        return self._submit(
+            entry, JobKind.CHAT, structured=True, messages=messages, **job_fields(req)
+        )
+
+    def submit_choices(
+        self,
+        entry: ModelEntry,
+        kind: JobKind,
+        n: int,
+        fields: dict[str, Any],
+        payloads: list[dict[str, Any]],
+    ) -> list[FrontJob]:
+        """n choices of each prompt: jobs that wake one handler. A seeded request seeds
+        choice i of a prompt with seed + i, so the choices differ and each repeats."""
+        wake = asyncio.Event()
+        jobs = []
+        seed = fields.get("seed")
+        try:
+            for payload in payloads:
+                for i in range(n):
+                    choice = {
+                        **fields,
+                        **payload,
+                        "seed": None if seed is None else (seed + i) % 2**63,
+                    }
+                    jobs.append(self._submit(entry, kind, structured=True, wake=wake, **choice))
+        except BaseException:  # a full queue refuses the rest: the ones taken go too
+            for job in jobs:
+                self.dispatcher.cancel(job)
+            raise
+        return jobs
+
+    async def _whole_many(
+        self,
+        jobs: list[FrontJob],
+        chat: bool,
+        response_id: str,
+        created: int,
+        logprobs: bool,
+        echoes: list[str],
+        prompts: int,
+    ) -> web.Response:
+        collected = [Collected() for _ in jobs]
+        while not collect(jobs, collected):
+            await jobs[0].wait()
+        for job in jobs:
+            if isinstance(job.outcome, CoderaiError):
+                return error_response(job.outcome, job.served_by)
+        dones = [job.outcome for job in jobs if isinstance(job.outcome, Done)]
+        body = choices.whole(
+            chat,
+            response_id,
+            created,
+            jobs[0].entry.id,
+            collected,
+            dones,
+            prompts,
+            logprobs,
+            echoes,
+        )
+        return web.json_response(body, headers={ENGINE_HEADER: jobs[0].served_by or FRONT})
+
+    async def _stream_many(
+        self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
+    ) -> web.StreamResponse:
+        keepalive = self.dispatcher.settings.stream_keepalive_seconds
+        response = await open_stream(request, jobs, error_response, keepalive)
+        if not response.prepared:
+            return response
+        # the first job stands for the stream with the stall reaper, which interrupts the
+        # one handler once (every job holds while the client lags: open_stream)
+        self.dispatcher.streams.add(jobs[0])
+        try:
+            await self._relay_many(request, response, jobs, stream, prompts)
+        finally:
+            self.dispatcher.streams.discard(jobs[0])
+        return response
+
+    async def _relay_many(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        jobs: list[FrontJob],
+        stream: ChoiceStream,
+        prompts: int,
+    ) -> None:
+        """Every choice's events as they come; each choice's finish once it ends; then the
+        usage and [DONE] once all have. An error ends the whole stream."""
+        pending = b""
+        finished: set[int] = set()
+        lead = jobs[0]
+        keepalive = self.dispatcher.settings.stream_keepalive_seconds
+        preamble = Preamble(lambda _prompt: stream.opening(), progress_comment, keepalive)
+        while True:
+            pending += preamble.events(jobs)
+            events, failed, done = stream.advance(jobs, finished, prompts, self.dispatcher.resume)
+            pending += events
+            if failed is not None:
+                pending += error_event(failed)
+            if pending:
+                if not await write_events(
+                    request, response, lead, pending, done, error_event, time.monotonic()
+                ):
+                    return
+                pending = b""
+            if done:
+                return
+            await preamble.wait(jobs)
+
+    async def _whole(
+        self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str
+    ) -> web.Response:
+        parts = [echo]
+        while job.outcome is None:
+            await job.wait()
+            parts.append(job.take())
+        outcome = job.outcome
+        if isinstance(outcome, CoderaiError):
+            return error_response(outcome, job.served_by)
+        body = whole_response(chat, response_id, created, job.entry.id, "".join(parts), outcome)
+        return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
+
+    async def _stream(
+        self, request: web.Request, job: FrontJob, template: StreamTemplate
+    ) -> web.StreamResponse:
+        keepalive = self.dispatcher.settings.stream_keepalive_seconds
+        response = await open_stream(request, [job], error_response, keepalive)
+        if not response.prepared:
+            return response
+        self.dispatcher.streams.add(job)
+        try:
+            await text_relay.relay(request, response, job, template, self.dispatcher, self.metrics)
+        finally:
+            self.dispatcher.streams.discard(job)
+        return response

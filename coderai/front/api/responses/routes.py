@@ -1,0 +1,69 @@
+"""OpenAI's Responses API: POST /v1/responses (whole or streamed), over the same chat job
+as chat completions. Responses are not stored (`store: false`); errors are OpenAI's
+envelope, as on every other OpenAI route. Hosted tools the server cannot run are left
+out, named in the X-CoderAI-Tools-Omitted header and logged (responses_request.py)."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from coderai.errors import CoderaiError
+from coderai.front.api import event_relay
+from coderai.front.api.openai.routes import OpenAIRoutes
+from coderai.front.api.responses import reply as responses_reply
+from coderai.front.api.responses.reply import ResponseStream
+from coderai.front.api.responses.request import NOT_BUILT, RENAMES, ResponsesRequest
+from coderai.front.api.translation import chat_request, validate
+from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
+
+#: names the hosted tools a request offered that the model was not offered (comma-separated)
+OMITTED_HEADER = "X-CoderAI-Tools-Omitted"
+log = logging.getLogger("coderai.front")
+
+
+class ResponsesRoutes:
+    def __init__(self, openai: OpenAIRoutes) -> None:
+        self.openai = openai
+        #: the sets of left-out tools already logged (an agent sends the same every turn)
+        self._logged: set[tuple[str, ...]] = set()
+
+    def _omitted(self, req: ResponsesRequest) -> dict[str, str]:
+        """The header naming the tools not offered, if any, logged once per set."""
+        omitted = tuple(req.omitted())
+        if not omitted:
+            return {}
+        if omitted not in self._logged and len(self._logged) < 256:
+            self._logged.add(omitted)
+            log.info("/v1/responses: hosted tools this server cannot run are not offered to"
+                     " the model: %s", ", ".join(omitted))  # fmt: skip
+        return {OMITTED_HEADER: ", ".join(omitted)}
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/responses", self.create)
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
+        chat = chat_request(req.chat_body(), RENAMES)
+        entry = await self.openai.resolve(chat.model)
+        start = responses_reply.head(req, entry.id)
+        headers = self._omitted(req)
+        job = self.openai.submit_chat(chat, entry)
+        dispatcher = self.openai.dispatcher
+        try:
+            if req.stream:
+                renderer = ResponseStream(start, req.namespaces())
+                return await event_relay.stream(
+                    request, dispatcher, self.openai.metrics, job, renderer, error_response, headers
+                )
+            got = await event_relay.collect(job)
+            if isinstance(job.outcome, CoderaiError):
+                return error_response(job.outcome, job.served_by)
+            assert job.outcome is not None
+            body = responses_reply.whole(start, got, job.outcome, req.namespaces())
+            headers[ENGINE_HEADER] = job.served_by or FRONT
+            return web.json_response(body, headers=headers)
+        finally:
+            # the handler ends early only when the client went away (or a write failed)
+            dispatcher.cancel(job)

@@ -1,0 +1,114 @@
+"""Engines known to the front, keyed by their bus identity (name:epoch)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from coderai.front.dispatch.placement import Candidate
+
+if TYPE_CHECKING:
+    from coderai.front.dispatch.jobs import FrontJob
+
+
+class Offered(NamedTuple):
+    """A model a node offers from its own catalogue."""
+
+    id: str
+    format: str
+    alias: str | None
+
+
+class RemoteEngine(NamedTuple):
+    """An engine (or node) on another machine, as model placement sees it."""
+
+    capabilities: frozenset[str]
+    offered: tuple[Offered, ...]
+
+
+@dataclass(eq=False)
+class EngineRecord:
+    identity: bytes
+    name: str
+    epoch: int
+    pid: int
+    backend: str
+    capabilities: frozenset[str]
+    slots: int
+    gpus: list[str] = field(default_factory=list)
+    #: an engine on another machine: the CURVE public key it joined with (None: local)
+    remote_key: str | None = None
+    #: a node's own models ({id, format, alias}), which this front lists and routes to it
+    offered: tuple[Offered, ...] = ()
+    #: a remote engine's or node's own slots (HELLO), which it keeps unless this front
+    #: overrides them by name; None for a local engine (it takes this front's)
+    own_slots: int | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    state: str = "ready"
+    loaded: list[str] = field(default_factory=list)
+    loading: dict[str, float] = field(default_factory=dict)
+    rss: int = 0
+    #: per model: running and waiting sequences, KV cells, prefix cache (engine counters)
+    models: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: why it pauses to cool, as its last heartbeat said (None: it does not)
+    cooldown: dict[str, Any] | None = None
+    #: per card it owns, from its last heartbeat: vendor, temperature, VRAM
+    gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: its resident models ({model, mb, busy, idle_for}) and when that heartbeat arrived;
+    #: under the fleet's RAM cap, the memory its loads wait for, the room it measured
+    #: (None: no cap), what its loads in flight have yet to take, and how many measures
+    #: it has taken, from its last heartbeat (see room.py)
+    residents: list[dict[str, Any]] = field(default_factory=list)
+    residents_at: float = 0.0
+    wants_mb: float = 0.0
+    room_mb: float | None = None
+    coming_mb: float = 0.0
+    measures: int = 0
+    #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
+    missing: bool = False
+    #: takes no new jobs (admin drain); its next incarnation is a new record
+    draining: bool = False
+    #: jobs dispatched and not yet ended by DONE/FAIL: the front's side of the credit
+    jobs: dict[int, FrontJob] = field(default_factory=dict)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.slots - len(self.jobs))
+
+    def candidate(self) -> Candidate:
+        return Candidate(
+            self.name,
+            self.capabilities,
+            frozenset(self.loaded) | frozenset(self.loading),
+            self.free,
+            len(self.loaded),
+        )
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._by_identity: dict[bytes, EngineRecord] = {}
+
+    def add(self, record: EngineRecord) -> EngineRecord | None:
+        """Register an engine; returns the previous incarnation of the same name, if any."""
+        previous = self.by_name(record.name)
+        if previous is not None:
+            self.remove(previous)
+        self._by_identity[record.identity] = record
+        return previous
+
+    def remove(self, record: EngineRecord) -> None:
+        self._by_identity.pop(record.identity, None)
+
+    def get(self, identity: bytes) -> EngineRecord | None:
+        return self._by_identity.get(identity)
+
+    def by_name(self, name: str) -> EngineRecord | None:
+        for record in self._by_identity.values():
+            if record.name == name:
+                return record
+        return None
+
+    def all(self) -> list[EngineRecord]:
+        return list(self._by_identity.values())

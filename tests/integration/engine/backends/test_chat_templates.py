@@ -1,0 +1,182 @@
+"""A model that ships no chat template (as base models ship), given one by its catalogue
+entry's chat_template option, written out or in a file, on both real backends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from coderai.bus.messages import Job, ModelSpec
+from coderai.engine.backends.base import LoadProgress
+from coderai.tinymodel import CONTEXT, build
+from tests.support.server import Server, serving
+
+KEY = "test-admin-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+GGUF_OPTIONS = {"n_ctx": CONTEXT, "kv_cache": "f32"}
+#: two templates unlike the tiny model's own, each telling its prompts apart
+INLINE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>Say: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+IN_FILE = INLINE.replace("Say: ", "Tell: ")
+HI = [{"role": "user", "content": "hi"}]
+#: a template that knows tools and has the model write Mistral's calls
+MISTRAL = "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}[TOOL_CALLS]"
+WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {}}}
+
+
+@pytest.fixture(scope="module")
+def bare_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny model without a chat template: a transformers folder and a GGUF."""
+    return build(tmp_path_factory.mktemp("bare"), chat_template=False)
+
+
+@pytest.fixture(scope="module")
+def template_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("templates") / "chat.jinja"
+    path.write_text(IN_FILE, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(
+    bare_models: tuple[Path, Path], template_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    hf, gguf = bare_models
+    models: list[dict[str, Any]] = []
+    for backend, path, options in (("hf", hf, {}), ("gguf", gguf, GGUF_OPTIONS)):
+        models += [
+            {"id": f"bare-{backend}", "path": str(path), "options": options},
+            {"id": f"inline-{backend}", "path": str(path),
+             "options": {**options, "chat_template": INLINE}},
+            {"id": f"file-{backend}", "path": str(path),
+             "options": {**options, "chat_template": str(template_file)}},
+        ]  # fmt: skip
+    env = {"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    folder = tmp_path_factory.mktemp("chat-templates")
+    with serving(folder, {"engines": 1}, models, 1, KEY, env=env) as srv:
+        yield srv
+
+
+def post(srv: Server, route: str, **body: Any) -> httpx.Response:
+    return httpx.post(srv.url + route, json=body, timeout=120)
+
+
+def chat(srv: Server, model: str) -> httpx.Response:
+    return post(srv, "/v1/chat/completions", model=model, messages=HI, max_tokens=4,
+                temperature=0)  # fmt: skip
+
+
+def prompt_of(srv: Server, model: str) -> tuple[str, int]:
+    """The chat prompt the model reads for HI, as text, and its length in tokens."""
+    tokenized = post(srv, "/tokenize", model=model, messages=HI)
+    assert tokenized.status_code == 200, tokenized.text
+    ids = tokenized.json()["tokens"]
+    text = post(srv, "/detokenize", model=model, tokens=ids)
+    assert text.status_code == 200, text.text
+    return text.json()["prompt"], len(ids)
+
+
+@pytest.mark.parametrize("model", ["bare-hf", "bare-gguf"])
+def test_a_model_without_a_chat_template_refuses_chat_and_still_completes(
+    server: Server, model: str
+) -> None:
+    refused = chat(server, model)
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert "has no chat template" in message and "chat_template" in message
+    completed = post(server, "/v1/completions", model=model, prompt="The quick", max_tokens=2)
+    assert completed.status_code == 200, completed.text
+
+
+@pytest.mark.parametrize(
+    ("model", "written"),
+    [("inline-hf", "Say"), ("inline-gguf", "Say"), ("file-hf", "Tell"), ("file-gguf", "Tell")],
+)
+def test_the_entrys_template_written_out_or_in_a_file_writes_the_chat_prompt(
+    server: Server, model: str, written: str
+) -> None:
+    prompt, length = prompt_of(server, model)
+    assert prompt == f"<|user|>{written}: hi\n<|assistant|>"
+    answered = chat(server, model)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["usage"]["prompt_tokens"] == length
+
+
+def test_an_admin_save_with_a_template_that_cannot_be_used_is_refused_naming_it(
+    server: Server, tmp_path: Path
+) -> None:
+    before = httpx.get(server.url + "/admin/api/models", headers=AUTH, timeout=10).json()
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}")
+    absent = tmp_path / "absent.jinja"
+    for value, why in ((str(absent), "No such file"), (str(broken), "does not compile")):
+        entry = {"id": "templated", "format": "fake", "options": {"chat_template": value}}
+        for method, url, body in (
+            ("POST", "/admin/api/models", entry),
+            ("PUT", "/admin/api/models", {"models": [entry]}),
+        ):
+            r = httpx.request(method, server.url + url, json=body, headers=AUTH, timeout=10)
+            assert r.status_code == 400, r.text
+            message = r.json()["error"]["message"]
+            assert "'templated'" in message and value in message and why in message
+    after = httpx.get(server.url + "/admin/api/models", headers=AUTH, timeout=10).json()
+    assert after == before, "a refused catalogue changes nothing"
+
+
+def test_an_admin_edit_gives_a_model_a_template_and_its_chat_answers(
+    server: Server, bare_models: tuple[Path, Path], template_file: Path
+) -> None:
+    added = {"id": "edited-gguf", "path": str(bare_models[1]), "options": GGUF_OPTIONS}
+    r = httpx.post(server.url + "/admin/api/models", json=added, headers=AUTH, timeout=10)
+    assert r.status_code == 200, r.text
+    assert chat(server, "edited-gguf").status_code == 400
+    options = {**GGUF_OPTIONS, "chat_template": str(template_file)}
+    r = httpx.patch(server.url + "/admin/api/models/edited-gguf", json={"options": options},
+                    headers=AUTH, timeout=10)  # fmt: skip
+    assert r.status_code == 200, r.text
+    (saved,) = [m for m in r.json()["models"] if m["id"] == "edited-gguf"]
+    assert saved["options"]["chat_template"] == str(template_file), "the catalogue keeps the path"
+    assert prompt_of(server, "edited-gguf")[0] == "<|user|>Tell: hi\n<|assistant|>"
+    assert chat(server, "edited-gguf").status_code == 200
+
+
+def test_a_startup_catalogue_with_a_missing_template_file_stops_the_server_naming_it(
+    tmp_path: Path,
+) -> None:
+    absent = tmp_path / "absent.jinja"
+    models = [{"id": "templated", "format": "fake", "options": {"chat_template": str(absent)}}]
+    srv = Server(tmp_path / "server", {"engines": 1}, models)
+    try:
+        assert srv.proc.wait(30) == 2
+        log = srv.log()
+        assert "model 'templated': options.chat_template: cannot read" in log
+        assert str(absent) in log
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("backend", ["transformers", "gguf"])
+def test_the_backends_read_the_tool_call_format_from_the_entrys_template(
+    bare_models: tuple[Path, Path], backend: str
+) -> None:
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
+    from coderai.engine.backends.transformers.backend import TransformersBackend
+
+    hf, gguf = bare_models
+    options = {"chat_template": MISTRAL}
+    if backend == "transformers":
+        spec = ModelSpec("t", str(hf), "transformers", options)
+        instance: Any = TransformersBackend().load(spec, LoadProgress())
+    else:
+        spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, **options})
+        instance = LlamaCppBackend().load(spec, LoadProgress())
+    assert instance.tool_format == "mistral"
+    job = Job(1, {}, "chat", messages=HI, tools=[WEATHER])
+    ids, _context = instance.tokenize(job)
+    assert instance.detokenize(ids).startswith("[AVAILABLE_TOOLS]")

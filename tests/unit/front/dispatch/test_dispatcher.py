@@ -1,0 +1,222 @@
+"""The dispatcher on a real ROUTER socket, with test peers as engines."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from coderai.bus.messages import Cancel, Chunks, Done, Heartbeat, Job, Tokens
+from coderai.config import ModelEntry, ServerConfig
+from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
+from coderai.front.dispatch.dispatcher import Dispatcher
+from coderai.front.dispatch.jobs import FrontJob
+from coderai.front.dispatch.output import CallPiece, Piece
+from tests.support.bus import TOKEN, Peer
+from tests.support.bus import job as make_job
+
+
+async def _joined_engine(endpoint: str) -> Peer:
+    peer = Peer(endpoint, "e", slots=2)
+    await peer.join()
+    return peer
+
+
+def test_a_send_to_an_engine_that_vanished_loses_it_and_fails_its_job(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        try:
+            peer = await _joined_engine(endpoint)
+            entry = ModelEntry(id="m", format="fake")
+            job = FrontJob(1, entry, "fake", Job(1, entry.spec("fake"), "completion", "hi"))
+            dispatcher.submit(job)
+            assert await peer.job_ids(1) == [1]
+            job.push("e", "first token")  # it started, so it cannot move elsewhere
+            peer.close()  # the engine is gone without a word
+            # each CANCEL is sent until libzmq has seen the peer go; then one fails
+            async with asyncio.timeout(5):
+                while dispatcher.registry.all():
+                    dispatcher.cancel(job)
+                    await asyncio.sleep(0.01)
+            assert isinstance(job.outcome, EngineFailed)
+        finally:
+            await dispatcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_stop_ends_every_job_running_or_queued(tmp_path: Path) -> None:
+    """Jobs on an engine at shutdown are ended, not put back in a queue nobody reads."""
+
+    async def scenario() -> list[FrontJob]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)  # 2 slots
+        jobs = [make_job(i) for i in (1, 2, 3)]
+        for job in jobs:
+            dispatcher.submit(job)
+        assert sorted(await peer.job_ids(2)) == [1, 2]  # two dispatched, one queued
+        assert len(dispatcher.queue) == 1
+        await dispatcher.stop()
+        peer.close()
+        return jobs
+
+    jobs = asyncio.run(scenario())
+    assert all(isinstance(job.outcome, ShuttingDown) for job in jobs)
+
+
+def test_a_job_that_cannot_be_encoded_is_refused_before_it_takes_credit(tmp_path: Path) -> None:
+    """The HTTP schemas refuse such values first; the dispatcher does not rely on it."""
+
+    async def scenario() -> tuple[Dispatcher, InvalidRequest | None]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        entry = ModelEntry(id="m", format="fake")
+        bad = Job(1, entry.spec("fake"), "completion", "hi", seed=2**64)
+        refused = None
+        try:
+            dispatcher.submit(FrontJob(1, entry, "fake", bad))
+        except InvalidRequest as exc:
+            refused = exc
+        record = dispatcher.registry.all()[0]
+        assert (record.free, len(dispatcher.queue)) == (record.slots, 0)
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, refused
+
+    _, refused = asyncio.run(scenario())
+    assert refused is not None
+
+
+def test_a_tokens_answer_is_kept_for_its_job_and_one_with_ids_not_integers_is_dropped(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> tuple[Dispatcher, FrontJob]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        entry = ModelEntry(id="m", format="fake")
+        job = FrontJob(1, entry, "fake", Job(1, entry.spec("fake"), "tokenize", "hi"))
+        dispatcher.submit(job)
+        assert await peer.job_ids(1) == [1]
+        await peer.send(Tokens(1, ids=["104"]))  # type: ignore[list-item]
+        await peer.send(Tokens(1, ids=[104, 105], context=8))
+        await peer.send(Done(1, "stop", 2, 0))
+        async with asyncio.timeout(5):
+            while job.outcome is None:
+                await job.wait()
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, job
+
+    dispatcher, job = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 1
+    assert job.tokens == Tokens(1, ids=[104, 105], context=8)
+
+
+def test_an_unreadable_delta_ends_its_own_job_and_the_others_keep_their_text(
+    tmp_path: Path,
+) -> None:
+    """Found by test_bus_stateful: the deltas before a bad one used to be applied (the job
+    started, its text kept) and those after it lost, although the message was counted as
+    dropped. Now the job whose delta cannot be read ends with an error and takes none of
+    the message's text; the other jobs in it keep theirs."""
+
+    async def scenario() -> tuple[Dispatcher, list[FrontJob], list[str]]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)  # 2 slots
+        jobs = [make_job(i) for i in (1, 2)]
+        for job in jobs:
+            dispatcher.submit(job)
+        assert sorted(await peer.job_ids(2)) == [1, 2]
+        await peer.send(Chunks([1, "kept?", 2, "two", 1, 7, 2, " more"]))
+        assert isinstance(await peer.recv(), Cancel)  # its engine is told to stop job 1
+        texts = [job.take() for job in jobs]
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, jobs, texts
+
+    dispatcher, jobs, texts = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 1
+    assert texts == ["", "two more"]
+    assert isinstance(jobs[0].outcome, EngineFailed)
+    assert "could not be read" in jobs[0].outcome.message
+
+
+def test_a_structured_jobs_unreadable_pieces_end_it_alone(tmp_path: Path) -> None:
+    """Pieces (calls, logprobs) are read before anything is applied too: a malformed call
+    ends that job; a plain job's text and a good call in the same message are kept."""
+
+    async def scenario() -> tuple[Dispatcher, list[object], list[list[object]]]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = Peer(endpoint, "e", slots=3)
+        await peer.join()
+        jobs = [make_job(i) for i in (1, 2, 3)]
+        jobs[0].structured = jobs[1].structured = True
+        for job in jobs:
+            dispatcher.submit(job)
+        assert sorted(await peer.job_ids(3)) == [1, 2, 3]
+        good = {"calls": [[0, "f", "{}"]]}
+        bad = {"calls": [[0, "f"]]}  # not [index, name, arguments]
+        await peer.send(Chunks([1, good, 2, "a", 3, "plain", 2, bad]))
+        assert isinstance(await peer.recv(), Cancel)
+        items: list[list[object]] = [list(job.take_items()) for job in jobs]
+        outcomes: list[object] = [job.outcome for job in jobs]
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, outcomes, items
+
+    dispatcher, outcomes, items = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 1
+    assert items == [[Piece("", [CallPiece(0, "f", "{}")])], [], ["plain"]]
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], EngineFailed)
+
+
+def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> tuple[Dispatcher, list[tuple[float, float | None, float]]]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)
+        record = dispatcher.registry.all()[0]
+        seen = []
+        for beat in (
+            Heartbeat("ready", wants_mb=-1.0),
+            Heartbeat("ready", wants_mb="lots"),  # type: ignore[arg-type]
+            Heartbeat("ready", room_mb="x"),  # type: ignore[arg-type]
+            Heartbeat("ready", room_mb=True),
+            Heartbeat("ready", room_mb=float("inf")),
+            Heartbeat("ready", coming_mb=float("nan")),
+            Heartbeat("ready", measures=-1),
+            Heartbeat("ready", loaded=[1]),  # type: ignore[list-item]
+            Heartbeat("ready", wants_mb=300.0, room_mb=-20.5, coming_mb=5.0, measures=3),
+            Heartbeat("ready"),
+        ):
+            accepted = record.residents_at  # set by each heartbeat that is kept
+            dropped = dispatcher.dropped_frames
+            await peer.send(beat)
+            async with asyncio.timeout(5):
+                while record.residents_at == accepted and dispatcher.dropped_frames == dropped:
+                    await asyncio.sleep(0.005)
+            seen.append((record.wants_mb, record.room_mb, record.residents_at))
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, seen
+
+    dispatcher, seen = asyncio.run(scenario())
+    assert dispatcher.dropped_frames == 8
+    (wants, room, at), (wants_after, room_after, at_after) = seen[8], seen[9]
+    assert (wants, room) == (300.0, -20.5) and at > 0
+    assert (wants_after, room_after) == (0.0, None) and at_after >= at
