@@ -7,7 +7,8 @@ from typing import Any
 
 import msgpack
 
-from coderai.bus.messages import Message, MsgType, from_body
+from coderai.bus.kinds import MsgType
+from coderai.bus.messages import Message, from_body
 from coderai.errors import BusProtocolError, ProtocolVersionMismatch
 
 PROTOCOL_VERSION = 1

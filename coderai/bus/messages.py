@@ -1,122 +1,22 @@
 """Every message that crosses the bus, declared in one place.
 
 A message is a frozen record; its msgpack body is the dict of its fields. Decoding checks
-each field's type against the record's declaration so that a malformed body is rejected at
-the edge (invariant 4) rather than deep inside a handler. Unknown keys are ignored, which
-lets a newer peer add optional fields without a version bump.
+each field's type against the record's declaration (checker.py) so that a malformed body is
+rejected at the edge (invariant 4) rather than deep inside a handler. Unknown keys are
+ignored, which lets a newer peer add optional fields without a version bump. The kinds its
+fields name are in kinds.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
-import math
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from coderai.errors import (
-    BusProtocolError,
-    CoderaiError,
-    ContextLengthExceeded,
-    EngineFailed,
-    InvalidRequest,
-    ModelFileError,
-)
-
-
-class EngineState(enum.StrEnum):
-    """What an engine says it is doing, in each HEARTBEAT."""
-
-    READY = "ready"
-    LOADING = "loading"  #: a model load is under way (it serves its other models)
-
-
-class ControlAction(enum.StrEnum):
-    LOAD = "load"  #: args {"model": spec}: load it now
-    UNLOAD = "unload"  #: args {"model": id}: unload its idle instances
-    CONFIG = "config"  #: args: the settings WELCOME carries, changed while it runs
-    SHUTDOWN = "shutdown"  #: leave the bus and exit (for a host that cannot signal it)
-    #: a remote engine (which no host can restart) ends its jobs and joins again as a new
-    #: incarnation, its models still loaded
-    RECONNECT = "reconnect"
-
-
-class FinishReason(enum.StrEnum):
-    STOP = "stop"  #: the model ended, or a stop sequence matched
-    LENGTH = "length"  #: max_tokens, or the model's context, is full
-    CANCELLED = "cancelled"  #: the front cancelled it
-    TOOL_CALLS = "tool_calls"  #: the model called one or more tools
-
-
-class JobKind(enum.StrEnum):
-    CHAT = "chat"
-    COMPLETION = "completion"
-    EMBEDDING = "embedding"
-    TOKENIZE = "tokenize"  #: the token ids of a prompt or messages, answered with TOKENS
-    DETOKENIZE = "detokenize"  #: the text of prompt_ids, answered with TOKENS
-
-
-class FailKind(enum.StrEnum):
-    """Why an engine failed a job. Next to each: may the job run on another engine, and
-    what the client is told (only the front turns these into HTTP)."""
-
-    BUSY = "busy"  #: no free slot (a confused front): retried elsewhere
-    BAD_REQUEST = "bad_request"  #: the request's fault (a bad parameter): 400
-    CONTEXT_LENGTH = "context_length"  #: the prompt fills the context: 400 with OpenAI's code
-    UNSUPPORTED = "unsupported"  #: the model cannot do it (embeddings): 400
-    BAD_JOB = "bad_job"  #: the JOB did not make sense to the engine: 503
-    MODEL_FILE = "model_file"  #: missing or unreadable model file: 503 model_file_error
-    BAD_MODEL = "bad_model"  #: the catalogue entry's options are wrong: 503
-    LOAD_FAILED = "load_failed"  #: the model failed to load: 503
-    MODEL_ERROR = "model_error"  #: the model failed while generating: 503
-    BACKEND_ERROR = "backend_error"  #: a backend bug: 503
-
-    @property
-    def retryable(self) -> bool:
-        """May a job that produced nothing run on another engine after this?"""
-        return self is FailKind.BUSY
-
-    def error(self, engine: str, message: str) -> CoderaiError:
-        if self in (FailKind.BAD_REQUEST, FailKind.UNSUPPORTED):
-            return InvalidRequest(message)
-        if self is FailKind.CONTEXT_LENGTH:
-            return ContextLengthExceeded(message)
-        if self is FailKind.MODEL_FILE:
-            return ModelFileError(message)
-        return EngineFailed(f"engine {engine}: {message}")
-
-    @classmethod
-    def of(cls, kind: str) -> FailKind:
-        """A kind from the wire; one this side does not know is a backend error."""
-        try:
-            return cls(kind)
-        except ValueError:
-            return cls.BACKEND_ERROR
-
-
-class MsgType(enum.IntEnum):
-    # engine -> front
-    HELLO = 1
-    HEARTBEAT = 2
-    CHUNKS = 3  #: deltas of many jobs from one engine step (or several merged steps)
-    DONE = 4
-    FAIL = 5
-    BYE = 7
-    EMBEDDINGS = 8
-    TOKENS = 9  #: a tokenize or detokenize job's answer
-    PROMPT = 10  #: a job's prompt admitted (its tokens counted), and how far it is read
-    # front -> engine
-    WELCOME = 16
-    REFUSE = 17  #: HELLO rejected (bad token, protocol version): the engine must exit
-    JOB = 18
-    CANCEL = 19
-    CONTROL = 20
-    PING = 21
-    HOLD = 22  #: the job's client lags: stop decoding it and keep its output back
-    RESUME = 23  #: the client caught up: go on
+from coderai.bus.checker import check_thermal, is_number, record
+from coderai.bus.kinds import MsgType
+from coderai.errors import BusProtocolError
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,99 +68,6 @@ class Heartbeat(Message):
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
-
-
-#: what a node may offer: the formats a catalogue entry may have, and how many models
-#: with names how long (a node is trusted with its key, not with the head's memory)
-OFFERED_FORMATS = ("fake", "gguf", "transformers")
-MAX_OFFERED = 1024
-MAX_NAME = 256
-
-
-def offered_models(models: object) -> list[dict[str, Any]]:
-    """A node's HELLO.models, checked: maps of an id, a known format and an optional
-    alias (strings)."""
-    if (
-        not isinstance(models, list)
-        or len(models) > MAX_OFFERED
-        or not all(
-            isinstance(m, dict)
-            and isinstance(m.get("id"), str)
-            and 0 < len(m["id"]) <= MAX_NAME
-            and m.get("format") in OFFERED_FORMATS
-            and (
-                m.get("alias") is None
-                or (isinstance(m["alias"], str) and len(m["alias"]) <= MAX_NAME)
-            )
-            for m in models
-        )
-    ):
-        raise BusProtocolError(f"HELLO.models {models!r} is malformed")
-    return models
-
-
-def is_number(value: object, least: float = float("-inf"), *, above: bool = False) -> bool:
-    """A finite number from msgpack (an int or a float, never a bool, never inf or nan) of
-    at least `least` (with `above`, more than it): the one check every numeric field takes
-    at the edge."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return False
-    return value > least if above else value >= least
-
-
-def cooldown_of(cooldown: object) -> dict[str, Any] | None:
-    """A HEARTBEAT's cooldown, checked: None, or the sensor that is hot and since when."""
-    if cooldown is None:
-        return None
-    if (
-        not isinstance(cooldown, dict)
-        or cooldown.get("sensor") not in ("cpu", "gpu")
-        or not is_number(cooldown.get("since"))
-    ):
-        raise BusProtocolError(f"HEARTBEAT.cooldown {cooldown!r} is malformed")
-    return cooldown
-
-
-def gpu_readings(gpus: object) -> dict[str, dict[str, Any]]:
-    """A HEARTBEAT's per-card readings, checked: ids to maps of a vendor and numbers
-    (None where the card gives no reading)."""
-    if not isinstance(gpus, dict) or not all(
-        isinstance(card, str)
-        and isinstance(reading, dict)
-        and isinstance(reading.get("vendor"), str)
-        and all(
-            reading.get(k) is None or is_number(reading.get(k))
-            for k in ("temp", "vram_total_mb", "vram_used_mb")
-        )
-        for card, reading in gpus.items()
-    ):
-        raise BusProtocolError(f"HEARTBEAT.gpus {gpus!r} is malformed")
-    return gpus
-
-
-def residents_of(residents: object) -> list[dict[str, Any]]:
-    """A HEARTBEAT's resident models, checked."""
-    if not isinstance(residents, list) or not all(
-        isinstance(r, dict)
-        and isinstance(r.get("model"), str)
-        and isinstance(r.get("busy"), bool)
-        and is_number(r.get("mb"), 0)
-        and is_number(r.get("idle_for"), 0)
-        for r in residents
-    ):
-        raise BusProtocolError(f"HEARTBEAT.residents {residents!r} is malformed")
-    return residents
-
-
-def model_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """A HEARTBEAT's per-model counters, checked: names to maps of names to integers."""
-    for model, counters in models.items():
-        if not isinstance(counters, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-            for k, v in counters.items()
-        ):
-            raise BusProtocolError(f"HEARTBEAT.models[{model!r}] is not a map of counters")
-    return models
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,24 +220,8 @@ class EngineConfig:
                 raise BusProtocolError(f"{name} {value!r} is not a number >= 0")
         thermal = data.get("thermal")
         if thermal is not None:
-            _check_thermal(thermal)
+            check_thermal(thermal)
         return cls(instances, budget, slots, thermal, ram, wait)
-
-
-def _check_thermal(thermal: object) -> None:
-    def degrees(value: object) -> bool:
-        return is_number(value, 0, above=True)
-
-    if not isinstance(thermal, dict) or not all(
-        degrees(thermal.get(k)) for k in ("cpu_high", "cpu_resume", "gpu_high", "gpu_resume")
-    ):
-        raise BusProtocolError(f"thermal {thermal!r} lacks a threshold")
-    overrides = thermal.get("gpu_overrides", {})
-    if not isinstance(overrides, dict) or not all(
-        isinstance(v, dict) and degrees(v.get("high")) and degrees(v.get("resume"))
-        for v in overrides.values()
-    ):
-        raise BusProtocolError(f"thermal.gpu_overrides {overrides!r} is malformed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,64 +343,6 @@ RECORDS: dict[MsgType, type[Message]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _FieldSpec:
-    name: str
-    accepts: tuple[type, ...]
-    required: bool
-
-
-def _runtime_types(hint: Any) -> tuple[type, ...]:
-    """The isinstance() classes that a field's annotation admits (containers unchecked)."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        out: tuple[type, ...] = ()
-        for arg in typing.get_args(hint):
-            out += _runtime_types(arg)
-        return out
-    if hint is type(None):
-        return (type(None),)
-    base = origin or hint
-    if base is float:
-        return (float, int)  # msgpack keeps 1.0 as float, but peers may send ints
-    if base is int:
-        return (int,)
-    return (base,)
-
-
-def _specs(cls: type[Message]) -> tuple[_FieldSpec, ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        _FieldSpec(
-            f.name,
-            _runtime_types(hints[f.name]),
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-    )
-
-
-_SPECS: dict[MsgType, tuple[_FieldSpec, ...]] = {t: _specs(c) for t, c in RECORDS.items()}
-
-
 def from_body(msg_type: MsgType, body: object) -> Message:
     """Build the record for a decoded body, or raise BusProtocolError naming the fault."""
-    if not isinstance(body, dict):
-        raise BusProtocolError(f"{msg_type.name} body is {type(body).__name__}, not a map")
-    kwargs: dict[str, Any] = {}
-    for spec in _SPECS[msg_type]:
-        if spec.name not in body:
-            if spec.required:
-                raise BusProtocolError(f"{msg_type.name} lacks field {spec.name!r}")
-            continue
-        value = body[spec.name]
-        # bool is an int subclass; a bool where a number is declared is a peer bug
-        if not isinstance(value, spec.accepts) or (
-            isinstance(value, bool) and bool not in spec.accepts
-        ):
-            raise BusProtocolError(
-                f"{msg_type.name}.{spec.name} is {type(value).__name__}, "
-                f"expected {'/'.join(t.__name__ for t in spec.accepts)}"
-            )
-        kwargs[spec.name] = value
-    return RECORDS[msg_type](**kwargs)
+    return record(RECORDS[msg_type], body)

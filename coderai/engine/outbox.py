@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coderai.bus.codec import encode, encode_body
-from coderai.bus.messages import Done, Fail, Message, MsgType
+from coderai.bus.kinds import MsgType
+from coderai.bus.messages import Done, Fail, Message
 
 Sender = Callable[[list[bytes]], Awaitable[None]]
 #: a job's output from one step: its text, or a map with calls and logprobs (scheduler._emit)

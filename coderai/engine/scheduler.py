@@ -15,15 +15,13 @@ import time
 from collections import deque
 from typing import Any
 
+from coderai.bus.kinds import FailKind, FinishReason, JobKind
 from coderai.bus.messages import (
     Done,
     Embeddings,
     EngineConfig,
     Fail,
-    FailKind,
-    FinishReason,
     Job,
-    JobKind,
     Message,
     ModelSpec,
     Prompt,

@@ -24,17 +24,15 @@ import psutil
 import zmq
 
 from coderai.bus.codec import decode, encode, unreadable_job_id
+from coderai.bus.kinds import ControlAction, EngineState, FailKind
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     KEEPALIVE,
     Bye,
     Cancel,
     Control,
-    ControlAction,
     EngineConfig,
-    EngineState,
     Fail,
-    FailKind,
     Heartbeat,
     Hello,
     Hold,

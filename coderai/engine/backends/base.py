@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coderai.bus.messages import Job, JobKind, ModelSpec
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.decoding.stops import StopMatcher
 from coderai.errors import ContextLengthExceeded, JobError
 

@@ -32,7 +32,8 @@ import signal
 import time
 from typing import Any
 
-from coderai.bus.messages import Job, JobKind, ModelSpec
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import (
     END,
     READING,

@@ -16,7 +16,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from coderai.bus.messages import Done, FinishReason
+from coderai.bus.kinds import FinishReason
+from coderai.bus.messages import Done
 from coderai.config import ModelEntry
 from coderai.errors import ModelNotAllowed
 from coderai.front.dispatch.jobs import FrontJob

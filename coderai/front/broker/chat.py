@@ -16,7 +16,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from coderai.bus.messages import Done, JobKind
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
 from coderai.front.api.openai import choices
 from coderai.front.api.openai.choices import ChoiceStream

@@ -10,15 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coderai.bus.messages import (
-    OFFERED_FORMATS,
-    EngineState,
-    Fail,
-    FailKind,
-    Heartbeat,
-    Hello,
-    ModelSpec,
-)
+from coderai.bus.checker import OFFERED_FORMATS
+from coderai.bus.kinds import EngineState, FailKind
+from coderai.bus.messages import Fail, Heartbeat, Hello, ModelSpec
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError, ContextLengthExceeded, InvalidRequest, ModelFileError
 from coderai.front.dispatch.catalogue import ModelDirectory

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from coderai.bus.codec import decode, encode, unreadable_job_id
 from coderai.bus.curve import load_pair, load_public
+from coderai.bus.kinds import ControlAction, FailKind, FinishReason
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     KEEPALIVE,
@@ -36,12 +37,9 @@ from coderai.bus.messages import (
     Cancel,
     Chunks,
     Control,
-    ControlAction,
     Done,
     Embeddings,
     Fail,
-    FailKind,
-    FinishReason,
     Hold,
     Job,
     Message,

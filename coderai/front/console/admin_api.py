@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from coderai.bus.messages import ControlAction
+from coderai.bus.kinds import ControlAction
 from coderai.config import Catalogue, ModelEntry, catalogue_from, write_json_atomically
 from coderai.errors import ConfigError, Conflict, InvalidRequest, NoEngine, NotFound
 from coderai.front.dispatch.catalogue import ModelDirectory

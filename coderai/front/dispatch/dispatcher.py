@@ -15,7 +15,16 @@ from typing import Any
 
 import zmq
 
+from coderai.bus.checker import (
+    cooldown_of,
+    gpu_readings,
+    is_number,
+    model_counters,
+    offered_models,
+    residents_of,
+)
 from coderai.bus.codec import decode, encode
+from coderai.bus.kinds import ControlAction, EngineState, FailKind
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     KEEPALIVE,
@@ -23,12 +32,9 @@ from coderai.bus.messages import (
     Cancel,
     Chunks,
     Control,
-    ControlAction,
     Done,
     Embeddings,
-    EngineState,
     Fail,
-    FailKind,
     Heartbeat,
     Hello,
     Hold,
@@ -39,12 +45,6 @@ from coderai.bus.messages import (
     Resume,
     Tokens,
     Welcome,
-    cooldown_of,
-    gpu_readings,
-    is_number,
-    model_counters,
-    offered_models,
-    residents_of,
 )
 from coderai.bus.sockets import bind_router
 from coderai.config import ServerConfig

@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from coderai.bus.codec import MAGIC, decode, encode
+from coderai.bus.kinds import MsgType
 from coderai.bus.messages import (
     Bye,
     Control,
@@ -22,7 +23,6 @@ from coderai.bus.messages import (
     Hello,
     Job,
     Message,
-    MsgType,
     Refuse,
     Welcome,
 )

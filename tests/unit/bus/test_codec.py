@@ -3,7 +3,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from coderai.bus.checker import cooldown_of, gpu_readings
 from coderai.bus.codec import MAGIC, decode, encode, encode_body
+from coderai.bus.kinds import MsgType
 from coderai.bus.messages import (
     RECORDS,
     Cancel,
@@ -16,9 +18,6 @@ from coderai.bus.messages import (
     Job,
     Message,
     ModelSpec,
-    MsgType,
-    cooldown_of,
-    gpu_readings,
 )
 from coderai.errors import BusProtocolError, ProtocolVersionMismatch
 

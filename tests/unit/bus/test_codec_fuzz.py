@@ -10,8 +10,10 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coderai.bus.checker import field_specs
 from coderai.bus.codec import MAGIC, decode, encode, encode_body
-from coderai.bus.messages import _SPECS, RECORDS, MsgType
+from coderai.bus.kinds import MsgType
+from coderai.bus.messages import RECORDS
 from coderai.errors import BusProtocolError
 
 #: what msgpack carries as-is: 64-bit ints, finite floats, text, and containers of them
@@ -41,7 +43,7 @@ def bodies(draw: st.DrawFn) -> tuple[MsgType, dict[str, Any]]:
     ones, each of one of the types the field's annotation admits."""
     msg_type = draw(st.sampled_from(sorted(RECORDS)))
     body = {}
-    for spec in _SPECS[msg_type]:
+    for spec in field_specs(RECORDS[msg_type]):
         if spec.required or draw(st.booleans()):
             body[spec.name] = draw(st.one_of(*(BY_TYPE[t] for t in spec.accepts)))
     return msg_type, body

@@ -18,7 +18,8 @@ from typing import Any, cast
 
 import psutil
 
-from coderai.bus.messages import JobKind, ModelSpec
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import ModelSpec
 from coderai.engine.backends.base import (
     Backend,
     EmbeddingInputs,

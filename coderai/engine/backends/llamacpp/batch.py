@@ -34,7 +34,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from coderai.bus.messages import Job, JobKind
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Job
 from coderai.engine.backends import structured
 from coderai.engine.backends.base import (
     END,

@@ -19,7 +19,8 @@ from typing import Any
 
 import psutil
 
-from coderai.bus.messages import Job, JobKind, ModelSpec
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends import structured
 from coderai.engine.backends.base import (
     END,

@@ -16,7 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from coderai.bus.messages import Done, FinishReason, Prompt
+from coderai.bus.kinds import FinishReason
+from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError, ContextLengthExceeded
 from coderai.front.api.event_relay import EventTemplate, render, sse
 from coderai.front.api.stream_io import progress_comment

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from coderai.bus.messages import JobKind
+from coderai.bus.kinds import JobKind
 from coderai.errors import CoderaiError
 from coderai.front.api import event_relay
 from coderai.front.api.anthropic import reply as anthropic_reply

@@ -12,7 +12,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from coderai.bus.messages import Done, FinishReason
+from coderai.bus.kinds import FinishReason
+from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
 from coderai.front.api.openai.reply import DONE_EVENT, data_event, usage_of
 from coderai.front.dispatch.jobs import FrontJob

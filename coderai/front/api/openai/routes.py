@@ -12,7 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from coderai.bus.messages import Done, Job, JobKind
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Done, Job
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
 from coderai.front.api.openai import choices, text_relay

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from coderai.bus.messages import JobKind, Tokens
+from coderai.bus.kinds import JobKind
+from coderai.bus.messages import Tokens
 from coderai.errors import CoderaiError, EngineFailed
 from coderai.front.api.openai.routes import OpenAIRoutes
 from coderai.front.api.openai.schemas import DetokenizeRequest, TokenizeRequest, parse

@@ -12,7 +12,8 @@ import time
 import uuid
 from typing import Any
 
-from coderai.bus.messages import Done, FinishReason, Prompt
+from coderai.bus.kinds import FinishReason
+from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError
 from coderai.front.api.event_relay import EventTemplate, render, sse
 from coderai.front.api.openai.choices import call_id

@@ -15,7 +15,8 @@ import msgpack
 import pytest
 
 from coderai.bus.codec import MAGIC, encode
-from coderai.bus.messages import Hello, MsgType
+from coderai.bus.kinds import MsgType
+from coderai.bus.messages import Hello
 from tests.support.bus import intruder
 from tests.support.server import Server, serving, wait_for
 

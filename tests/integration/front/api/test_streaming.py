@@ -14,7 +14,8 @@ import httpx
 import msgpack
 
 from coderai.bus.codec import MAGIC, encode
-from coderai.bus.messages import Hello, MsgType
+from coderai.bus.kinds import MsgType
+from coderai.bus.messages import Hello
 from tests.integration.conftest import StartServer
 from tests.support.bus import intruder
 from tests.support.server import expected_chat, wait_for

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coderai.bus.messages import EngineState, FailKind, offered_models
+from coderai.bus.checker import offered_models
+from coderai.bus.kinds import EngineState, FailKind
 from coderai.errors import BusProtocolError, ContextLengthExceeded, InvalidRequest, NoEngine
 from coderai.front.cluster import node
 from coderai.front.dispatch.engine_view import EngineView

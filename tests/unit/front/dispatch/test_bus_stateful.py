@@ -37,19 +37,19 @@ from hypothesis.stateful import (
 )  # fmt: skip
 
 from coderai.bus.codec import decode, encode
-from coderai.bus.messages import (
+from coderai.bus.kinds import FailKind
+from coderai.bus.messages import (  # fmt: skip
     Bye,
     Cancel,
     Chunks,
     Done,
     Fail,
-    FailKind,
     Heartbeat,
     Hello,
     Job,
     Message,
     Welcome,
-)  # fmt: skip
+)
 from coderai.config import ModelEntry, ServerConfig
 from coderai.errors import BusProtocolError, EngineFailed, NoEngine
 from coderai.front.dispatch.dispatcher import Dispatcher

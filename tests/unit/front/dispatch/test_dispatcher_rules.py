@@ -5,15 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coderai.bus.messages import (
-    Bye,
-    Cancel,
-    Done,
-    Fail,
-    Heartbeat,
-    Message,
-    Ping,
-)
+from coderai.bus.messages import Bye, Cancel, Done, Fail, Heartbeat, Message, Ping
 from coderai.config import ServerConfig
 from coderai.errors import EngineFailed, NoEngine
 from coderai.front.dispatch.dispatcher import Dispatcher
