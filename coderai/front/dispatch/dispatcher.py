@@ -6,7 +6,6 @@ is the only owner of the socket and of this state.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import logging
 import time
@@ -59,7 +58,7 @@ from coderai.errors import (
     ShuttingDown,
     StreamStalled,
 )
-from coderai.front.dispatch import output
+from coderai.front.dispatch import admission, output
 from coderai.front.dispatch.cluster_link import ClusterLink
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
@@ -74,16 +73,6 @@ log = logging.getLogger("coderai.front")
 _ENGINE_STATES = frozenset(EngineState)
 #: heartbeats an engine may miss before it is "missing" and PINGed
 MISSING_AFTER_BEATS = 2
-
-
-def _identity_matches(identity: bytes, hello: Hello, remote: bool) -> bool:
-    """A local engine's routing id is name:epoch; a remote one's adds a random part, so
-    that another key cannot guess it from /healthz and take it over while it is away."""
-    base = f"{hello.name}:{hello.epoch}".encode()
-    if not remote:
-        return identity == base
-    nonce = identity[len(base) + 1 :]
-    return identity.startswith(base + b":") and len(nonce) == 16 and nonce.isalnum()
 
 
 class Dispatcher:
@@ -530,11 +519,11 @@ class Dispatcher:
         record.rss = int(msg.rss)
 
     def _hello(self, identity: bytes, msg: Hello, key: str | None = None) -> None:
-        if key is None and not hmac.compare_digest(msg.token.encode(), self._token.encode()):
+        if key is None and not admission.token_matches(msg.token, self._token):
             self._drop(identity, BusProtocolError(f"HELLO from {msg.name!r} with a wrong token"))
             self._refuse(identity, "wrong bus token")
             return
-        if not _identity_matches(identity, msg, remote=key is not None):
+        if not admission.identity_matches(identity, msg, remote=key is not None):
             self._refuse(identity, "identity does not match name:epoch", key)
             return
         why = self._name_refused(msg.name, key, msg.pid)
@@ -549,8 +538,7 @@ class Dispatcher:
             self._drop(identity, exc, key)
             self._refuse(identity, str(exc), key)
             return
-        # (bounded as server.max_parallel_requests is)
-        own_slots = min(msg.slots, 4096) if key is not None and msg.slots >= 1 else None
+        own_slots = admission.own_slots(key, msg.slots)
         settings = self._settings_for(msg.name, own_slots)
         record = EngineRecord(
             identity=identity,
@@ -587,32 +575,15 @@ class Dispatcher:
         self._pump()
 
     def _name_refused(self, name: str, key: str | None, pid: int = 0) -> str | None:
-        """Why an engine may not join under this name (None: it may). A remote engine
-        joins under the name its key was allowed with, and never as a local engine; a
-        local engine never replaces a remote one; and a second process never replaces a
-        remote engine that is alive (one key run twice would take the name in turns)."""
         current = self.registry.by_name(name)
-        if key is None:
-            if current is not None and current.remote_key is not None:
-                return f"the name {name!r} is a remote engine's"
-            return None
-        allowed = self.cluster.allowed.get(key) if self.cluster is not None else None
-        if allowed != name:
-            return f"this key joins as {allowed!r}, not {name!r} (coderai cluster list)"
-        if name in self.host.names() or (current is not None and current.remote_key is None):
-            return f"the name {name!r} is a local engine's"
-        if current is not None and current.pid != pid and self._alive(current):
-            return (f"the name {name!r} is held by a live process (pid {current.pid}) with"
-                    " this key: is the key used twice?")  # fmt: skip
-        return None
+        allowed = self.cluster.allowed if self.cluster is not None else None
+        current_alive = current is not None and self._alive(current)
+        return admission.name_refused(
+            name, key, pid, current, allowed, self.host.names(), current_alive
+        )
 
     def _alive(self, record: EngineRecord) -> bool:
-        """Heard from within two heartbeat intervals, and not on its way out (draining: an
-        admin restart asked it to join again; missing: PINGed after a silence). A process
-        that died is lost sooner: the next keepalive PING finds its connection gone."""
-        quiet = time.monotonic() - record.last_seen
-        fresh = quiet < 2 * self.settings.heartbeat_interval
-        return fresh and not record.draining and not record.missing
+        return admission.alive(record, time.monotonic(), self.settings.heartbeat_interval)
 
     def _remote_engines(self) -> dict[str, RemoteEngine]:
         return {
@@ -622,7 +593,8 @@ class Dispatcher:
         }
 
     def _still_allowed(self, record: EngineRecord) -> bool:
-        return self.cluster is not None and record.remote_key in self.cluster.allowed
+        allowed = self.cluster.allowed if self.cluster is not None else None
+        return admission.still_allowed(record.remote_key, allowed)
 
     def cut_off(self) -> None:
         """Engines whose key is no longer allowed: refused (they exit) and lost, their

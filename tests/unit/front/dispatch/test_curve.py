@@ -57,15 +57,15 @@ def test_the_front_sees_a_change_of_the_list_and_the_keys_it_lost(tmp_path: Path
 
 def test_a_remote_routing_id_needs_its_random_part_and_a_local_one_none() -> None:
     from coderai.bus.messages import Hello
-    from coderai.front.dispatch.dispatcher import _identity_matches
+    from coderai.front.dispatch.admission import identity_matches
 
     hello = Hello("far", 7, 1, "cpu", ["fake"], 8, "", [])
-    assert _identity_matches(b"far:7", hello, remote=False)
-    assert not _identity_matches(b"far:7:0123456789abcdef", hello, remote=False)
-    assert _identity_matches(b"far:7:0123456789abcdef", hello, remote=True)
+    assert identity_matches(b"far:7", hello, remote=False)
+    assert not identity_matches(b"far:7:0123456789abcdef", hello, remote=False)
+    assert identity_matches(b"far:7:0123456789abcdef", hello, remote=True)
     for bad in (b"far:7", b"far:7:", b"far:7:short", b"far:8:0123456789abcdef",
                 b"far:7:0123456789abcde!"):  # fmt: skip
-        assert not _identity_matches(bad, hello, remote=True), bad
+        assert not identity_matches(bad, hello, remote=True), bad
 
 
 def test_keygen_out_refuses_a_config_it_would_not_read(tmp_path: Path) -> None:
