@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.conftest import StartServer
 from tests.support.server import Server, wait_for
-from tests.support.sse import events
+from tests.support.sse import DONE, events
 
 BACKLOG = 64 * 1024
 #: 64 characters a token: the stream carries bytes ~12x faster than the plain words would
@@ -46,6 +46,33 @@ def read_to_end(sock: socket.socket) -> bytes:
     while chunk := sock.recv(1 << 16):
         data += chunk
     return data
+
+
+def read_stream(sock: socket.socket) -> bytes:
+    """Everything the front sends until the stream's last chunk (it keeps the connection
+    open for the client's next request); a stream that stops short times the read out."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.settimeout(20)
+    data = bytearray()
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def dechunked(response: bytes) -> bytes:
+    """The body of a raw HTTP response sent in chunks (as every stream is)."""
+    _, _, rest = response.partition(b"\r\n\r\n")
+    body = bytearray()
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            return bytes(body)
+        body += rest[:size]
+        rest = rest[size + 2 :]
 
 
 def front_rss(srv: Server) -> int:
@@ -93,6 +120,27 @@ def test_slow_readers_hold_the_front_to_its_backlog_cap(start_server: StartServe
     assert growth < streams * 4 * BACKLOG + 4 * 2**20, f"front grew {growth / 2**20:.1f} MiB"
     # the engine held them instead of racing ahead, and closing them freed their slots
     wait_for(lambda: free_slots(srv) == streams)
+
+
+def test_a_held_stream_goes_on_once_its_client_catches_up_and_ends_whole(
+    start_server: StartServer,
+) -> None:
+    """Past the backlog the engine holds the stream; once its client has read what waited,
+    the front sends RESUME and the stream goes on to its last token and [DONE]. Were the
+    RESUME never sent, the stream would wait forever: the read below would time out."""
+    tokens = 120_000  # 7.7 MB: more than the sockets' buffers take, so it is held
+    srv = start_server({"stream_backlog_chars": BACKLOG, "max_parallel_requests": 1}, [FAST])
+    sock = open_stream(srv, {**BODY, "max_tokens": tokens})
+    try:
+        wait_for(lambda: holds(srv) >= 1, timeout=60)
+        data = read_stream(sock)
+    finally:
+        sock.close()
+    streamed = events(dechunked(data))
+    assert streamed[-1] == DONE
+    text = "".join(e["choices"][0]["text"] for e in streamed[:-1])
+    assert len(text) == tokens * 64
+    wait_for(lambda: free_slots(srv) == 1)
 
 
 @pytest.mark.parametrize(
