@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, assert_never
 
 from coderai.bus.kinds import FailKind, FinishReason, JobKind
 from coderai.bus.messages import (
@@ -38,6 +38,21 @@ from coderai.engine.backends.base import (
     StepResult,
     completion_limit,
 )
+from coderai.engine.commands import (
+    CancelAll,
+    CancelJob,
+    Command,
+    Configure,
+    Cool,
+    FleetMeasured,
+    HoldJob,
+    Loaded,
+    Preload,
+    ResumeJob,
+    StartJob,
+    Stop,
+    Unload,
+)
 from coderai.engine.decoding.stops import StopMatcher
 from coderai.engine.outbox import Delta, Outbox
 from coderai.engine.pool import ModelPool
@@ -56,8 +71,8 @@ class Scheduler:
     def __init__(self, backends: dict[str, Backend], outbox: Outbox, slots: int) -> None:
         self.slots = slots
         self._outbox = outbox
-        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.pool = ModelPool(backends, on_loaded=lambda key: self._inbox.put(("loaded", key)))
+        self._inbox: queue.Queue[Command] = queue.Queue()
+        self.pool = ModelPool(backends, on_loaded=lambda key: self._inbox.put(Loaded(key)))
         self._batches: dict[ModelInstance, list[Sequence]] = {}
         self._next_step: dict[ModelInstance, float] = {}
         #: per instance key, sequences waiting for an instance with room, in arrival order
@@ -87,40 +102,40 @@ class Scheduler:
 
     # -- called from the event loop thread -------------------------------------------------
     def submit(self, job: Job) -> None:
-        self._inbox.put(("job", job))
+        self._inbox.put(StartJob(job))
 
     def preload(self, spec: ModelSpec) -> None:
-        self._inbox.put(("preload", spec))
+        self._inbox.put(Preload(spec))
 
     def cancel(self, job_id: int) -> None:
         seq = self._jobs.get(job_id)  # a dict lookup, atomic: see running()
         if seq is not None:
             seq.cancelled = True  # a step reading its prompt stops at once (a backend's)
-        self._inbox.put(("cancel", job_id))
+        self._inbox.put(CancelJob(job_id))
 
     def cancel_all(self, ended: threading.Event) -> None:
         """Every job, running or waiting, ends as cancelled (the front they came from is
         gone); `ended` is set once their DONEs are in the outbox."""
         for seq in list(self._jobs.values()):  # a copy made in one call: atomic
             seq.cancelled = True
-        self._inbox.put(("cancel_all", ended))
+        self._inbox.put(CancelAll(ended))
 
     def hold(self, job_id: int) -> None:
-        self._inbox.put(("hold", job_id))
+        self._inbox.put(HoldJob(job_id))
 
     def resume(self, job_id: int) -> None:
-        self._inbox.put(("resume", job_id))
+        self._inbox.put(ResumeJob(job_id))
 
     def stop(self) -> None:
-        self._inbox.put(("stop", None))
+        self._inbox.put(Stop())
 
     def measured(self, fleet: dict[str, int]) -> None:
         """The fleet's RSS by process, for the host RAM cap."""
-        self._inbox.put(("fleet", fleet))
+        self._inbox.put(FleetMeasured(fleet))
 
     def cool(self, paused: bool) -> None:
         """Pause every step and admission (True) until told to go on (False)."""
-        self._inbox.put(("cool", paused))
+        self._inbox.put(Cool(paused))
 
     def running(self, job_id: int) -> bool:
         """Whether a job is still in this engine (read from the loop's thread: a dict
@@ -128,11 +143,11 @@ class Scheduler:
         return job_id in self._jobs
 
     def unload(self, model_id: str) -> None:
-        self._inbox.put(("unload", model_id))
+        self._inbox.put(Unload(model_id))
 
     def configure(self, config: EngineConfig) -> None:
         """Applied between steps, on the scheduler thread, which owns the pool."""
-        self._inbox.put(("config", config))
+        self._inbox.put(Configure(config))
 
     # -- the scheduler thread -------------------------------------------------------------
     def run(self) -> None:
@@ -197,48 +212,55 @@ class Scheduler:
         block = timeout is None or timeout > 0
         while True:
             try:
-                kind, arg = self._inbox.get(block, timeout)
+                command = self._inbox.get(block, timeout)
             except queue.Empty:
                 return
             block = False
             self._stalled.clear()
-            if kind == "job":
-                self._start(arg)
-            elif kind == "cancel":
-                self._held.discard(arg)
-                self._cancel(arg)
-            elif kind == "cancel_all":
+            self._obey(command)
+            if self._stopped:
+                return
+
+    def _obey(self, command: Command) -> None:
+        match command:
+            case StartJob(job):
+                self._start(job)
+            case CancelJob(job_id):
+                self._held.discard(job_id)
+                self._cancel(job_id)
+            case CancelAll(ended):
                 self._held.clear()
                 for job_id in list(self._jobs):
                     self._cancel(job_id)
                 self._flush()
-                arg.set()
-            elif kind == "hold":
-                if arg in self._jobs:
-                    self._held.add(arg)
-            elif kind == "resume":
-                self._held.discard(arg)
-            elif kind == "loaded":
-                self._loaded(arg)
-            elif kind == "preload":
-                self._preload(arg)
-            elif kind == "unload":
-                self.pool.unload(arg)
-            elif kind == "config":
-                self._configure(arg)
-            elif kind == "fleet":
+                ended.set()
+            case HoldJob(job_id):
+                if job_id in self._jobs:
+                    self._held.add(job_id)
+            case ResumeJob(job_id):
+                self._held.discard(job_id)
+            case Loaded(key):
+                self._loaded(key)
+            case Preload(spec):
+                self._preload(spec)
+            case Unload(model_id):
+                self.pool.unload(model_id)
+            case Configure(config):
+                self._configure(config)
+            case FleetMeasured(rss):
                 # the fleet's memory, measured: waiting loads try again, or give up past
                 # their wait (the front unloads idle models where the fleet lacks room)
-                self._freed.update(self.pool.measured(arg))
+                self._freed.update(self.pool.measured(rss))
                 for key, why in self.pool.expired_waits(time.monotonic()).items():
                     self._fail_waiting(key, FailKind.LOAD_FAILED, why)
-            elif kind == "cool":
-                self._cooling = arg
-                if not arg:  # what waited for the pause to end may start now
+            case Cool(paused):
+                self._cooling = paused
+                if not paused:  # what waited for the pause to end may start now
                     self._freed.update(self._waiting)
-            elif kind == "stop":
+            case Stop():
                 self._stopped = True
-                return
+            case _:
+                assert_never(command)
 
     def _start(self, job: Job) -> None:
         try:
