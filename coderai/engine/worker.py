@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import logging
 import os
 import secrets
@@ -95,11 +96,20 @@ class FleetRoom(NamedTuple):
     wants_mb: float  #: what its loads held back for room need
 
 
+class Joined(enum.Enum):
+    """How an attempt to join the bus ended."""
+
+    JOINED = "joined"  #: WELCOME
+    REFUSED = "refused"  #: REFUSE, with the front's reason (logged)
+    LATE = "late"  #: no answer in time
+    STOPPED = "stopped"  #: told to stop while it waited
+
+
 class EngineWorker:
     def __init__(
         self, settings: EngineSettings, context: zmq.Context[zmq.Socket[bytes]] | None = None
     ) -> None:
-        self.s = settings
+        self.settings = settings
         #: a context shared with an in-process front (inproc://); None: this process's own
         self._shared_context = context
         backends = available_backends()
@@ -131,12 +141,16 @@ class EngineWorker:
         self._measures = 0
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
+        #: the DEALER, once run() has connected it (a new one for each incarnation)
+        self._bus: LoopSocket | None = None
+        #: the loop run() runs on, for request_stop() from another thread
+        self._running_loop: asyncio.AbstractEventLoop | None = None
 
     async def run(self) -> int:
         # A decode step that holds the GIL (pure-Python work) would otherwise keep the
         # socket's thread waiting up to the default 5 ms switch interval.
         sys.setswitchinterval(SWITCH_INTERVAL)
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = self._running_loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._front_silent = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
@@ -144,19 +158,19 @@ class EngineWorker:
                 loop.add_signal_handler(sig, self._stop.set)
         ctx: zmq.Context[zmq.Socket[bytes]] = self._shared_context or zmq.Context()
         outbox = self._outbox = Outbox(loop)
-        self.scheduler = Scheduler(self._backends, outbox, self.s.slots)
-        self.scheduler.pool.fleet_meter = lambda: fleet_usage(self.s.front_pid)
+        self.scheduler = Scheduler(self._backends, outbox, self.settings.slots)
+        self.scheduler.pool.fleet_meter = lambda: fleet_usage(self.settings.front_pid)
         self.scheduler.pool.vram_meter = lambda: free_vram_bytes(self._sensors.read())
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
         delay = 0.0
         try:
             while True:
                 joined = await self._join(ctx)
-                if joined == "stopped":
+                if joined is Joined.STOPPED:
                     return 0
-                if joined == "refused" or (joined == "late" and not self._reconnects):
+                if joined is Joined.REFUSED or (joined is Joined.LATE and not self._reconnects):
                     return EXIT_REFUSED
-                if joined == "late":
+                if joined is Joined.LATE:
                     delay = min(RECONNECT_MAX, max(RECONNECT_FIRST, delay * 2))
                     log.warning("no front answered; trying again in %.1f s", delay)
                     if await self._stops_within(delay):
@@ -179,16 +193,16 @@ class EngineWorker:
             return self._exit_code
         finally:
             self.scheduler.stop()
-            if hasattr(self, "_bus"):
+            if self._bus is not None:
                 self._bus.close(linger=1000)
             if self._shared_context is None:
                 ctx.term()
 
-    async def _join(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> str:
+    async def _join(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> Joined:
         """Connect and say HELLO (see _handshake for what it returns)."""
         self._welcome = self._loop.create_future()
         self._bus = LoopSocket(
-            connect_dealer(ctx, self.s.connect, self.identity, self.s.curve),
+            connect_dealer(ctx, self.settings.connect, self.identity, self.settings.curve),
             self._loop,
             self._on_frames,
         )
@@ -219,7 +233,7 @@ class EngineWorker:
             silent = self._loop.time() - self._last_heard
             if silent > self._heartbeat_interval * self._liveness:
                 log.warning("the front has been silent for %.1f s; engine %s starts over",
-                            silent, self.s.name)  # fmt: skip
+                            silent, self.settings.name)  # fmt: skip
                 self._front_silent.set()
                 return
 
@@ -228,12 +242,12 @@ class EngineWorker:
         new front that reuses their ids), what waits to be sent is dropped, and the
         engine joins again as a new incarnation. Loaded models stay loaded. False when
         the scheduler did not end its jobs in time (the engine then exits)."""
-        self._bus.close(linger=0)  # nothing more comes in, nothing more goes out
+        self._socket.close(linger=0)  # nothing more comes in, nothing more goes out
         ended = threading.Event()
         self.scheduler.cancel_all(ended)
         if not await asyncio.to_thread(ended.wait, START_OVER_TIMEOUT):
             log.error("engine %s could not end its jobs in %.0f s; it exits",
-                      self.s.name, START_OVER_TIMEOUT)  # fmt: skip
+                      self.settings.name, START_OVER_TIMEOUT)  # fmt: skip
             self._exit_code = EXIT_SCHEDULER_CRASHED
             return False
         self._outbox.clear()  # their DONEs were published before `ended` was set
@@ -242,15 +256,22 @@ class EngineWorker:
         return True
 
     def _new_incarnation(self) -> None:
-        self._bus.close(linger=0)
-        self.s = dataclasses.replace(self.s, epoch=max(self.s.epoch + 1, int(time.time() * 1000)))
+        self._socket.close(linger=0)
+        self.settings = dataclasses.replace(
+            self.settings, epoch=max(self.settings.epoch + 1, int(time.time() * 1000))
+        )
         self.identity = self._identity()
+
+    @property
+    def _socket(self) -> LoopSocket:
+        assert self._bus is not None, "run() connects the socket before it is used"
+        return self._bus
 
     def _identity(self) -> bytes:
         """name:epoch; a remote engine's adds a random part, so that no other key can
         take its routing id over from what /healthz shows (see the front's HELLO)."""
-        base = f"{self.s.name}:{self.s.epoch}"
-        return (f"{base}:{secrets.token_hex(8)}" if self.s.curve else base).encode()
+        base = f"{self.settings.name}:{self.settings.epoch}"
+        return (f"{base}:{secrets.token_hex(8)}" if self.settings.curve else base).encode()
 
     async def _stops_within(self, seconds: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -260,7 +281,7 @@ class EngineWorker:
 
     def request_stop(self) -> None:
         """From another thread: leave the bus and end run()."""
-        loop = getattr(self, "_loop", None)
+        loop = self._running_loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._stop.set)
 
@@ -269,24 +290,25 @@ class EngineWorker:
             self.scheduler.run()
         except BaseException:
             # a dead decode loop with a live socket would accept jobs and never end them
-            log.exception("the scheduler thread crashed; engine %s exits", self.s.name)
+            log.exception("the scheduler thread crashed; engine %s exits", self.settings.name)
             self._exit_code = EXIT_SCHEDULER_CRASHED
             self._loop.call_soon_threadsafe(self._stop.set)
 
     async def _send(self, frames: list[bytes]) -> None:
-        await self._bus.send(frames)
+        await self._socket.send(frames)
 
-    async def _handshake(self) -> str:
-        """HELLO, then "joined", "refused" (told why), "late" (no answer) or "stopped"."""
+    async def _handshake(self) -> Joined:
+        """HELLO, then WELCOME (joined), REFUSE (told why), no answer in time (late), or a
+        stop asked for meanwhile."""
         hello = Hello(
-            name=self.s.name,
-            epoch=self.s.epoch,
+            name=self.settings.name,
+            epoch=self.settings.epoch,
             pid=os.getpid(),
-            backend=self.s.backend,
+            backend=self.settings.backend,
             capabilities=self.capabilities,
-            slots=self.s.slots,
-            token=self.s.token,
-            gpus=self.s.gpus,
+            slots=self.settings.slots,
+            token=self.settings.token,
+            gpus=self.settings.gpus,
         )
         await self._send(encode(hello))
         stop = asyncio.ensure_future(self._stop.wait())
@@ -301,18 +323,18 @@ class EngineWorker:
         # says SHUTDOWN): the engine has joined, so it leaves with a BYE.
         if not self._welcome.done():
             if self._stop.is_set():
-                return "stopped"  # told to stop while joining: leave, as asked
+                return Joined.STOPPED  # told to stop while joining: leave, as asked
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
-            return "late"
+            return Joined.LATE
         msg = self._welcome.result()
         if isinstance(msg, Refuse):
-            log.error("front refused engine %s: %s", self.s.name, msg.reason)
-            return "refused"
+            log.error("front refused engine %s: %s", self.settings.name, msg.reason)
+            return Joined.REFUSED
         assert isinstance(msg, Welcome)
         self._heartbeat_interval = msg.heartbeat_interval
         self._liveness = max(1, msg.liveness)
-        log.info("engine %s joined the bus", self.s.name)
-        return "joined"
+        log.info("engine %s joined the bus", self.settings.name)
+        return Joined.JOINED
 
     def _decode(self, frames: list[bytes]) -> Message | None:
         try:
@@ -352,11 +374,11 @@ class EngineWorker:
             self.scheduler.resume(msg.job_id)
         elif isinstance(msg, Ping):
             if msg.ref != KEEPALIVE:  # a keepalive only says the front is there
-                self._bus.send_nowait(encode(self._heartbeat()))  # a lost reply is just late
+                self._socket.send_nowait(encode(self._heartbeat()))  # a lost reply is just late
         elif isinstance(msg, Control):
             self._control(msg)
         elif isinstance(msg, Refuse):
-            log.error("front refused engine %s: %s", self.s.name, msg.reason)
+            log.error("front refused engine %s: %s", self.settings.name, msg.reason)
             self._exit_code = EXIT_REFUSED
             self._stop.set()
 
@@ -384,7 +406,7 @@ class EngineWorker:
         elif msg.action == ControlAction.CONFIG:
             self._configure(msg.args)
         elif msg.action == ControlAction.RECONNECT and self._reconnects:
-            log.info("engine %s starts over, as its front asks", self.s.name)
+            log.info("engine %s starts over, as its front asks", self.settings.name)
             self._front_silent.set()
         else:
             self._drop_log.warning("dropped a CONTROL %r with args %r", msg.action, msg.args)
@@ -435,16 +457,18 @@ class EngineWorker:
             part = "the CPU" if after.sensor == "cpu" else f"GPU {after.card}"
             log.warning(
                 "engine %s pauses to cool: %s is at %.0f °C (pauses at %.0f, goes on at %.0f)",
-                self.s.name, part, after.temp, after.high, after.resume,
+                self.settings.name, part, after.temp, after.high, after.resume,
             )  # fmt: skip
         elif before is not None:
-            log.info("engine %s goes on: cooled below %.0f °C", self.s.name, before.resume)
+            log.info("engine %s goes on: cooled below %.0f °C", self.settings.name, before.resume)
 
     async def _heartbeats(self) -> None:
         while True:
             if self._front_gone():
                 log.error(
-                    "front process %s is gone; engine %s exits", self.s.front_pid, self.s.name
+                    "front process %s is gone; engine %s exits",
+                    self.settings.front_pid,
+                    self.settings.name,
                 )
                 self._exit_code = EXIT_FRONT_GONE
                 self._stop.set()
@@ -452,7 +476,7 @@ class EngineWorker:
             await self._check_thermal()
             cap = self.scheduler.pool.ram_cap_bytes
             if cap:
-                fleet = await asyncio.to_thread(fleet_usage, self.s.front_pid)
+                fleet = await asyncio.to_thread(fleet_usage, self.settings.front_pid)
                 self.scheduler.measured(fleet)
                 # the pool's state is read after the measure: a load begun before it is in
                 # the state (counted for what it has yet to take), one begun after counts
@@ -469,4 +493,4 @@ class EngineWorker:
 
     def _front_gone(self) -> bool:
         # an orphan is re-parented: never keep holding GPU memory for a dead front
-        return self.s.front_pid is not None and os.getppid() != self.s.front_pid
+        return self.settings.front_pid is not None and os.getppid() != self.settings.front_pid
