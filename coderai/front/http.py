@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -67,17 +67,31 @@ async def read_body(request: web.Request, model: type[M]) -> M:
     return validate(model, await read_json(request))
 
 
-def validate(model: type[M], data: Any) -> M:
-    """`data` validated into `model`, or InvalidRequest naming the first problem (for the
-    admin API's bodies; the API routes have their own rules, schemas.py)."""
+#: a parameter the server does not build yet, and what of it asks nothing (absent, null,
+#: a default): such a value is honoured by doing nothing, any other is refused
+NotBuilt = Mapping[str, Callable[[Any], bool]]
+
+
+def validate(model: type[M], data: Any, not_built: NotBuilt | None = None, *,
+             top_param: bool = False) -> M:  # fmt: skip
+    """`data` validated into `model`, or InvalidRequest naming what is wrong: a body that
+    is not a JSON object, a parameter not built here with a value that asks something,
+    or the first problem pydantic finds. The one path every body takes. The APIs name
+    the top-level parameter in `param` (`top_param`), as OpenAI does; the admin API the
+    whole path."""
     if not isinstance(data, dict):
         raise InvalidRequest("the request body must be a JSON object")
+    for name, idle in (not_built or {}).items():
+        if name in data and not idle(data[name]):
+            raise InvalidRequest(f"{name} is not supported by this server yet", param=name)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         where, message = first_problem(exc)
-        param = ".".join(where) or None
-        raise InvalidRequest(f"{param or 'body'}: {message}", param=param) from None
+        path = ".".join(where)
+        if top_param:
+            raise InvalidRequest(f"{path}: {message}", param=where[0] if where else None) from None
+        raise InvalidRequest(f"{path or 'body'}: {message}", param=path or None) from None
 
 
 def from_http_exception(exc: web.HTTPException) -> CoderaiError:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from coderai.errors import InvalidRequest
-from coderai.front.api.openai.schemas import ChatRequest, parse, refuse_not_built
-from coderai.validation import first_problem
+from coderai.front import http
+from coderai.front.api.openai.schemas import ChatRequest, parse
 
 
 class Body(BaseModel):
@@ -34,16 +34,8 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def validate(model: type[Model], body: Any, not_built: dict[str, Callable[[Any], bool]]) -> Model:
-    """A JSON body as `model`; parameters not built (with a value that asks something)
-    and the first problem pydantic finds are 400s naming them."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    refuse_not_built(body, not_built)
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        loc, message = first_problem(exc)
-        raise InvalidRequest(f"{'.'.join(loc)}: {message}", param=loc[0] if loc else None) from None
+    """A translated API's body as `model`, checked as every API body is (http.validate)."""
+    return http.validate(model, body, not_built, top_param=True)
 
 
 def chat_request(body: dict[str, Any], renames: list[tuple[str, str]]) -> ChatRequest:

@@ -22,14 +22,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from coderai import grammar
 from coderai.errors import InvalidRequest
-from coderai.validation import first_problem
+from coderai.front.http import validate
 
 #: a logit_bias key: a token id in ASCII digits (str.isdigit would take "²" and "٣")
 _TOKEN_ID = re.compile(r"[0-9]{1,10}")
@@ -524,12 +523,6 @@ COMPLETIONS_NOT_BUILT = {
 }
 
 
-def refuse_not_built(body: dict[str, Any], table: dict[str, Callable[[Any], bool]]) -> None:
-    for name, idle in table.items():
-        if name in body and not idle(body[name]):
-            raise InvalidRequest(f"{name} is not supported by this server yet", param=name)
-
-
 class TokenizeRequest(_Body):
     """vLLM's and llama.cpp's /tokenize: a prompt, or messages through the chat template;
     the ids are those a completion or chat request with the same text reads."""
@@ -566,14 +559,8 @@ _NOT_BUILT_BY_REQUEST: dict[type[BaseModel], dict[str, Callable[[Any], bool]]] =
 
 
 def parse(model: type[_Body], body: Any) -> Any:
-    """Validate a JSON body into a request, mapping the first problem to a 400."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    refuse_not_built(body, _NOT_BUILT_BY_REQUEST[model])
-    try:
-        request = model.model_validate(body)
-    except ValidationError as exc:
-        loc, message = first_problem(exc)
-        raise InvalidRequest(f"{'.'.join(loc)}: {message}", param=loc[0] if loc else None) from None
+    """Validate a JSON body into a request (http.validate), then its own checks: a 400
+    naming the first problem."""
+    request = validate(model, body, _NOT_BUILT_BY_REQUEST[model], top_param=True)
     request.check()
     return request
