@@ -54,9 +54,9 @@ def test_a_second_process_with_one_key_is_refused_while_the_first_lives() -> Non
 
 
 def test_alive_means_heard_within_two_beats_and_not_leaving() -> None:
-    engine = record()
-    assert admission.alive(engine, now=101.9, heartbeat_interval=1.0)
-    assert not admission.alive(engine, now=102.0, heartbeat_interval=1.0)
+    engine = record()  # last heard at 100.0
+    assert admission.alive(engine, now=100.9, heartbeat_interval=0.5)
+    assert not admission.alive(engine, now=101.0, heartbeat_interval=0.5)
     assert not admission.alive(dataclasses.replace(engine, draining=True), 100.5, 1.0)
     assert not admission.alive(dataclasses.replace(engine, missing=True), 100.5, 1.0)
 

@@ -75,6 +75,22 @@ def test_distinct_aliases_of_one_file_may_live_on_two_engines() -> None:
     }
 
 
+def test_models_after_a_pinned_one_and_an_unrunnable_one_are_still_placed() -> None:
+    models = [model("p", pin="radeon"), model("x", "fake"), model("a"), model("b")]
+    result = assign_owners(models, NVIDIA_RADEON, None)
+    # the pin counts toward its engine's load: the next goes to the other one, and on a
+    # tie the first able engine takes it
+    assert result.owners == {"p": "radeon", "a": "nvidia", "b": "nvidia"}
+    assert result.warnings == {"x": "no engine can run fake models"}
+
+
+def test_a_pin_to_a_missing_engine_names_the_engines_there_are() -> None:
+    result = assign_owners([model("a", pin="amd")], NVIDIA_RADEON, None)
+    assert result.warnings["a"] == "pinned engine 'amd' does not exist (engines: nvidia, radeon)"
+    alone = assign_owners([model("a", pin="amd")], [], None)
+    assert alone.warnings["a"] == "pinned engine 'amd' does not exist (engines: none)"
+
+
 def test_a_model_no_engine_can_run_has_no_owner_and_a_warning() -> None:
     result = assign_owners([model("x", "fake")], NVIDIA_RADEON, None)
     assert result.owners == {}
