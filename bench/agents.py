@@ -44,6 +44,7 @@ from coderai.defaults import embedded_gguf
 from tests.support import agents
 from tests.support.prompts import long_prompt
 from tests.support.server import TTFT_COUNT
+from tests.support.sse import iter_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the last commit before issue 28's change
@@ -82,14 +83,14 @@ def opening(url: str, step: int) -> dict[str, Any]:
     sent = time.monotonic()
     with httpx.stream("POST", url + "/v1/messages", json=body, timeout=600) as r:
         marks["status"] = time.monotonic() - sent
-        for line in r.iter_lines():
+        for frame in iter_frames(r.iter_bytes()):
             at = time.monotonic() - sent
-            if line == "event: message_start":
+            if frame.name == "message_start":
                 marks["message_start"] = at
-            elif line == "event: ping" or line.startswith(": "):
-                marks["keepalives"] += line == "event: ping"
+            elif frame.name == "ping" or frame.comment is not None:
+                marks["keepalives"] += frame.name == "ping"
                 marks.setdefault("first_keepalive", at)
-            elif line in ("event: content_block_start", "event: message_delta"):
+            elif frame.name in ("content_block_start", "message_delta"):
                 marks.setdefault("first_output", at)
     marks["end"] = time.monotonic() - sent
     return marks

@@ -3,12 +3,13 @@ the text, and the usage the last chunk carries (any OpenAI-compatible server).""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from tests.support.sse import DONE, event
 
 
 @dataclass
@@ -29,11 +30,10 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict[str, 
     async with session.post(f"{url}/v1/chat/completions", json=body) as response:
         if response.status != 200:
             raise RuntimeError(f"{url}: {response.status} {await response.text()}")
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
+        async for line in response.content:
+            chunk = event(line)
+            if chunk is None or chunk is DONE:
                 continue
-            chunk = json.loads(line[6:])
             for choice in chunk.get("choices", []):
                 if choice.get("delta", {}).get("content"):
                     out.last = time.perf_counter()

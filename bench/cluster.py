@@ -38,6 +38,7 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer, free_port
+from tests.support.sse import is_content_delta
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "bench-admin-key"
@@ -61,8 +62,7 @@ async def round_of(url: str, model: str, streams: int, tokens: int) -> dict[str,
             first = True
             async for line in r.content:
                 # content chunks only: not the role opening, not the final empty delta
-                content = line.startswith(b"data: {") and b'"content"' in line
-                if first and content and b'"role"' not in line:
+                if first and is_content_delta(line):
                     ttfts.append(time.perf_counter() - sent)
                     first = False
 

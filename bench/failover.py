@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer
 from coderai.front.engines.supervisor import STARTUP_FAILURE_SECONDS
+from tests.support.sse import iter_frames
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = {"id": "slow", "format": "fake",
@@ -47,8 +48,8 @@ def trial(server: BenchServer, sig: signal.Signals) -> dict[str, float]:
         request = urllib.request.Request(server.url + "/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})  # fmt: skip
         with urllib.request.urlopen(request, timeout=60) as r:
-            for line in r:
-                if line.startswith(b"data: "):
+            for frame in iter_frames(r):
+                if frame.comment is None:
                     first.set()
         ended.append(time.monotonic())
 

@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
 from coderai.cli import brief_openmp_spin
+from tests.support.sse import DONE, event
 
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
           "a winter forest", "a busy market", "a small robot"]  # fmt: skip
@@ -87,12 +88,12 @@ async def stream(
     async with session.post(url + "/v1/chat/completions", json=body) as r:
         assert r.status == 200, await r.text()
         async for line in r.content:
-            if not line.startswith(b"data: {"):
+            chunk = event(line)
+            if chunk is None or chunk is DONE:
                 continue
-            event = json.loads(line[6:])
-            if event.get("usage"):
-                usage = event["usage"]
-            for choice in event.get("choices", []):
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices", []):
                 piece = choice.get("delta", {}).get("content")
                 if piece:
                     arrivals.append(time.perf_counter())

@@ -27,6 +27,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer
+from tests.support.sse import DONE, event
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "bench-admin-key"
@@ -103,11 +104,13 @@ class Stream:
     def _read(self, srv: BenchServer, body: dict[str, Any]) -> None:
         with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=300) as r:
             for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    self.events += 1
-                    choice = json.loads(line[6:])["choices"]
-                    if choice and choice[0].get("finish_reason"):
-                        self.finish = choice[0]["finish_reason"]
+                chunk = event(line)
+                if chunk is None or chunk is DONE:
+                    continue
+                self.events += 1
+                choice = chunk["choices"]
+                if choice and choice[0].get("finish_reason"):
+                    self.finish = choice[0]["finish_reason"]
 
     def join(self) -> None:
         self._thread.join(timeout=300)

@@ -23,6 +23,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer
+from tests.support.sse import DONE, event
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROMPTS = [
@@ -87,12 +88,12 @@ async def through_stack(url: str, tokens: int) -> list[dict[str, Any]]:
             usage = 0
             async with session.post(url + "/v1/chat/completions", json=body) as r:
                 async for line in r.content:
-                    if not line.startswith(b"data: {"):
+                    chunk = event(line)
+                    if chunk is None or chunk is DONE:
                         continue
-                    event = json.loads(line[6:])
-                    if event.get("usage"):
-                        usage = event["usage"]["completion_tokens"]
-                    for choice in event["choices"]:
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]["completion_tokens"]
+                    for choice in chunk["choices"]:
                         piece = choice["delta"].get("content")
                         if piece:
                             first = first or time.perf_counter()

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.designs import Running, start_bare, start_coderai, start_floor, start_proxy
 from bench.server import cpu_seconds
 from bench.stats import percentile
+from tests.support.sse import DATA, is_content_delta
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -95,7 +96,7 @@ def one_answer(url: str, tokens: int) -> tuple[int, int]:
         raw = b""
         while chunk := sock.recv(65536):
             raw += chunk
-    return len(raw), raw.count(b"data: ")
+    return len(raw), raw.count(DATA)
 
 
 async def latency_client(
@@ -123,11 +124,11 @@ async def latency_client(
                 async with session.post(url + "/v1/chat/completions", json=body) as r:
                     async for line in r.content:
                         nonlocal seen
-                        seen += line.startswith(b"data: ")
-                        # content chunks only: not the role opening, not the final empty delta
-                        if not line.startswith(b"data: {") or b'"content"' not in line:
+                        if not line.startswith(DATA):
                             continue
-                        if b'"role"' in line:
+                        seen += 1
+                        # content chunks only: not the role opening, not the final empty delta
+                        if not is_content_delta(line):
                             continue
                         now = time.perf_counter()
                         if last is None:

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.server import BenchServer
 from bench.stats import percentile
+from tests.support.sse import iter_frames
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KEY = "bench-admin-key"
@@ -76,10 +77,9 @@ def read_feed(url: str, counts: dict[str, int]) -> None:
     conn.request("GET", "/admin/api/events", headers=ADMIN)
     response = conn.getresponse()
     try:
-        for line in response:
-            if line.startswith(b"event: "):
-                name = line[7:].strip().decode()
-                counts[name] = counts.get(name, 0) + 1
+        for frame in iter_frames(response):
+            if frame.name:
+                counts[frame.name] = counts.get(frame.name, 0) + 1
     except OSError:
         return
 

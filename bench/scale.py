@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results import RESULTS, save
 from bench.server import BenchServer, cpu_seconds
+from tests.support.sse import aiter_frames
 
 MIB = 1 << 20
 
@@ -79,8 +80,8 @@ async def open_streams(count: int, seconds: float) -> dict[str, Any]:
         nonlocal started
         body = {"model": "idle", "prompt": "x", "stream": True}
         async with session.post(server.url + "/v1/completions", json=body) as r:
-            async for line in r.content:
-                if line.startswith(b"data: {"):
+            async for frame in aiter_frames(r.content):
+                if frame.comment is None:
                     started += 1
                     if started == count:
                         opened.set()

@@ -14,13 +14,18 @@ import argparse
 import asyncio
 import json
 import signal
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.server import BenchServer
+from tests.support.sse import DONE, aiter_frames
 
 SLOW = {"id": "slow", "format": "fake", "options": {"tokens_per_second": 20,
                                                     "output_tokens": 100_000}}  # fmt: skip
@@ -36,15 +41,16 @@ async def _request(session: aiohttp.ClientSession, url: str, stream: bool,
                 return f"HTTP {r.status}"
             if not stream:
                 return "whole 200"
-            last = b""
-            async for line in r.content:
-                if line.startswith(b"data: "):
-                    last = line[6:].strip()
+            last: dict[str, Any] = {}
+            # whole events only: a line the cut left half-written is not one
+            async for frame in aiter_frames(r.content):
+                if frame.comment is None:
+                    last = frame.json()
                     started.set()
-            if last == b"[DONE]":
+            if last is DONE:
                 return "stream [DONE]"
-            if last.startswith(b'{"error"'):
-                return f"stream error event ({json.loads(last)['error']['code']})"
+            if "error" in last:
+                return f"stream error event ({last['error']['code']})"
             return "stream ended without a last event"
     except aiohttp.ClientPayloadError:
         return "stream cut inside the chunked body"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coderai.engine.backends.fake import fake_embedding, fake_tokens
 from tests.support.server import expected_chat
-from tests.support.sse import DONE, event
+from tests.support.sse import DONE, event, events
 
 #: no request may take longer under any chaos: past it, it is counted as hung
 DEADLINE = 60.0
@@ -116,8 +116,10 @@ class Stream:
 
     def take(self, line: bytes) -> None:
         parsed = event(line)
-        if parsed is None:
-            return
+        if parsed is not None:
+            self.add(parsed)
+
+    def add(self, parsed: dict[str, Any]) -> None:
         if parsed is DONE:
             self.done = True
             return
@@ -250,8 +252,8 @@ class Client:
                     await asyncio.sleep(0.002)
             except aiohttp.ClientPayloadError as exc:
                 raise Answer("truncated", repr(exc)) from None
-        for line in raw.split(b"\n"):
-            stream.take(line)
+        for parsed in events(raw):
+            stream.add(parsed)
         if not stream.done or stream.text != want:
             raise Answer("truncated" if not stream.done else "wrong", f"{len(stream.text)} chars")
 

@@ -24,6 +24,7 @@ from coderai.defaults import embedded_gguf
 from coderai.engine.scheduler import PROGRESS_INTERVAL
 from tests.support.prompts import long_prompt
 from tests.support.server import TTFT_COUNT, Server, running
+from tests.support.sse import Frame, Parser
 
 #: the fake model's script: a call to a namespaced function (Codex's MCP tools come so)
 LOOKUP = '<tool_call>\n{"name": "docs__lookup", "arguments": {"q": "zmq"}}\n</tool_call>'
@@ -169,18 +170,28 @@ def test_a_prompt_over_the_context_is_anthropics_prompt_is_too_long(server: Serv
 
 
 #: the first event of an answer: its text, or its end (a model may answer nothing)
-ANSWERED = ("event: content_block_start", "event: message_delta")
+ANSWERED = ("content_block_start", "message_delta")
 
 
-def _lines(response: httpx.Response) -> Iterator[tuple[float, str]]:
-    for line in response.iter_lines():
-        if line:
-            yield time.monotonic(), line
+def _frames(response: httpx.Response) -> Iterator[tuple[float, Frame]]:
+    """Each frame with the time its piece arrived."""
+    parser = Parser()
+    for piece in response.iter_bytes():
+        at = time.monotonic()
+        for frame in parser.feed(piece):
+            yield at, frame
 
 
-def _read(line: str) -> int | None:
-    """The prompt tokens a progress comment says are read, or None for another line."""
-    return int(line.split()[2].split("/")[0]) if line.startswith(": prompt ") else None
+def _read(frame: Frame) -> int | None:
+    """The prompt tokens a progress comment says are read, or None for another frame."""
+    said = frame.comment or ""
+    return int(said.split()[1].split("/")[0]) if said.startswith("prompt ") else None
+
+
+def _is_role(frame: Frame) -> bool:
+    """Whether it is a chat stream's opening, the assistant's role."""
+    choices = frame.json().get("choices", []) if frame.comment is None else []
+    return any(c["delta"].get("role") == "assistant" for c in choices)
 
 
 def test_a_stream_opens_at_admission_then_reports_each_step_of_its_prompt(
@@ -193,26 +204,26 @@ def test_a_stream_opens_at_admission_then_reports_each_step_of_its_prompt(
             "messages": [{"role": "user", "content": "word " * READER_WORDS}]}  # fmt: skip
     with httpx.stream("POST", server.url + "/v1/messages", json=body, timeout=60) as r:
         assert r.status_code == 200
-        lines = [line for _, line in _lines(r)]
-    opened, answered = lines.index("event: message_start"), lines.index(ANSWERED[0])
-    start = json.loads(lines[opened + 1].removeprefix("data: "))
-    tokens = start["message"]["usage"]["input_tokens"]
+        frames = [frame for _, frame in _frames(r)]
+    names = [f.name for f in frames]
+    opened, answered = names.index("message_start"), names.index(ANSWERED[0])
+    tokens = frames[opened].json()["message"]["usage"]["input_tokens"]
     assert tokens >= READER_WORDS
-    reads = [n for line in lines[opened:answered] if (n := _read(line)) is not None]
+    reads = [n for f in frames[opened:answered] if (n := _read(f)) is not None]
     assert reads == sorted(reads) and reads[-1] == tokens, reads
     assert len({n for n in reads if 0 < n < tokens}) >= 2, reads  # read over steps, reported
-    assert "event: ping" in lines[opened:answered]
+    assert "ping" in names[opened:answered]
 
 
 def test_a_chat_stream_opens_with_its_role_before_its_prompt_is_read(server: Server) -> None:
     body = {"model": "reader", "max_tokens": 2, "stream": True,
             "messages": [{"role": "user", "content": "word " * READER_WORDS}]}  # fmt: skip
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
-        lines = [line for _, line in _lines(r)]
-    role = next(i for i, s in enumerate(lines) if '"role":"assistant"' in s)
-    answered = next(i for i, s in enumerate(lines) if i > role and s.startswith("data: "))
-    reads = [n for line in lines[role:answered] if (n := _read(line)) is not None]
-    assert len({n for n in reads if n}) >= 2 and reads == sorted(reads), lines[: answered + 1]
+        frames = [frame for _, frame in _frames(r)]
+    role = next(i for i, f in enumerate(frames) if _is_role(f))
+    answered = next(i for i, f in enumerate(frames) if i > role and f.comment is None)
+    reads = [n for f in frames[role:answered] if (n := _read(f)) is not None]
+    assert len({n for n in reads if n}) >= 2 and reads == sorted(reads), frames[: answered + 1]
 
 
 def test_a_2k_token_prompt_on_smollm2_opens_at_admission(server: Server) -> None:
@@ -221,32 +232,33 @@ def test_a_2k_token_prompt_on_smollm2_opens_at_admission(server: Server) -> None
     it is read (bench/agents.py times it)."""
     body = {"model": "smol", "max_tokens": 8, "stream": True,
             "messages": [{"role": "user", "content": long_prompt(1900, 7)}]}  # fmt: skip
-    seen: list[tuple[float, str]] = []
+    seen: list[tuple[float, Frame]] = []
     with httpx.stream("POST", server.url + "/v1/messages", json=body, timeout=120) as r:
         assert r.status_code == 200
-        for at, line in _lines(r):
-            seen.append((at, line))
-            if line in ANSWERED:
+        for at, frame in _frames(r):
+            seen.append((at, frame))
+            if frame.name in ANSWERED:
                 break
-    lines = [line for _, line in seen]
-    opened = lines.index("event: message_start")
-    start = json.loads(lines[opened + 1].removeprefix("data: "))
+    names = [frame.name for _, frame in seen]
+    opened = names.index("message_start")
+    start = seen[opened][1].json()
     assert start["message"]["usage"]["input_tokens"] > 1800, start
     # opened long before the text: on this CPU the prompt takes seconds to read, and
     # keep-alives fill that time (a fast machine may read it before the first one is due)
     reading = seen[-1][0] - seen[opened][0]
     if reading > 2 * KEEPALIVE:
-        assert "event: ping" in lines[opened:], (reading, lines)
+        assert "ping" in names[opened:], (reading, seen)
 
 
 def test_a_stream_waiting_for_its_model_to_load_is_kept_alive(server: Server) -> None:
     body = {"model": "slow-load", "max_tokens": 4, "stream": True, "messages": ASK}
     with httpx.stream("POST", server.url + "/v1/messages", json=body, timeout=60) as r:
         assert r.status_code == 200
-        lines = [line for _, line in _lines(r)]
-    opened = lines.index("event: message_start")
-    assert ": waiting for the model" in lines[:opened] and "event: ping" in lines[:opened]
-    assert lines[-2:] == ["event: message_stop", 'data: {"type":"message_stop"}']
+        frames = [frame for _, frame in _frames(r)]
+    names = [f.name for f in frames]
+    opened = names.index("message_start")
+    assert Frame(comment="waiting for the model") in frames[:opened] and "ping" in names[:opened]
+    assert frames[-1] == Frame("message_stop", '{"type":"message_stop"}')
 
 
 # -- Codex: the Responses API ----------------------------------------------------------------
@@ -310,9 +322,9 @@ def test_a_prompt_cancelled_while_read_keeps_what_was_read_for_the_retry(server:
             "messages": [{"role": "user", "content": long_prompt(500, 9)}]}  # fmt: skip
     read = 0
     with httpx.stream("POST", server.url + "/v1/messages", json=body, timeout=120) as r:
-        for _, line in _lines(r):
-            read = _read(line) or 0
-            if read or line in ANSWERED:
+        for _, frame in _frames(r):
+            read = _read(frame) or 0
+            if read or frame.name in ANSWERED:
                 break  # the client hangs up while the prompt is read
     if not read:
         pytest.skip("the prompt was read before its progress was reported (a fast machine)")

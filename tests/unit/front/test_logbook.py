@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from coderai.front.logbook import (
     OutputRelay,
     take_lines,
 )
+from tests.support.sse import one
 
 T = TypeVar("T")
 
@@ -33,12 +33,8 @@ def run(scenario: Callable[[], Awaitable[T]], debug: bool = False) -> T:
 
 
 def decoded(batch: list[bytes]) -> list[tuple[str, dict[str, Any]]]:
-    """(event, data) of each SSE frame."""
-    out = []
-    for raw in batch:
-        event, data = raw.decode().strip().split("\n")
-        out.append((event.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
+    """(event, data) of each SSE frame, one whole frame to each piece."""
+    return [(frame.name, frame.json()) for frame in map(one, batch)]
 
 
 def test_a_source_keeps_only_its_newest_lines() -> None:

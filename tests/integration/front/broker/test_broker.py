@@ -19,6 +19,7 @@ import pytest
 from tests.support import aisbf
 from tests.support.aisbf import AisbfPeer
 from tests.support.server import Server, expected_chat, serving, wait_for
+from tests.support.sse import DONE, one
 
 KEY = "broker-admin-key"
 ENGINES = [{"name": "e1", "backend": "cpu", "capabilities": ["fake"]}]
@@ -88,9 +89,8 @@ def streamed_error(replies: list[dict[str, Any]]) -> dict[str, Any]:
     """The OpenAI error object a stream's last chunk carries, checked to be followed by
     `done`, the one end of a stream the broker relays."""
     assert [(r["status"], r["event"]) for r in replies[-2:]] == [("ok", "chunk"), ("ok", "done")]
-    event = replies[-2]["payload"]["chunk"]
-    assert event.startswith("data: ") and event.endswith("\n\n"), event
-    error: dict[str, Any] = json.loads(event[6:])["error"]
+    # one whole event per chunk, as an HTTP client would read it
+    error: dict[str, Any] = one(replies[-2]["payload"]["chunk"]).json()["error"]
     return error
 
 
@@ -98,10 +98,9 @@ def streamed_text(replies: list[dict[str, Any]]) -> str:
     parts = []
     for reply in replies:
         if reply.get("event") == "chunk":
-            event = reply["payload"]["chunk"]
-            assert event.startswith("data: ") and event.endswith("\n\n"), event
-            if event != "data: [DONE]\n\n":
-                for choice in json.loads(event[6:]).get("choices", []):
+            event = one(reply["payload"]["chunk"]).json()
+            if event is not DONE:
+                for choice in event.get("choices", []):
                     parts.append(choice["delta"].get("content") or "")
     return "".join(parts)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from coderai.front.app import build_app
 from coderai.front.auth.gate import ADMIN_OPEN, CHANGING, SESSION_RECHECK_SECONDS
 from coderai.front.server import assemble
 from tests.support.server import Server, wait_for
+from tests.support.sse import Frame, iter_frames
 
 KEY = "admin-key-for-tests"
 PASSWORD = "a-long-password"
@@ -349,12 +349,9 @@ def listen_to_feed(srv: Server, events: list[tuple[str, Any]], done: threading.E
 
     def listen() -> None:
         with admin(srv) as c, c.stream("GET", "/admin/api/events", timeout=30) as feed:
-            name = ""
-            for line in feed.iter_lines():
-                if line.startswith("event: "):
-                    name = line[7:]
-                elif line.startswith("data: "):
-                    events.append((name, json.loads(line[6:])))
+            for frame in iter_frames(feed.iter_bytes()):
+                if frame.comment is None:
+                    events.append((frame.name, frame.json()))
                 if done.is_set():
                     return
 
@@ -438,7 +435,7 @@ def test_a_live_stream_ends_when_its_session_is_logged_out(srv: Server) -> None:
     with logged_in(srv) as (client, csrf):
         cookie = client.cookies["coderai_session"]
         ended = threading.Event()
-        received: list[str] = []
+        received: list[Frame] = []
 
         def listen() -> None:
             with (
@@ -446,13 +443,13 @@ def test_a_live_stream_ends_when_its_session_is_logged_out(srv: Server) -> None:
                 httpx.Client(base_url=srv.url, cookies={"coderai_session": cookie}) as c,
                 c.stream("GET", "/admin/api/events", timeout=60) as feed,
             ):
-                for line in feed.iter_lines():
-                    received.append(line)
+                for frame in iter_frames(feed.iter_bytes()):
+                    received.append(frame)
             ended.set()
 
         listener = threading.Thread(target=listen, daemon=True)
         listener.start()
-        wait_for(lambda: any(line.startswith("event: engines") for line in received))
+        wait_for(lambda: any(frame.name == "engines" for frame in received))
         assert not ended.is_set()
         assert client.post("/admin/api/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
         assert ended.wait(SESSION_RECHECK_SECONDS + 5)

@@ -3,7 +3,6 @@ and streamed, from a real server whose engine is a supervised process."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 
 from coderai.front.engines.supervisor import STOP_GRACE_SECONDS
 from tests.support.server import Server, serving, wait_for
+from tests.support.sse import iter_frames
 
 KEY = "logs-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -74,12 +74,9 @@ def streamed_until(
         assert r.headers["content-type"] == "text/event-stream"
         # its headers came once the server followed the source: every later line is sent
         act()
-        event = None
-        for line in r.iter_lines():
-            if line.startswith("event: "):
-                event = line.removeprefix("event: ")
-            elif line.startswith("data: ") and event == "log":
-                data: dict[str, Any] = json.loads(line.removeprefix("data: "))
+        for frame in iter_frames(r.iter_bytes()):
+            if frame.name == "log":
+                data: dict[str, Any] = frame.json()
                 assert data["source"] == source
                 if wanted(data["line"]):
                     return data

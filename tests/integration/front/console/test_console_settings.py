@@ -16,7 +16,7 @@ import pytest
 from coderai.config import load_config
 from coderai.engine.backends.fake import fake_tokens
 from tests.support.server import Server, serving, wait_for
-from tests.support.sse import content, events
+from tests.support.sse import DONE, aiter_frames, content, event
 
 KEY = "settings-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -80,7 +80,7 @@ class Stream:
     def __init__(self, url: str, model: str, tokens: int) -> None:
         self.body = {"model": model, "prompt": "p", "max_tokens": tokens, "stream": True}
         self.url = url
-        self.events: list[str] = []
+        self.events: list[dict[str, Any]] = []
         self.first = threading.Event()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run)
@@ -89,8 +89,8 @@ class Stream:
     def _run(self) -> None:
         with httpx.stream("POST", self.url + "/v1/completions", json=self.body, timeout=60) as r:
             for line in r.iter_lines():
-                if line.startswith("data: "):
-                    self.events.append(line)
+                if (e := event(line)) is not None:
+                    self.events.append(e)
                     self.first.set()
                 if self._stop.is_set():
                     return
@@ -104,8 +104,8 @@ class Stream:
         return self
 
     def completed(self, tokens: int) -> bool:
-        text = content(events("\n".join(self.events)))
-        return self.events[-1] == "data: [DONE]" and text == "".join(fake_tokens("p", 0, tokens))
+        text = content(self.events)
+        return self.events[-1] is DONE and text == "".join(fake_tokens("p", 0, tokens))
 
 
 Open = Callable[[str, int], Stream]
@@ -285,13 +285,10 @@ def test_a_console_gets_the_settings_on_connect_and_after_each_change(server: Se
 
 async def next_event(feed: aiohttp.ClientResponse, name: str) -> dict[str, Any]:
     """The data of the next event called `name` on an SSE feed."""
-    kind = ""
     async with asyncio.timeout(10):
-        async for raw in feed.content:
-            line = raw.decode().rstrip("\n")
-            if line.startswith("event: "):
-                kind = line.removeprefix("event: ")
-            elif line.startswith("data: ") and kind == name:
-                data: dict[str, Any] = json.loads(line.removeprefix("data: "))
+        # read line by line: each call ends at the end of its event, where the next begins
+        async for frame in aiter_frames(feed.content):
+            if frame.name == name:
+                data: dict[str, Any] = frame.json()
                 return data
     raise AssertionError(f"the feed ended before a {name} event")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
 from tests.integration.conftest import StartServer
 from tests.support.server import Server, wait_for
+from tests.support.sse import DONE, content, event
 
 QUICK = {"heartbeat_interval": 0.2}
 
@@ -25,6 +27,11 @@ def ask(srv: Server, model: str, tokens: int = 3) -> httpx.Response:
 
 def loaded(srv: Server) -> list[str]:
     return list(srv.health()["engines"][0]["loaded_models"])
+
+
+def streamed(r: httpx.Response) -> Iterator[dict[str, Any]]:
+    """A completion stream's events, as they come."""
+    return (e for line in r.iter_lines() if (e := event(line)) is not None)
 
 
 def test_idle_models_are_unloaded_least_recently_used_first(start_server: StartServer) -> None:
@@ -44,12 +51,12 @@ def test_a_generating_model_is_never_unloaded(start_server: StartServer) -> None
     srv = start_server(QUICK, models, models_config={"memory_budget_mb": 100})
     body = {"model": "busy", "prompt": "x", "max_tokens": 20, "stream": True}
     with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=30) as r:
-        lines = r.iter_lines()
-        next(line for line in lines if '"text"' in line)
+        evs = streamed(r)
+        next(e for e in evs if content([e]))
         assert ask(srv, "other").status_code == 200  # loads beside it, over budget
         wait_for(lambda: loaded(srv) == ["busy", "other"])
-        rest = [line for line in lines if line.startswith("data: ")]
-    assert rest[-1] == "data: [DONE]"
+        rest = list(evs)
+    assert rest[-1] is DONE
 
 
 def _overlap(srv: Server, model: str) -> bool:
@@ -66,8 +73,8 @@ def _overlap(srv: Server, model: str) -> bool:
         sent = time.monotonic()
         with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=30) as r:
             first = None
-            for line in r.iter_lines():
-                if '"text"' in line and first is None:
+            for e in streamed(r):
+                if content([e]) and first is None:
                     first = time.monotonic()
                     begun.set()
             assert first is not None

@@ -18,7 +18,7 @@ from coderai import cli
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.conftest import StartServer
 from tests.support.server import Server, site_hook, wait_for
-from tests.support.sse import content, events
+from tests.support.sse import DONE, content, event, is_error
 
 KEY = "supervision-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -70,7 +70,7 @@ class Stream:
     def __init__(self, srv: Server, model: str, tokens: int) -> None:
         self.body = {"model": model, "prompt": "p", "max_tokens": tokens, "stream": True}
         self.url = srv.url
-        self.events: list[str] = []
+        self.events: list[dict[str, Any]] = []
         self.status = 0
         self.first = threading.Event()
         self.ended_at = 0.0
@@ -81,8 +81,8 @@ class Stream:
         with httpx.stream("POST", self.url + "/v1/completions", json=self.body, timeout=60) as r:
             self.status = r.status_code
             for line in r.iter_lines():
-                if line.startswith("data: "):
-                    self.events.append(line)
+                if (e := event(line)) is not None:
+                    self.events.append(e)
                     self.first.set()
         self.first.set()
         self.ended_at = time.monotonic()
@@ -92,7 +92,7 @@ class Stream:
         return self
 
     def text(self) -> str:
-        return content(events("\n".join(self.events)))
+        return content(self.events)
 
 
 def test_sigkill_mid_stream_errors_that_stream_only_and_reruns_the_waiting_job(
@@ -111,13 +111,13 @@ def test_sigkill_mid_stream_errors_that_stream_only_and_reruns_the_waiting_job(
     killed_at = time.monotonic()
     os.kill(alpha, signal.SIGKILL)
     victim.join()
-    assert '"error"' in victim.events[-1]
+    assert is_error(victim.events[-1])
     assert victim.ended_at - killed_at < 3.0
     waiting.join()
-    assert waiting.events[-1] == "data: [DONE]"
+    assert waiting.events[-1] is DONE
     assert waiting.text() == "".join(fake_tokens("p", 0, 5))
     bystander.join()
-    assert bystander.events[-1] == "data: [DONE]"
+    assert bystander.events[-1] is DONE
     assert bystander.text() == "".join(fake_tokens("p", 0, 40))
     replaced(srv, "alpha", alpha)
     wait_for(lambda: srv.health()["engines"][0]["state"] == "ready")
@@ -131,7 +131,7 @@ def test_a_stopped_engine_is_detected_killed_and_replaced(start_server: StartSer
     stopped_at = time.monotonic()
     os.kill(alpha, signal.SIGSTOP)
     victim.join()
-    assert "stopped responding" in victim.events[-1]
+    assert "stopped responding" in victim.events[-1]["error"]["message"]
     assert victim.ended_at - stopped_at < 0.2 * 5 + 2
     replaced(srv, "alpha", alpha)
     wait_for(lambda: not psutil.pid_exists(alpha) or psutil.Process(alpha).status() == "zombie")
@@ -172,10 +172,10 @@ def test_restart_drains_then_respawns_while_the_other_engine_serves(
     assert r.status_code == 200
     assert r.json()["cancelled"] == 1
     victim.join()
-    assert "drained" in victim.events[-1]
+    assert "drained" in victim.events[-1]["error"]["message"]
     replaced(srv, "alpha", alpha)
     bystander.join()
-    assert bystander.events[-1] == "data: [DONE]"
+    assert bystander.events[-1] is DONE
 
 
 def test_a_drained_engine_gets_no_new_requests(start_server: StartServer) -> None:
@@ -225,7 +225,7 @@ def test_sigterm_lets_a_running_stream_finish_then_stops_everything(
     assert stream.first.wait(10)
     srv.proc.send_signal(signal.SIGTERM)
     stream.join()
-    assert stream.events[-1] == "data: [DONE]"
+    assert stream.events[-1] is DONE
     assert stream.text() == "".join(fake_tokens("p", 0, 30))
     assert srv.proc.wait(15) == 0
     _, alive = psutil.wait_procs(engines, timeout=5)

@@ -14,6 +14,7 @@ from coderai.engine.decoding.chat_template import reasoning_switches, template_i
 from coderai.errors import BusProtocolError, JobError
 from coderai.front.api.openai.choices import ChoiceStream, usage
 from coderai.front.dispatch.output import CallPiece, Collected, Piece, pieces
+from tests.support.sse import one
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}  # fmt: skip
@@ -113,12 +114,12 @@ def test_a_streamed_call_gets_its_id_type_and_name_once() -> None:
     stream = ChoiceStream(True, "id", 0, "m", False, 1)
     first = stream.items(0, [Piece(calls=[CallPiece(0, "f", '{"a"')])])
     later = stream.items(0, [Piece(calls=[CallPiece(0, "", ": 1}")])])
-    head = json.loads(first[len(b"data: ") :])["choices"][0]["delta"]["tool_calls"][0]
-    tail = json.loads(later[len(b"data: ") :])["choices"][0]["delta"]["tool_calls"][0]
+    head = one(first).json()["choices"][0]["delta"]["tool_calls"][0]
+    tail = one(later).json()["choices"][0]["delta"]["tool_calls"][0]
     assert head["id"].startswith("call_") and head["type"] == "function"
     assert head["function"] == {"name": "f", "arguments": '{"a"'}
     assert tail == {"index": 0, "function": {"arguments": ": 1}"}}
-    finish = json.loads(stream.finish(0, Done(1, "cancelled", 1, 1))[len(b"data: ") :])
+    finish = one(stream.finish(0, Done(1, "cancelled", 1, 1))).json()
     assert finish["choices"][0]["finish_reason"] == "stop", "cancelled is not OpenAI's"
 
 

@@ -17,18 +17,9 @@ from coderai.front.api.responses import reply as responses_reply
 from coderai.front.api.responses import request as responses_request
 from coderai.front.api.translation import chat_request, validate
 from coderai.front.dispatch.output import CallPiece, Collected, Piece
+from tests.support.sse import named_events
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-def _events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
-    """(event name, data) of each SSE event."""
-    out = []
-    for block in raw.decode().split("\n\n"):
-        if block:
-            name, data = block.split("\n")
-            out.append((name.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
 
 
 def _messages(body: dict[str, Any]) -> anthropic_request.MessagesRequest:
@@ -195,7 +186,7 @@ def test_a_message_stream_opens_and_closes_each_block() -> None:
     raw += stream.items(["Let ", 'me "see"', Piece(calls=[CallPiece(0, "w", '{"a"')])])
     raw += stream.items([Piece(calls=[CallPiece(0, "", ": 1}"), CallPiece(1, "t", "{}")])])
     raw += stream.closing(Done(1, "tool_calls", 10, 4))
-    events = _events(raw)
+    events = named_events(raw)
     assert [name for name, _ in events] == [
         "message_start",
         "content_block_start", "content_block_delta", "content_block_stop",
@@ -222,7 +213,7 @@ def test_anthropic_errors_have_its_shape_and_types() -> None:
     }
     assert anthropic_reply.error_body(EngineFailed("gone"))["error"]["type"] == "overloaded_error"
     stream = anthropic_reply.MessageStream("msg_1", "m")
-    assert _events(stream.error(EngineFailed("gone")))[0][0] == "error"
+    assert named_events(stream.error(EngineFailed("gone")))[0][0] == "error"
 
 
 # -- Responses: requests ---------------------------------------------------------------------
@@ -314,7 +305,7 @@ def test_a_response_stream_numbers_its_events_and_ends_each_item() -> None:
     )
     raw += stream.items([Piece(calls=[CallPiece(0, "", "}")])])
     raw += stream.closing(Done(1, "tool_calls", 3, 4))
-    events = _events(raw)
+    events = named_events(raw)
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     assert all(name == data["type"] for name, data in events)
     final = events[-1][1]["response"]
@@ -333,7 +324,7 @@ def test_an_event_template_fills_text_and_numbers() -> None:
     template = EventTemplate(
         "e", {"a": "\x00t\x00", "n": "\x00n\x00", "z": 1}, "\x00t\x00", "\x00n\x00"
     )
-    name, data = _events(template.fill('quote " and \n é', 7))[0]
+    name, data = named_events(template.fill('quote " and \n é', 7))[0]
     assert name == "e" and data == {"a": 'quote " and \n é', "n": 7, "z": 1}
 
 
@@ -416,7 +407,7 @@ def test_earlier_thinking_blocks_are_accepted_and_not_given_to_the_model() -> No
 
 def test_message_start_carries_the_admitted_prompts_tokens() -> None:
     stream = anthropic_reply.MessageStream("msg_1", "m")
-    ((name, event),) = _events(stream.opening(Prompt(1, tokens=2048, read=0, cached=512)))
+    ((name, event),) = named_events(stream.opening(Prompt(1, tokens=2048, read=0, cached=512)))
     assert name == "message_start"
     usage = event["message"]["usage"]
     assert usage["input_tokens"] == 1536 and usage["cache_read_input_tokens"] == 512

@@ -11,6 +11,7 @@ from coderai.config import BrokerConfig
 from coderai.errors import ModelNotFound
 from coderai.front.broker import wire
 from coderai.front.dispatch.engine_view import EngineView
+from tests.support.sse import one
 
 
 def view(name: str, readings: dict[str, dict[str, object]], state: str = "ready") -> EngineView:
@@ -57,9 +58,9 @@ def test_a_streamed_error_is_its_last_chunk_then_done_and_a_whole_ones_a_reply()
     # the broker relays to a stream only such events, and ends it on `done` alone
     assert [(f["status"], f["event"]) for f in (last, end)] == [("ok", "chunk"), ("ok", "done")]
     assert last["request_id"] == end["request_id"] == "r1"
-    event = last["payload"]["chunk"]
-    assert event.startswith("data: ") and event.endswith("\n\n")
-    assert json.loads(event[6:]) == ModelNotFound("no model 'x'", param="model").envelope()
+    # one whole event, as an HTTP client would read it
+    event = one(last["payload"]["chunk"]).json()
+    assert event == ModelNotFound("no model 'x'", param="model").envelope()
 
 
 def test_the_nodes_own_errors_carry_an_openai_error_object_too() -> None:
@@ -68,7 +69,7 @@ def test_the_nodes_own_errors_carry_an_openai_error_object_too() -> None:
              "code": "unsupported_operation"}  # fmt: skip
     assert reply["details"] == {"error": error}
     (last, _) = wire.ending(reply, stream=True)
-    assert json.loads(last["payload"]["chunk"][6:]) == reply["details"]
+    assert one(last["payload"]["chunk"]).json() == reply["details"]
 
 
 @pytest.mark.parametrize(("stream", "streams"), [(True, True), (False, False), (None, False)])
