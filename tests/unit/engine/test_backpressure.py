@@ -9,7 +9,7 @@ import threading
 from coderai.bus.codec import decode
 from coderai.bus.messages import Chunks, Done, Job, Message
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
-from coderai.engine.outbox import Outbox
+from coderai.engine.outbox import Delta, Outbox
 from coderai.engine.scheduler import Scheduler
 from tests.support.bus import text_of
 
@@ -88,3 +88,37 @@ def test_a_held_sequence_is_not_stepped_until_resumed() -> None:
     held_at, still, sent = asyncio.run(scenario())
     assert held_at == still < tokens
     assert text_of(sent, 1) == "".join(fake_tokens("p", 0, tokens))
+
+
+def test_output_published_while_held_output_is_put_back_comes_after_it() -> None:
+    """The scheduler thread may publish between the loop taking the batch and putting a
+    held job's part of it back: the new text must follow the held text, not replace it."""
+
+    async def scenario() -> list[Message]:
+        sent: list[Message] = []
+
+        async def send(frames: list[bytes]) -> None:
+            sent.append(decode(frames))
+
+        outbox = Outbox(asyncio.get_running_loop())
+        split = outbox._split_held
+        raced: list[bool] = []
+
+        def racing(deltas: dict[int, list[Delta]], terminal: list[Message]) -> list[Message]:
+            if not raced:  # once: as the scheduler thread would, between the two locks
+                raced.append(True)
+                outbox.publish([(1, " later")], [])
+            return split(deltas, terminal)
+
+        outbox._split_held = racing  # type: ignore[method-assign]
+        outbox.hold(1)
+        outbox.publish([(1, "held")], [])
+        runner = asyncio.create_task(outbox.run(send))
+        await _until(lambda: raced, "the racing publish")
+        outbox.publish([], [Done(1, "stop", 1, 2)])
+        outbox.resume(1)
+        await _until(lambda: any(isinstance(m, Done) and m.job_id == 1 for m in sent), "job 1")
+        runner.cancel()
+        return sent
+
+    assert text_of(asyncio.run(scenario()), 1) == "held later"

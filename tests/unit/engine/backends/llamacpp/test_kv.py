@@ -1,5 +1,6 @@
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -156,3 +157,55 @@ def test_the_cells_staying_when_an_owner_goes_are_those_shared() -> None:
     assert (ledger.staying(1), ledger.staying(2), ledger.staying(3)) == (30, 45, 45)
     ledger.release(3)
     assert ledger.staying(2) == 30
+
+
+def test_nothing_past_the_prompt_is_promised_for_no_completion() -> None:
+    assert cells_needed(prompt=100, limit=0) == 100
+    assert cells_needed(prompt=100, limit=1) == 100
+
+
+def test_bytes_per_token_read_the_architectures_own_keys() -> None:
+    # Gemma 3 270M: its heads are 256 wide, wider than its embedding over its heads
+    meta = {"general.architecture": "gemma3", "gemma3.block_count": "18",
+            "gemma3.attention.head_count": "4", "gemma3.attention.head_count_kv": "1",
+            "gemma3.embedding_length": "640", "gemma3.attention.key_length": "256",
+            "gemma3.attention.value_length": "256"}  # fmt: skip
+    assert bytes_per_token(meta, 2) == 18 * 1 * (256 + 256) * 2
+    # no kv head count: as many as the heads; a head width that does not divide is floored
+    plain = {"general.architecture": "qwen2", "qwen2.block_count": "2",
+             "qwen2.attention.head_count": "3", "qwen2.embedding_length": "100",
+             "qwen2.attention.key_length": "not a number"}  # fmt: skip
+    assert bytes_per_token(plain, 1) == 2 * 3 * (33 + 33)
+
+
+def test_a_context_for_memory_is_a_whole_number_of_tokens() -> None:
+    fits = context_for_memory(131072, 1000, 10**7 + 500, floor=2048)
+    assert fits == 10_000 and isinstance(fits, int)
+    assert context_for_memory(131072, 1, 5000, floor=2048) == 5000
+
+
+def test_the_ledger_refuses_what_would_break_its_count() -> None:
+    ledger = KvLedger(100)
+    assert ledger.reserve(1, 40)
+    with pytest.raises(AssertionError):
+        ledger.share(2, 1, 41)  # more than the base holds
+    ledger.share(2, 1, 30)
+    ledger.share(2, 1, 30)  # again, the same: nothing changes
+    assert (ledger.reserved, ledger.holds(2)) == (40, 30)
+    assert ledger.reserve(2, 30)  # exactly what it shares: none of its own
+    with pytest.raises(AssertionError):
+        ledger.reserve(2, 29)  # less than it shares
+    ledger.release(7)  # an owner never seen: nothing to free
+    assert (ledger.staying(1), ledger.staying(3)) == (30, 0)
+
+
+def test_the_heir_is_the_one_sharing_most_whatever_its_id() -> None:
+    ledger = KvLedger(100)
+    assert ledger.reserve(1, 40)
+    ledger.share(2, 1, 20)
+    assert ledger.reserve(2, 25)
+    ledger.share(3, 1, 30)
+    assert ledger.reserve(3, 35)
+    ledger.release(1)
+    assert (ledger.base(3), ledger.base(2)) == (None, (3, 20))
+    assert ledger.reserved == 35 + 5
