@@ -45,6 +45,9 @@ def test_kv_bytes_per_token_come_from_the_gguf_metadata() -> None:
             "llama.embedding_length": "576"}  # fmt: skip
     assert bytes_per_token(meta, 2) == 30 * 3 * (64 + 64) * 2
     assert bytes_per_token({}, 2) == 0
+    # a GGUF that does not name its architecture is read as llama's
+    unnamed = {k: v for k, v in meta.items() if k != "general.architecture"}
+    assert bytes_per_token(unnamed, 2) == 30 * 3 * (64 + 64) * 2
 
 
 def test_the_context_is_the_trained_one_as_far_as_memory_allows() -> None:
