@@ -17,6 +17,7 @@ from coderai.front.api.anthropic.routes import AnthropicRoutes
 from coderai.front.api.openai.routes import OpenAIRoutes
 from coderai.front.api.openai.tokenize import TokenizeRoutes
 from coderai.front.api.responses.routes import ResponsesRoutes
+from coderai.front.api.serving import Serving
 from coderai.front.auth.activity import Activity
 from coderai.front.auth.gate import Auth, requires_api_key
 from coderai.front.auth.state_store import StateStore
@@ -154,11 +155,12 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         lambda: front.uplink.status() if front.uplink is not None else None,
         front.hub, activity,
     ).add_to(app)  # fmt: skip
-    openai = OpenAIRoutes(dispatcher, front.directory, front.metrics)
+    serving = Serving(dispatcher, front.directory, front.metrics)
+    openai = OpenAIRoutes(serving)
     openai.add_to(app)
-    TokenizeRoutes(openai).add_to(app)
-    AnthropicRoutes(openai).add_to(app)
-    ResponsesRoutes(openai).add_to(app)
+    TokenizeRoutes(serving).add_to(app)
+    AnthropicRoutes(serving).add_to(app)
+    ResponsesRoutes(serving).add_to(app)
     AdminRoutes(
         dispatcher, front.directory, front.engines, front.files.catalogue,
         config.server.drain_grace_seconds,
@@ -182,7 +184,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     if config.broker.url is not None:
         front.broker = BrokerClient(
             config.broker,
-            BrokerAnswers(openai, activity),
+            BrokerAnswers(serving, activity),
             front.engines,
             config.server.stream_stall_timeout,
         )

@@ -12,9 +12,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from coderai.config import ModelEntry
 from coderai.errors import InvalidRequest
 from coderai.front import http
+from coderai.front.api.openai.routes import job_fields
 from coderai.front.api.openai.schemas import ChatRequest, parse
+from coderai.front.api.serving import Serving
+from coderai.front.dispatch.jobs import FrontJob
 
 
 class Body(BaseModel):
@@ -50,3 +54,11 @@ def chat_request(body: dict[str, Any], renames: list[tuple[str, str]]) -> ChatRe
             message, param = message.replace(ours, theirs), param.replace(ours, theirs)
         raise InvalidRequest(message, param=param or None) from None
     return req
+
+
+def submit_chat(serving: Serving, req: ChatRequest, entry: ModelEntry) -> FrontJob:
+    """One choice of a validated chat request, its output taken as pieces. The Messages
+    and Responses APIs translate their bodies into a ChatRequest and run this: three wire
+    formats, one internal job."""
+    messages = [m.for_template() for m in req.messages]
+    return serving.submit_chat(entry, messages, job_fields(req))

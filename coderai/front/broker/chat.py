@@ -21,8 +21,9 @@ from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
 from coderai.front.api.openai import choices
 from coderai.front.api.openai.choices import ChoiceStream
-from coderai.front.api.openai.routes import OpenAIRoutes, job_fields
+from coderai.front.api.openai.routes import job_fields
 from coderai.front.api.openai.schemas import ChatRequest, parse
+from coderai.front.api.serving import Serving
 from coderai.front.auth.activity import Activity
 from coderai.front.broker import wire
 from coderai.front.dispatch.jobs import FrontJob, collect
@@ -35,13 +36,13 @@ PENDING_EVERY = 20.0
 
 
 class BrokerAnswers:
-    def __init__(self, openai: OpenAIRoutes, activity: Activity) -> None:
-        self.openai = openai
+    def __init__(self, serving: Serving, activity: Activity) -> None:
+        self.serving = serving
         self.activity = activity
 
     def models(self) -> dict[str, Any]:
         data = []
-        for entry in self.openai.directory.entries():
+        for entry in self.serving.directory.entries():
             model: dict[str, Any] = {"id": entry.id, "name": entry.alias or entry.id}
             context = entry.options.get("n_ctx") or entry.options.get("context_length")
             if isinstance(context, int):
@@ -60,10 +61,10 @@ class BrokerAnswers:
             # the broker sends the parameters it does not forward as nulls
             body = {k: v for k, v in payload.items() if v is not None}
             req: ChatRequest = parse(ChatRequest, body)
-            entry = await self.openai.resolve(req.model)
+            entry = await self.serving.resolve(req.model)
             ticket.stream = req.stream
             messages = [m.for_template() for m in req.messages]
-            jobs = self.openai.submit_choices(
+            jobs = self.serving.submit_choices(
                 entry, JobKind.CHAT, req.n, job_fields(req), [{"messages": messages}]
             )
             head = (f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), entry.id)
@@ -83,7 +84,7 @@ class BrokerAnswers:
             raise
         finally:
             for job in jobs:
-                self.openai.dispatcher.cancel(job)
+                self.serving.dispatcher.cancel(job)
             self.activity.close(ticket, status, client_left)
 
     async def _stream(
@@ -92,7 +93,7 @@ class BrokerAnswers:
         """The choices' events as they come, one SSE event per chunk message, ending with
         `data: [DONE]` and then `done`; a failure ends it with an error event instead.
         The status HTTP would have answered, and whether it failed."""
-        dispatcher = self.openai.dispatcher
+        dispatcher = self.serving.dispatcher
         lead = jobs[0]
         for job in jobs:  # a lagging broker holds every choice (see open_stream)
             job.writer = asyncio.current_task()

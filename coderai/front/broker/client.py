@@ -423,4 +423,4 @@ class BrokerClient:
                 raise ConnectionResetError(self._cut) from None
 
     def _models(self) -> list[str]:
-        return [e.id for e in self.answers.openai.directory.entries()]
+        return [e.id for e in self.answers.serving.directory.entries()]

@@ -24,10 +24,10 @@ from coderai.front.api.anthropic.request import (
     CountTokensRequest,
     MessagesRequest,
 )
-from coderai.front.api.openai.routes import OpenAIRoutes
 from coderai.front.api.openai.schemas import ChatRequest
 from coderai.front.api.openai.tokenize import tokens_answer
-from coderai.front.api.translation import chat_request, validate
+from coderai.front.api.serving import Serving
+from coderai.front.api.translation import chat_request, submit_chat, validate
 from coderai.front.http import ENGINE_HEADER, FRONT, from_http_exception, read_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -54,8 +54,8 @@ def anthropic_errors(handler: Handler) -> Handler:
 
 
 class AnthropicRoutes:
-    def __init__(self, openai: OpenAIRoutes) -> None:
-        self.openai = openai
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post(PREFIX, anthropic_errors(self.messages))
@@ -68,14 +68,14 @@ class AnthropicRoutes:
         chat = chat_request(req.chat_body(), RENAMES).model_copy(
             update={"stop": req.stop_sequences}
         )
-        entry = await self.openai.resolve(chat.model)
-        job = self.openai.submit_chat(chat, entry)
+        entry = await self.serving.resolve(chat.model)
+        job = submit_chat(self.serving, chat, entry)
         try:
             if req.stream:
                 renderer = MessageStream(message_id(), entry.id)
-                dispatcher = self.openai.dispatcher
+                dispatcher = self.serving.dispatcher
                 return await event_relay.stream(
-                    request, dispatcher, self.openai.metrics, job, renderer, refuse
+                    request, dispatcher, self.serving.metrics, job, renderer, refuse
                 )
             got = await event_relay.collect(job)
             if not isinstance(job.outcome, CoderaiError):
@@ -85,16 +85,16 @@ class AnthropicRoutes:
             return refuse(job.outcome, job.served_by)
         finally:
             # the handler ends early only when the client went away (or a write failed)
-            self.openai.dispatcher.cancel(job)
+            self.serving.dispatcher.cancel(job)
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's tokens as the model reads them: its chat template applied to the
         messages and tools, by the engine that holds its tokenizer."""
         req = validate(CountTokensRequest, await read_json(request), NOT_BUILT)
         chat: ChatRequest = chat_request(req.chat_body(), RENAMES)
-        entry = await self.openai.resolve(chat.model)
+        entry = await self.serving.resolve(chat.model)
         tools = chat.tool_fields()
-        job, outcome = await self.openai.answer(
+        job, outcome = await self.serving.answer(
             entry,
             JobKind.TOKENIZE,
             messages=[m.for_template() for m in chat.messages],

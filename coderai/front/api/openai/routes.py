@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import struct
@@ -13,21 +12,19 @@ from typing import Any
 from aiohttp import web
 
 from coderai.bus.kinds import JobKind
-from coderai.bus.messages import Done, Job
+from coderai.bus.messages import Done
 from coderai.config import ModelEntry
 from coderai.errors import CoderaiError
 from coderai.front.api.openai import choices, text_relay
 from coderai.front.api.openai.choices import ChoiceStream
 from coderai.front.api.openai.reply import StreamTemplate, error_event, whole_response
 from coderai.front.api.openai.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
+from coderai.front.api.serving import Serving
 from coderai.front.api.stream_io import Preamble, open_stream, progress_comment, write_events
 from coderai.front.auth import activity
-from coderai.front.dispatch.catalogue import ModelDirectory
-from coderai.front.dispatch.dispatcher import Dispatcher
-from coderai.front.dispatch.jobs import FrontJob, Outcome, collect
+from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
-from coderai.front.metrics import Metrics
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -67,10 +64,11 @@ log = logging.getLogger("coderai.front")
 
 
 class OpenAIRoutes:
-    def __init__(self, dispatcher: Dispatcher, models: ModelDirectory, metrics: Metrics) -> None:
-        self.dispatcher = dispatcher
-        self.directory = models
-        self.metrics = metrics
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
+        self.dispatcher = serving.dispatcher
+        self.directory = serving.directory
+        self.metrics = serving.metrics
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -79,11 +77,6 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models", self.list_models)
         # a model id may hold slashes ("org/name")
         app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
-
-    async def resolve(self, name: str) -> ModelEntry:
-        """The catalogue entry a request names, if the request's API key may use it."""
-        activity.check_model(self.directory.entry(name))  # before any work on its file
-        return await self.directory.resolve(name)
 
     async def list_models(self, request: web.Request) -> web.Response:
         """The catalogue, as far as the request's API key may use it."""
@@ -100,13 +93,13 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
-        entry = await self.resolve(req.model)
+        entry = await self.serving.resolve(req.model)
         messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
-        entry = await self.resolve(req.model)
+        entry = await self.serving.resolve(req.model)
         payloads, echoes = [], []
         for prompt in req.prompts():
             text, ids = (prompt, []) if isinstance(prompt, str) else ("", prompt)
@@ -116,8 +109,8 @@ class OpenAIRoutes:
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req: EmbeddingRequest = parse(EmbeddingRequest, await read_json(request))
-        entry = await self.resolve(req.model)
-        job, outcome = await self.answer(
+        entry = await self.serving.resolve(req.model)
+        job, outcome = await self.serving.answer(
             entry, JobKind.EMBEDDING, inputs=req.texts(), input_ids=req.token_ids()
         )
         if isinstance(outcome, CoderaiError):
@@ -129,36 +122,6 @@ class OpenAIRoutes:
         usage = {"prompt_tokens": outcome.prompt_tokens, "total_tokens": outcome.prompt_tokens}
         body = {"object": "list", "data": data, "model": entry.id, "usage": usage}
         return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
-
-    async def answer(
-        self, entry: ModelEntry, kind: JobKind, **fields: Any
-    ) -> tuple[FrontJob, Outcome]:
-        """Run a job answered whole (embeddings, tokens) to its end: the job and how it
-        ended. A handler that ends early (its client went away) cancels it."""
-        job = self._submit(entry, kind, **fields)
-        try:
-            while job.outcome is None:
-                await job.wait()
-        finally:
-            self.dispatcher.cancel(job)
-        return job, job.outcome
-
-    def _submit(
-        self,
-        entry: ModelEntry,
-        kind: JobKind,
-        structured: bool = False,
-        wake: asyncio.Event | None = None,
-        **fields: Any,
-    ) -> FrontJob:
-        job_id = self.dispatcher.next_job_id()
-        message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
-        capability = self.directory.capability_of(entry)
-        job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
-                       structured=structured, wake=wake or asyncio.Event())  # fmt: skip
-        self.dispatcher.submit(job)
-        activity.attach(job)
-        return job
 
     async def _run(
         self,
@@ -178,7 +141,7 @@ class OpenAIRoutes:
         created = int(time.time())
         structured = bool(fields.get("logprobs") or fields.get("tools"))
         if req.n > 1 or len(payloads) > 1 or structured:
-            jobs = self.submit_choices(entry, kind, req.n, fields, payloads)
+            jobs = self.serving.submit_choices(entry, kind, req.n, fields, payloads)
             # choice p * n + i is choice i of prompt p, and echoes that prompt
             echoed = [echo for echo in echoes for _ in range(req.n)]
             try:
@@ -195,7 +158,7 @@ class OpenAIRoutes:
             finally:
                 for job in jobs:
                     self.dispatcher.cancel(job)
-        job = self._submit(entry, kind, **fields, **payloads[0])
+        job = self.serving.submit(entry, kind, **fields, **payloads[0])
         try:
             if req.stream:
                 template = StreamTemplate(
@@ -206,43 +169,6 @@ class OpenAIRoutes:
         finally:
             # the handler ends early only when the client went away (or a write failed)
             self.dispatcher.cancel(job)
-
-    def submit_chat(self, req: ChatRequest, entry: ModelEntry) -> FrontJob:
-        """One choice of a validated chat request, its output taken as pieces. The
-        Messages and Responses APIs translate their bodies into a ChatRequest and run
-        this: three wire formats, one internal job."""
-        messages = [m.for_template() for m in req.messages]
-        return self._submit(
-            entry, JobKind.CHAT, structured=True, messages=messages, **job_fields(req)
-        )
-
-    def submit_choices(
-        self,
-        entry: ModelEntry,
-        kind: JobKind,
-        n: int,
-        fields: dict[str, Any],
-        payloads: list[dict[str, Any]],
-    ) -> list[FrontJob]:
-        """n choices of each prompt: jobs that wake one handler. A seeded request seeds
-        choice i of a prompt with seed + i, so the choices differ and each repeats."""
-        wake = asyncio.Event()
-        jobs = []
-        seed = fields.get("seed")
-        try:
-            for payload in payloads:
-                for i in range(n):
-                    choice = {
-                        **fields,
-                        **payload,
-                        "seed": None if seed is None else (seed + i) % 2**63,
-                    }
-                    jobs.append(self._submit(entry, kind, structured=True, wake=wake, **choice))
-        except BaseException:  # a full queue refuses the rest: the ones taken go too
-            for job in jobs:
-                self.dispatcher.cancel(job)
-            raise
-        return jobs
 
     async def _whole_many(
         self,

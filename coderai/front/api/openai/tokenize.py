@@ -12,15 +12,15 @@ from aiohttp import web
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Tokens
 from coderai.errors import CoderaiError, EngineFailed
-from coderai.front.api.openai.routes import OpenAIRoutes
 from coderai.front.api.openai.schemas import DetokenizeRequest, TokenizeRequest, parse
+from coderai.front.api.serving import Serving
 from coderai.front.dispatch.jobs import FrontJob, Outcome
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
 
 
 class TokenizeRoutes:
-    def __init__(self, openai: OpenAIRoutes) -> None:
-        self.openai = openai
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/tokenize", self.tokenize)
@@ -28,9 +28,9 @@ class TokenizeRoutes:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         req: TokenizeRequest = parse(TokenizeRequest, await read_json(request))
-        entry = await self.openai.resolve(req.model)
+        entry = await self.serving.resolve(req.model)
         messages = [m.for_template() for m in req.messages or []]
-        job, outcome = await self.openai.answer(
+        job, outcome = await self.serving.answer(
             entry,
             JobKind.TOKENIZE,
             prompt=req.prompt or "",
@@ -45,8 +45,8 @@ class TokenizeRoutes:
 
     async def detokenize(self, request: web.Request) -> web.Response:
         req: DetokenizeRequest = parse(DetokenizeRequest, await read_json(request))
-        entry = await self.openai.resolve(req.model)
-        job, outcome = await self.openai.answer(entry, JobKind.DETOKENIZE, prompt_ids=req.tokens)
+        entry = await self.serving.resolve(req.model)
+        job, outcome = await self.serving.answer(entry, JobKind.DETOKENIZE, prompt_ids=req.tokens)
         answer = tokens_answer(job, outcome)
         if isinstance(answer, CoderaiError):
             return error_response(answer, job.served_by)

@@ -11,11 +11,11 @@ from aiohttp import web
 
 from coderai.errors import CoderaiError
 from coderai.front.api import event_relay
-from coderai.front.api.openai.routes import OpenAIRoutes
 from coderai.front.api.responses import reply as responses_reply
 from coderai.front.api.responses.reply import ResponseStream
 from coderai.front.api.responses.request import NOT_BUILT, RENAMES, ResponsesRequest
-from coderai.front.api.translation import chat_request, validate
+from coderai.front.api.serving import Serving
+from coderai.front.api.translation import chat_request, submit_chat, validate
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
 
 #: names the hosted tools a request offered that the model was not offered (comma-separated)
@@ -24,8 +24,8 @@ log = logging.getLogger("coderai.front")
 
 
 class ResponsesRoutes:
-    def __init__(self, openai: OpenAIRoutes) -> None:
-        self.openai = openai
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
         #: the sets of left-out tools already logged (an agent sends the same every turn)
         self._logged: set[tuple[str, ...]] = set()
 
@@ -46,16 +46,22 @@ class ResponsesRoutes:
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
-        entry = await self.openai.resolve(chat.model)
+        entry = await self.serving.resolve(chat.model)
         start = responses_reply.head(req, entry.id)
         headers = self._omitted(req)
-        job = self.openai.submit_chat(chat, entry)
-        dispatcher = self.openai.dispatcher
+        job = submit_chat(self.serving, chat, entry)
+        dispatcher = self.serving.dispatcher
         try:
             if req.stream:
                 renderer = ResponseStream(start, req.namespaces())
                 return await event_relay.stream(
-                    request, dispatcher, self.openai.metrics, job, renderer, error_response, headers
+                    request,
+                    dispatcher,
+                    self.serving.metrics,
+                    job,
+                    renderer,
+                    error_response,
+                    headers,
                 )
             got = await event_relay.collect(job)
             if isinstance(job.outcome, CoderaiError):
