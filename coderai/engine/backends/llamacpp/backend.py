@@ -38,7 +38,8 @@ from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
 
-#: ggml type ids for the KV cache option, and the bytes of one element
+#: the most sequences a llama.cpp context holds (LLAMA_MAX_SEQ)
+LLAMA_MAX_SEQ = 256
 #: the KV cache's element types (ggml's type ids) and their bytes per value: a q8_0 block
 #: holds 32 values in 34 bytes, a q4_0 block in 18
 _KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}
@@ -132,10 +133,13 @@ class LlamaCppBackend(Backend):
         # a windowed model's window layers keep only their window (as llama-server does):
         # a kept prefix is reused where what is held or a checkpoint covers it
         swa_full = bool(options.get("swa_full", False))
-        # a kept prefix has a sequence id of its own, one per running sequence at most
-        # a sequence id per running sequence and per kept prefix, and one to save the
-        # state of part of a sequence's cells through (batch.py, _save)
-        params.n_seq_max = parallel * 2 + 1 if cache_tokens else parallel
+        # a sequence id per running sequence and per kept prefix (one per running sequence
+        # at most), and one to save part of a sequence's cells through (batch.py, _save;
+        # left out where llama.cpp's bound on sequences is reached)
+        ids = parallel * 2 + 1 if cache_tokens else parallel
+        if cache_tokens and ids == LLAMA_MAX_SEQ + 1:
+            ids -= 1  # no scratch id: whole states are saved
+        params.n_seq_max = ids
         params.kv_unified = True  # every sequence may use the whole context
         params.n_threads = int(options.get("n_threads") or cores)
         params.n_threads_batch = int(options.get("n_threads_batch") or cores)

@@ -91,7 +91,8 @@ _PARTIAL = 1
 _ABORTED = 2
 #: the fewest tokens past a shared prefix for which a kept entry taken over is saved to
 #: host RAM first, where its whole state is saved (reading fewer again costs less than
-#: copying it all out); where only its cells past the shared ones are, any is
+#: copying it all out); where only its cells past the shared ones are, MIN_CHUNK (fewer,
+#: such as the one token a whole prefix taken over leaves, are read again at no cost)
 RAM_TAIL = 256
 #: speculative decoding: the most draft tokens a sequence decodes in a step, and the most
 #: sequences decoding in a step for drafts to be tried at all (with more, the batch
@@ -213,7 +214,12 @@ class LlamaCppBatchInstance(ModelInstance):
         #: a sequence id no sequence has: part of a sequence's cells are copied to it to
         #: be saved (llama.cpp saves all of a sequence's cells), and a saved state is
         #: restored into it and copied from there
-        self._scratch = parallel + self.cache.max_entries if self.cache.max_entries else None
+        scratch = parallel + self.cache.max_entries
+        self._scratch = (
+            scratch
+            if self.cache.max_entries and scratch < llama_cpp.llama_n_seq_max(self.ctx)
+            else None
+        )
         #: sequences whose prompt the running step reads: a CANCEL for one of them stops
         #: the step within a graph node (llama.cpp's abort callback, set for such steps
         #: only: it is called from every node). A recurrent state half-advanced by an
@@ -420,7 +426,7 @@ class LlamaCppBatchInstance(ModelInstance):
         prompt), it is saved to host RAM first, for that conversation's next turn."""
         tokens = self.cache.tokens_of(kept)
         tail = len(tokens) - shared
-        if self.ram is not None and (tail >= RAM_TAIL or (tail > 0 and self._tails())):
+        if self.ram is not None and (tail >= RAM_TAIL or (tail >= MIN_CHUNK and self._tails())):
             self._save(kept, tokens)
         self.cache.take(kept)
         self._free_cells(kept)
@@ -477,11 +483,14 @@ class LlamaCppBatchInstance(ModelInstance):
             hit = self._match(slot.tokens)
             keep = hit[0] if hit else None
             whole = hit is not None and hit[1] >= self.cache.length(hit[0]) - 1
-            if hit and self._linked and not whole:  # beside it, only what it adds counts
-                self.ledger.share(slot.seq_id, *hit)
-            if not (whole and hit and self._adopt(slot, hit, want)) and not (
-                self._reserve(slot, want, keep) or (hit and self._adopt(slot, hit, want))
-            ):
+            admitted = bool(whole and hit and self._adopt(slot, hit, want))
+            if not admitted:
+                if hit and self._linked:  # beside it, only what it adds counts
+                    self.ledger.share(slot.seq_id, *hit)
+                admitted = self._reserve(slot, want, keep) or bool(
+                    hit and self._adopt(slot, hit, want)
+                )
+            if not admitted:
                 self.ledger.release(slot.seq_id)
                 return
             self._waiting.popleft()
@@ -651,7 +660,7 @@ class LlamaCppBatchInstance(ModelInstance):
         if not restored:
             return False
         slot.decoded = tokens
-        self.ram.count_hit(tokens, round((time.perf_counter() - began) * 1000))
+        self.ram.count_hit(tokens - have, round((time.perf_counter() - began) * 1000))
         return True
 
     def _recall_whole(self, slot: _Slot) -> None:

@@ -566,6 +566,24 @@ def released(eng: Engine, count: int) -> bool:
     return eng.counters().get("released", 0) >= count
 
 
+async def turns_counted(
+    spec: dict[str, Any], prompts: list[str]
+) -> tuple[list[Done], str, list[dict[str, int]]]:
+    """Prompts one after another: each one's DONE, the last one's text, and the counters
+    as published once each had ended."""
+    async with engine() as eng:
+        dones, counters = [], []
+        for i, prompt in enumerate(prompts, 1):
+            eng.scheduler.submit(job(i, spec, prompt))
+            await eng.finished(i)
+            done = eng.ended(i)
+            assert isinstance(done, Done), done
+            dones.append(done)
+            await eng.until(functools.partial(released, eng, i))
+            counters.append(eng.counters())
+        return dones, text_of(eng.sent, len(prompts)), counters
+
+
 def test_an_agents_own_turn_beside_a_shared_system_prompt_waits_in_host_ram(
     tiny_models: tuple[Path, Path],
 ) -> None:
@@ -580,21 +598,9 @@ def test_an_agents_own_turn_beside_a_shared_system_prompt_waits_in_host_ram(
     later = theirs + "and then some more words"
     spec = model(tiny_models[1], n_ctx=1024)
 
-    async def scenario() -> tuple[list[Done], str, dict[str, int], dict[str, int]]:
-        async with engine() as eng:
-            out = []
-            for i, prompt in enumerate([mine, theirs, later], 1):
-                eng.scheduler.submit(job(i, spec, prompt))
-                await eng.finished(i)
-                done = eng.ended(i)
-                assert isinstance(done, Done), done
-                out.append(done)
-                await eng.until(functools.partial(released, eng, i))
-                if i == 2:
-                    parked = eng.counters()
-            return out, text_of(eng.sent, 3), parked, eng.counters()
-
-    (first, other, again), text, parked, after = asyncio.run(scenario())
+    (first, other, again), text, (_, parked, after) = asyncio.run(
+        turns_counted(spec, [mine, theirs, later])
+    )
     assert other.cached_tokens > 500  # it started from the first's system prompt
     cells = [d.prompt_tokens + d.completion_tokens - 1 for d in (first, other)]
     assert parked["prefix_cached"] == cells[0]  # the first's; the second's own went to RAM
@@ -740,21 +746,10 @@ def test_agents_with_one_system_prompt_keep_their_turns_side_by_side_holding_it_
     later = mine + "and then some more words"
     spec = model(tiny_models[1], n_ctx=1024, prompt_cache_ram_mb=0)
 
-    async def scenario() -> tuple[list[Done], str, dict[str, int]]:
-        async with engine() as eng:
-            out = []
-            for i, prompt in enumerate([mine, theirs, later], 1):
-                eng.scheduler.submit(job(i, spec, prompt))
-                await eng.finished(i)
-                done = eng.ended(i)
-                assert isinstance(done, Done), done
-                out.append(done)
-                if i == 2:  # both kept: the counters published after the second's end
-                    await eng.until(lambda: eng.counters().get("released", 0) >= 2)
-                    kept = eng.counters()
-            return out, text_of(eng.sent, 3), kept
-
-    (first, other, again), text, kept = asyncio.run(scenario())
+    # both kept: the counters published after the second's end
+    (first, other, again), text, (_, kept, _) = asyncio.run(
+        turns_counted(spec, [mine, theirs, later])
+    )
     assert other.cached_tokens > 500  # it started from the first's system prompt
     assert first.prompt_tokens + other.prompt_tokens + TOKENS > 1024  # held twice: no room
     # both kept, the system prompt's cells counted once
@@ -762,3 +757,37 @@ def test_agents_with_one_system_prompt_keep_their_turns_side_by_side_holding_it_
     assert kept["prefix_cached"] == cells[0] + cells[1] - other.cached_tokens
     assert again.cached_tokens >= first.prompt_tokens - 1
     assert text == cold_text(spec, later)
+
+
+def test_a_next_turn_that_must_evict_another_conversation_starts_from_its_own(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """A conversation's next turn covers its kept prefix whole but, with its answer's room,
+    does not fit beside it even taking it over; another, older conversation's kept prefix
+    goes for room instead, and the turn starts from its own cells (found in review: the
+    cells were counted as the turn's own and then as shared, an assertion in a step that
+    failed every sequence in it). It answers as cold."""
+    other = "The quick brown fox\n" * 65  # about 585 tokens, kept, the least recently used
+    mine = "Once upon a time " * 15  # about 200, kept whole (max_tokens 1)
+    later = mine + "and then some more words"
+    spec = model(tiny_models[1], n_ctx=1024, prompt_cache_ram_mb=0)
+
+    async def scenario(
+        spec: dict[str, Any], asks: list[tuple[str, int]]
+    ) -> tuple[list[Message | None], str]:
+        async with engine() as eng:
+            for i, (prompt, tokens) in enumerate(asks, 1):
+                eng.scheduler.submit(job(i, spec, prompt, max_tokens=tokens))
+                await eng.finished(i)
+            ids = range(1, len(asks) + 1)
+            return [eng.ended(i) for i in ids], text_of(eng.sent, len(asks))
+
+    asks = [(other, 1), (mine, 1), (later, 300)]
+    (first, second, again), text = asyncio.run(scenario(spec, asks))
+    assert isinstance(first, Done) and isinstance(second, Done) and isinstance(again, Done)
+    kept = [d.prompt_tokens + d.completion_tokens - 1 for d in (first, second)]
+    want = again.prompt_tokens + 300 - 1
+    assert want > 1024 - kept[0]  # it fits only once the other conversation goes
+    assert again.cached_tokens >= second.prompt_tokens - 1
+    cold = model(tiny_models[1], n_ctx=1024, prefix_cache_tokens=0)
+    assert text == asyncio.run(scenario(cold, [(later, 300)]))[1]
