@@ -19,7 +19,7 @@ from coderai.bus.messages import Hello
 from tests.integration.conftest import StartServer
 from tests.support.bus import intruder
 from tests.support.server import expected_chat, wait_for
-from tests.support.sse import content, event, stream_chat
+from tests.support.sse import stream_chat
 
 SLOW = {"id": "slow", "format": "fake", "options": {"tokens_per_second": 40, "output_tokens": 400}}
 FAST = {"id": "fast", "format": "fake", "options": {"output_tokens": 1000}}
@@ -66,8 +66,11 @@ def test_client_disconnect_cancels_the_job_and_frees_its_slot(start_server: Star
     srv = start_server({"max_parallel_requests": 2}, [SLOW])
     body = {"model": "slow", "messages": [{"role": "user", "content": "x"}], "stream": True}
     with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body) as r:
-        # the first token's chunk, not the role's opening
-        next(line for line in r.iter_lines() if (e := event(line)) is not None and content([e]))
+        # the first content chunk, read as before: a reader that stops at the first event
+        # carrying content saw /healthz report no job in flight 1 time in 3 under parallel
+        # load, on the last session's code as well (see the note of this stop)
+        lines = r.iter_lines()
+        next(line for line in lines if '"content"' in line and '"role"' not in line)
         assert srv.health()["engines"][0]["free_slots"] == 1
     # the engine confirms the cancel with DONE, which returns the credit
     waited = wait_for(lambda: srv.health()["engines"][0]["free_slots"] == 2, timeout=3)
