@@ -1,21 +1,23 @@
 """A coding agent's turns, cold and warm, on `coderai run` and on llama.cpp's own server.
 
     python bench/agent_turns.py [--models smol,gemma] [--turns 4] [--agents 4]
-        [--system-tokens 15000] [--tool-lines 40] [--cold-rounds N] [--skip-llama-server]
+        [--system-tokens 15000] [--tool-lines 40] [--rounds 3] [--skip-llama-server]
         [--out PATH]
 
 A coding agent resends its whole conversation every turn: a long system prompt with its
 tools (~15k tokens here, as Claude Code's ~21k and Codex's ~6k), then the turns so far,
 then a tool's result and a question. What decides its speed is whether each turn reads
-only what is new. One run, per model (SmolLM2-135M with a 32k context; Gemma 3 270M, a
-sliding-window model, with its 32k), per server:
+only what is new. Per model (SmolLM2-135M with a 32k context; Gemma 3 270M, a
+sliding-window model, with its 32k), both servers up, one round is, on one server:
 
-0. with `--cold-rounds N`: a cold first turn N times per server, the servers taking turns
-   (both are up; an idle one takes no CPU), each round with a system prompt neither has
-   seen: the median, a cold figure less at the mercy of one run's noise;
 1. one agent, `--turns` turns: TTFT of each (the first is cold: the system prompt too);
 2. `--agents` agents with the same system prompt and their own tasks, taking turns in
    turn (a1, a2, ..., a1, a2, ...), `--turns` each: TTFT of each turn.
+
+`--rounds` rounds per server, the servers taking turns (in the other order every other
+round), each round with a system prompt neither server has seen (its first line numbers
+the round); per turn the median over the rounds. A run on this noisy 2-core machine
+differs from the next by up to a third; so a side's figures are never from one run.
 
 Each request is streamed, greedy, 32 tokens; TTFT is the time to the first content delta.
 Warm / cold is a turn's TTFT over the first turn's. The peer is llama-server built from
@@ -128,8 +130,17 @@ async def turn(
             "cached_tokens": details.get("cached_tokens")}  # fmt: skip
 
 
-async def scenario(url: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
-    system = system_prompt(args.system_tokens)
+#: prompt tokens a round's cold first turn may find cached: its chat template's first
+#: tokens (each round's system prompt differs from its first line on)
+COLD_SHARED = 64
+
+
+async def scenario(
+    url: str, model: str, args: argparse.Namespace, round_: int
+) -> list[dict[str, Any]]:
+    """One round's turns on one server: its system prompt begins with the round's number,
+    so its first turn is read cold on a server that ran the earlier rounds."""
+    system = f"Session {round_ + 1}.\n" + system_prompt(args.system_tokens)
     timeout = aiohttp.ClientTimeout(total=3600)
     rows: list[dict[str, Any]] = []
     # a connection per request: llama-server closes an idle keep-alive connection, and
@@ -141,14 +152,32 @@ async def scenario(url: str, model: str, args: argparse.Namespace) -> dict[str, 
             got = await turn(session, url, model, alone)
             alone.answered(got.pop("text"), t)
             rows.append({"agents": 1, "agent": 0, "turn": t, **got})
-            print(model, rows[-1], flush=True)
+            print(model, round_, rows[-1], flush=True)
+        assert (rows[0]["cached_tokens"] or 0) < COLD_SHARED, rows[0]  # read cold
         crowd = [Agent(a, system, args.tool_lines) for a in range(1, args.agents + 1)]
         for t in range(args.turns):
             for agent in crowd:
                 got = await turn(session, url, model, agent)
                 agent.answered(got.pop("text"), t)
                 rows.append({"agents": args.agents, "agent": agent.index, "turn": t, **got})
-                print(model, rows[-1], flush=True)
+                print(model, round_, rows[-1], flush=True)
+    return rows
+
+
+def median_of(rows: tuple[dict[str, Any], ...], key: str) -> float:
+    return statistics.median(r[key] or 0 for r in rows)
+
+
+def summary(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each turn's median over the rounds (and each round's figure), and warm / cold from
+    those medians."""
+    rows = []
+    for same in zip(*rounds, strict=True):
+        ttfts = [round(r["ttft"], 2) for r in same]
+        rows.append({"agents": same[0]["agents"], "agent": same[0]["agent"],
+                     "turn": same[0]["turn"], "ttft": statistics.median(ttfts), "ttfts": ttfts,
+                     "prompt_tokens": median_of(same, "prompt_tokens"),
+                     "cached_tokens": median_of(same, "cached_tokens")})  # fmt: skip
     cold = rows[0]["ttft"]
     warm = [r["ttft"] for r in rows[1:]]
     return {"rows": rows, "cold_ttft": round(cold, 2),
@@ -228,43 +257,13 @@ def peer(name: str) -> Iterator[str]:
         proc.wait(30)
 
 
-#: prompt tokens a cold round may find cached: its chat template's first tokens (the round's
-#: system prompt differs from its first line on)
-COLD_SHARED = 64
-
-
-async def cold_turns(urls: dict[str, str], model: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Each side's cold first turn, `--cold-rounds` times, the sides taking turns (in the
-    other order every other round), each round with a system prompt no server has seen (its
-    first line numbers the round). A side that fails keeps its error and sits out the rest."""
-    got_by: dict[str, dict[str, Any]] = {side: {"cold_ttfts": []} for side in urls}
-    connector = aiohttp.TCPConnector(force_close=True)
-    timeout = aiohttp.ClientTimeout(total=3600)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        for round_ in range(args.cold_rounds):
-            system = f"Session {round_ + 1}.\n" + system_prompt(args.system_tokens)
-            order = list(urls) if round_ % 2 == 0 else list(reversed(urls))
-            for side in order:
-                if "error" in got_by[side]:
-                    continue
-                try:
-                    got = await turn(session, urls[side], model, Agent(0, system))
-                except Exception as exc:  # a result too, beside the other side's
-                    got_by[side]["error"] = repr(exc)[:300]
-                    continue
-                assert (got["cached_tokens"] or 0) < COLD_SHARED, got  # read cold
-                got_by[side]["cold_ttfts"].append(round(got["ttft"], 2))
-                print(model, "cold", side, got_by[side]["cold_ttfts"][-1], flush=True)
-    for got in got_by.values():
-        if got["cold_ttfts"]:
-            got["cold_ttft_median"] = statistics.median(got["cold_ttfts"])
-    return got_by
-
-
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Both servers up (an idle one takes no CPU), the cold rounds taking turns between
-    them, then each side's turns, one side after the other. A side's failure is its result."""
+    """Both servers up (an idle one takes no CPU), the whole scenario `--rounds` times, the
+    servers taking turns (in the other order every other round), so a load on the machine
+    falls on both sides alike; per turn the median. A side that fails keeps its error as
+    its result and sits out the rest."""
     out: dict[str, Any] = {}
+    rounds: dict[str, list[list[dict[str, Any]]]] = {}
     with contextlib.ExitStack() as stack:
         urls: dict[str, str] = {}
         if not args.skip_coderai:
@@ -274,13 +273,19 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 urls["llama-server"] = stack.enter_context(peer(name))
             except Exception as exc:
                 out["llama-server"] = {"error": repr(exc)[:300]}
-        colds = asyncio.run(cold_turns(urls, name, args)) if args.cold_rounds else {}
-        for side, url in urls.items():
-            try:
-                out[side] = asyncio.run(scenario(url, name, args))
-            except Exception as exc:
-                out[side] = {"error": repr(exc)[:300]}
-            out[side].update(colds.get(side, {}))
+        for round_ in range(args.rounds):
+            order = list(urls) if round_ % 2 == 0 else list(reversed(urls))
+            for side in order:
+                if side in out:
+                    continue
+                try:
+                    rounds.setdefault(side, []).append(
+                        asyncio.run(scenario(urls[side], name, args, round_))
+                    )
+                except Exception as exc:  # a result too, beside the other side's
+                    out[side] = {"error": repr(exc)[:300]}
+    for side, got in rounds.items():
+        out.setdefault(side, summary(got))
     return out
 
 
@@ -293,8 +298,8 @@ def main() -> None:
     parser.add_argument("--tool-lines", type=int, default=TOOL_RESULT_LINES,
                         help="lines of each tool result (19 tokens a line)")  # fmt: skip
     parser.add_argument("--skip-llama-server", action="store_true")
-    parser.add_argument("--cold-rounds", type=int, default=0,
-                        help="cold first turns per side, taking turns, first")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the whole scenario per side, the sides taking turns")  # fmt: skip
     parser.add_argument("--skip-coderai", action="store_true",
                         help="the peer only, added to --out's earlier result")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "agent_turns.json")
@@ -303,7 +308,8 @@ def main() -> None:
     brief_openmp_spin()
     result: dict[str, Any] = {"turns": args.turns, "agents": args.agents,
                               "system_tokens": args.system_tokens,
-                              "tool_lines": args.tool_lines, "models": {}}  # fmt: skip
+                              "tool_lines": args.tool_lines, "rounds": args.rounds,
+                              "models": {}}  # fmt: skip
     if args.skip_coderai and args.out.exists():
         result["models"] = json.loads(args.out.read_text())["models"]
     if args.skip_coderai and args.out.exists():

@@ -13,49 +13,54 @@ def turns_section(result: dict[str, Any]) -> list[str]:
     flash = result.get("flash_attn", "off")
     if isinstance(flash, dict):
         flash = ", ".join(f"{flash.get(m, 'off')} for {m}" for m in result["models"])
+    rounds = result.get("rounds", 1)
     out = [
         f"## An agent's turns: cold and warm, beside llama-server ({names}, issue 29)\n",
         "`python bench/agent_turns.py`: an agent's conversation (a system prompt with tools "
         f"of ~{result['system_tokens']:,} tokens, then per turn the answer, a tool's result "
-        "and a question), one agent and then "
+        f"of {result.get('tool_lines', 40)} lines and a question), one agent and then "
         f"{result['agents']} agents with the same system prompt taking turns in turn, "
         f"{result['turns']} turns each, 32 greedy tokens a turn; 32k context, 4 slots, "
         f"unified KV, all threads, flash attention {flash} (the engine's default for the "
-        "model on a CPU), OpenMP waiting as the engine does, on both servers. The turns run "
-        "on one server after the other (not interleaved: a load on the machine during one "
-        "side's run is not on the other's); the cold rounds, where run, take turns between "
-        "the servers, each with a system prompt neither has seen. TTFT in seconds; warm / "
-        "cold is a turn's TTFT over the first (cold) turn's.\n",
+        "model on a CPU), OpenMP waiting as the engine does, on both servers. The whole "
+        f"scenario {rounds} times per server, the servers taking turns, each round with a "
+        "system prompt neither has seen; TTFT in seconds, the median over the rounds (each "
+        "round's in brackets); warm / cold is a turn's median over the first (cold) "
+        "turn's.\n",
     ]
     summary = []
     for model, sides in result["models"].items():
         for side, got in sides.items():
             if "error" in got:
-                summary.append([model, side, "failed: " + got["error"], "", "", "", ""])
+                summary.append([model, side, "failed: " + got["error"], "", "", ""])
                 continue
-            rounds = got.get("cold_ttfts")
-            summary.append([model, side, got["cold_ttft"],
-                            f"{got['cold_ttft_median']:.2f} ({', '.join(map(str, rounds))})"
-                            if rounds else "—",
-                            got["warm_ttft_median"],
+            summary.append([model, side, got["cold_ttft"], got["warm_ttft_median"],
                             f"{got['warm_over_cold_median']:.1%}",
                             f"{got['warm_over_cold_max']:.1%}"])  # fmt: skip
-    out += [table(["model", "server", "cold TTFT s", "cold rounds s: median (each)",
-                   "warm TTFT s (median)", "warm / cold (median)", "warm / cold (worst)"],
-                  summary), ""]  # fmt: skip
+    out += [table(["model", "server", "cold TTFT s", "warm TTFT s (median)",
+                   "warm / cold (median)", "warm / cold (worst)"], summary), ""]  # fmt: skip
     for model, sides in result["models"].items():
-        ours = sides["coderai"]["rows"]
+        ours = sides.get("coderai", {}).get("rows", [])
         theirs = sides.get("llama-server", {}).get("rows", [])
         rows = []
         for i, row in enumerate(ours):
-            peer = theirs[i]["ttft"] if i < len(theirs) else None
+            peer = theirs[i] if i < len(theirs) else None
             rows.append([row["agents"], row["agent"], row["turn"], row["prompt_tokens"],
-                         row["cached_tokens"], row["ttft"],
-                         "—" if peer is None else f"{peer:.2f}"])  # fmt: skip
+                         row["cached_tokens"], timing(row),
+                         "—" if peer is None else timing(peer),
+                         "—" if peer is None else f"{row['ttft'] / peer['ttft']:.2f}"])  # fmt: skip
         out += [f"\n{model}, each turn:\n",
                 table(["agents", "agent", "turn", "prompt tokens", "cached (ours)",
-                       "TTFT ours s", "TTFT llama-server s"], rows), ""]  # fmt: skip
+                       "TTFT ours s", "TTFT llama-server s", "ours / theirs"], rows),
+                ""]  # fmt: skip
     return out
+
+
+def timing(row: dict[str, Any]) -> str:
+    """A turn's median TTFT, with each round's."""
+    each = row.get("ttfts")
+    median = f"{row['ttft']:.2f}"
+    return f"{median} ({', '.join(f'{t:.2f}' for t in each)})" if each else median
 
 
 def speculation_section(result: dict[str, Any]) -> list[str]:

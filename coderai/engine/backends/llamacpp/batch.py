@@ -94,6 +94,15 @@ _ABORTED = 2
 #: copying it all out); where only its cells past the shared ones are, MIN_CHUNK (fewer,
 #: such as the one token a whole prefix taken over leaves, are read again at no cost)
 RAM_TAIL = 256
+
+
+def worth_taking(gained: int, held: int) -> bool:
+    """Whether starting from a kept or saved state that holds `held` tokens, for the
+    `gained` a sequence need then not read, is worth it: for RAM_TAIL tokens or more,
+    or for at least half of what it holds."""
+    return gained >= RAM_TAIL or 2 * gained >= held
+
+
 #: speculative decoding: the most draft tokens a sequence decodes in a step, and the most
 #: sequences decoding in a step for drafts to be tried at all (with more, the batch
 #: already fills a step: drafts would slow every sequence more than they gain)
@@ -232,11 +241,16 @@ class LlamaCppBatchInstance(ModelInstance):
         self.ram = RamCache(ram_bytes) if ram_bytes > 0 else None
         if self.ram is not None:
             self.cache.on_evict = self._save
-        #: without flash attention, attention computes every used cell of the cache for
-        #: every token read, the cells of other sequences too (masked): there a finished
-        #: sequence's cells past those it shares with another go to host RAM instead of
-        #: staying (an agent's own turns beside a system prompt others share: a few MB,
-        #: ~10 ms each way), and come back when its conversation does
+        #: without flash attention, attention computes every used cell of the cache (up
+        #: to the highest used one) for every token read, other sequences' cells too,
+        #: masked: an idle kept prefix makes every running sequence slower (a 1.3k-token
+        #: prompt read beside 2.1k idle cells: 10.2 s against 6.3 s on SmolLM2). There
+        #: only running sequences and what they share stay in the cache: a finished
+        #: sequence's cells past those it shares go to host RAM (an agent's own turns
+        #: beside a system prompt others share: a few MB, ~10 ms each way); a kept prefix
+        #: a new sequence starts from is taken over, its cells past the shared ones saved;
+        #: and kept prefixes no running sequence shares are saved and let go when one is
+        #: admitted (_park_idle). They come back when their conversation does.
         self._park = (
             self._linked and not flash and self.ram is not None and self._scratch is not None
         )
@@ -481,8 +495,13 @@ class LlamaCppBatchInstance(ModelInstance):
             # covers whole is taken over first: kept, it would only hold the same cells
             # twice over (its release keeps the longer one), and others need not go
             hit = self._match(slot.tokens)
-            keep = hit[0] if hit else None
             whole = hit is not None and hit[1] >= self.cache.length(hit[0]) - 1
+            if self._park and hit and not worth_taking(hit[1], self.cache.length(hit[0])):
+                # a few tokens in common with another conversation (a chat template's
+                # first ones) are read again: taken, they would leave its state saved
+                # past them, which only a sequence that holds them again could restore
+                hit = None
+            keep = hit[0] if hit else None
             admitted = bool(whole and hit and self._adopt(slot, hit, want))
             if not admitted:
                 if hit and self._linked:  # beside it, only what it adds counts
@@ -497,6 +516,20 @@ class LlamaCppBatchInstance(ModelInstance):
             slot.admitted = True
             slot.order = next(self._admissions)
             self._reuse(slot, None if slot.decoded else hit)
+            if self._park:
+                self._park_idle()
+
+    def _park_idle(self) -> None:
+        """Save the kept prefixes no admitted sequence shares to host RAM and let them go
+        (`_park`); one that RAM cannot hold stays (reading it again would cost more than
+        the cells it keeps idle)."""
+        bases = {base[0] for s in self._slots
+                 if s.admitted and (base := self.ledger.base(s.seq_id)) is not None}  # fmt: skip
+        for idle in [i for i in self.cache.ids() if i not in bases]:
+            if self._save(idle, self.cache.tokens_of(idle)):
+                self.cache.take(idle)
+                self._free_cells(idle)
+                self._free_ids.append(idle)
 
     def _reuse(self, slot: _Slot, hit: tuple[int, int] | None) -> None:
         """Start from the kept cells that share the longest prefix with its tokens, `hit`
@@ -504,7 +537,7 @@ class LlamaCppBatchInstance(ModelInstance):
         if hit is not None:
             kept, shared = hit
             self._share(kept, slot, shared)
-            if self._private:
+            if self._private or self._park:
                 self._let_go(kept, shared)
         if self.ram is not None:
             self._recall(slot)
@@ -595,15 +628,15 @@ class LlamaCppBatchInstance(ModelInstance):
         """Whether part of a sequence's cells can be saved (and restored beside others)."""
         return self._linked and self._scratch is not None
 
-    def _save(self, seq_id: int, tokens: list[int]) -> None:
+    def _save(self, seq_id: int, tokens: list[int]) -> bool:
         """Copy a sequence's state to host RAM before its cells are freed: where cells
         it shares stay in the cache (with its base, or another that shares them), only
         those past them (an agent's own turns after a system prompt others share: a few
-        MB, not the hundreds of the whole)."""
+        MB, not the hundreds of the whole). False if RAM did not take it."""
         assert self.ram is not None
         start = self.ledger.staying(seq_id) if self._tails() else 0
         if start >= len(tokens):
-            return
+            return True  # all of it stays
         source = seq_id
         if start > 0:
             assert self._scratch is not None
@@ -613,11 +646,12 @@ class LlamaCppBatchInstance(ModelInstance):
         held = self._held(source)
         if source != seq_id:
             self._lib.llama_memory_seq_rm(self.context.memory, source, -1, -1)
-        if data is not None:
-            points = list(self._checkpoints.get(seq_id, ()))
-            if self.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
-                held = Held(max(held.first, held.end - self.window), held.end)
-            self.ram.put(Saved(list(tokens), data, held, points, start))
+        if data is None:
+            return False
+        points = list(self._checkpoints.get(seq_id, ()))
+        if self.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
+            held = Held(max(held.first, held.end - self.window), held.end)
+        return self.ram.put(Saved(list(tokens), data, held, points, start))
 
     def _gives(self, saved: Saved, common: int) -> int:
         taken = [c.tokens for c in saved.checkpoints]
@@ -651,6 +685,10 @@ class LlamaCppBatchInstance(ModelInstance):
         if hit is None or hit[1] <= have:
             return False
         saved, tokens = hit
+        if not worth_taking(tokens - have, len(saved.tokens) - saved.start):
+            # a few tokens from a larger state (a chat template's first ones from another
+            # conversation): reading them costs less than loading it all
+            return False
         began = time.perf_counter()
         restored = self._set_state(scratch, saved.data, 0)
         if restored:

@@ -42,7 +42,7 @@ class PrefixCache:
         self.reused = 0
         #: told of each entry let go for room or its bound (its id and tokens), before
         #: the backend frees its cells: they may be saved elsewhere (ram_cache.py)
-        self.on_evict: Callable[[int, list[int]], None] | None = None
+        self.on_evict: Callable[[int, list[int]], object] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,6 +72,10 @@ class PrefixCache:
         if best is not None:
             self._entries.move_to_end(best[0])
         return best
+
+    def ids(self) -> list[int]:
+        """The kept entries' sequence ids, least recently used first."""
+        return list(self._entries)
 
     def length(self, seq_id: int) -> int:
         """The tokens an entry holds."""

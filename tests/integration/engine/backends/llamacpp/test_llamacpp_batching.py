@@ -277,7 +277,8 @@ def test_a_prompt_longer_than_a_batch_is_read_in_chunks_when_it_runs_alone(
 def test_a_growing_sequence_takes_kept_prefixes_before_anyone_is_preempted(
     tiny_models: tuple[Path, Path],
 ) -> None:
-    spec = model(tiny_models[1], reserve_tokens=16)
+    # no host RAM: the kept prefixes stay in the KV cache beside the later sequence
+    spec = model(tiny_models[1], reserve_tokens=16, prompt_cache_ram_mb=0)
 
     async def scenario() -> tuple[dict[str, int], dict[str, int], Message | None]:
         async with engine() as eng:
@@ -588,14 +589,15 @@ def test_an_agents_own_turn_beside_a_shared_system_prompt_waits_in_host_ram(
     tiny_models: tuple[Path, Path],
 ) -> None:
     """Two agents with one long system prompt. Without flash attention every token read
-    computes attention over every used cell of the cache, so the second agent's own turn,
-    once it ends, goes to host RAM (only its cells past the shared system prompt: a small
-    part of its state) instead of staying; its next turn finds the system prompt in the KV
-    cache and the rest in RAM, reads only what is new, and answers as cold."""
+    computes attention over every used cell of the cache, so when the second agent starts
+    from the first's system prompt, the first's own turn goes to host RAM (only its cells
+    past the shared system prompt: a small part of its state) instead of staying. The
+    first's next turn finds the system prompt in the KV cache and the rest in RAM, reads
+    only what is new, and answers as cold."""
     system = "Servers answer requests\n" * 55  # about 550 tokens, shared
     mine = system + "Once upon a time\n" * 15
     theirs = system + "The quick brown fox\n" * 15
-    later = theirs + "and then some more words"
+    later = mine + "and then some more words"
     spec = model(tiny_models[1], n_ctx=1024)
 
     (first, other, again), text, (_, parked, after) = asyncio.run(
@@ -603,15 +605,34 @@ def test_an_agents_own_turn_beside_a_shared_system_prompt_waits_in_host_ram(
     )
     assert other.cached_tokens > 500  # it started from the first's system prompt
     cells = [d.prompt_tokens + d.completion_tokens - 1 for d in (first, other)]
-    assert parked["prefix_cached"] == cells[0]  # the first's; the second's own went to RAM
+    assert parked["prefix_cached"] == cells[1]  # the second's; the first's own went to RAM
     per_token = (
         tinymodel.LAYERS * tinymodel.KV_HEADS * 2 * (tinymodel.HIDDEN // tinymodel.HEADS) * 4
     )
-    own = cells[1] - other.cached_tokens
+    own = cells[0] - other.cached_tokens
     assert parked["ram_cache_saves"] == 1
-    assert own * per_token <= parked["ram_cache_bytes"] < cells[1] * per_token / 3
-    assert after["ram_cache_hits"] == 1 and again.cached_tokens >= other.prompt_tokens - 1
+    assert own * per_token <= parked["ram_cache_bytes"] < cells[0] * per_token / 3
+    assert after["ram_cache_hits"] == 1 and again.cached_tokens >= first.prompt_tokens - 1
     assert text == cold_text(spec, later)
+
+
+def test_a_kept_prefix_no_running_sequence_shares_waits_in_host_ram(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Without flash attention, a kept prefix that the running sequences do not start from
+    only slows them (attention spans every used cell): it goes to host RAM when another
+    conversation is admitted, and comes back, whole, when its own does."""
+    one = "Servers answer requests\n" * 30
+    two = "Once upon a time\n" * 30
+    spec = model(tiny_models[1], n_ctx=1024)
+
+    (first, _, again), text, (kept, parked, after) = asyncio.run(
+        turns_counted(spec, [one, two, one + "and then some more words"])
+    )
+    assert kept["prefix_cached"] == first.prompt_tokens + first.completion_tokens - 1
+    assert parked["ram_cache_saves"] >= 1 and parked["ram_cache_bytes"] > 0
+    assert after["ram_cache_hits"] == 1 and again.cached_tokens >= first.prompt_tokens - 1
+    assert text == cold_text(spec, one + "and then some more words")
 
 
 async def three_answers(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coderai.engine.backends.llamacpp.batch import RAM_TAIL, worth_taking
 from coderai.engine.backends.llamacpp.checkpoints import Held
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
 
@@ -54,3 +55,10 @@ def test_a_state_that_holds_an_older_ones_tokens_replaces_it() -> None:
     cache.put(saved([1, 2]))
     cache.put(saved([1, 2, 3, 4]))
     assert len(cache) == 1 and cache.bytes == 10
+
+
+def test_a_state_is_worth_starting_from_for_many_tokens_or_half_of_what_it_holds() -> None:
+    assert worth_taking(RAM_TAIL, 100 * RAM_TAIL)  # a system prompt beside a long talk
+    assert not worth_taking(5, 2112)  # a chat template's first tokens of another's talk
+    assert worth_taking(60, 120) and not worth_taking(59, 120)  # half of a short one
+    assert not worth_taking(RAM_TAIL - 1, 2 * RAM_TAIL)
