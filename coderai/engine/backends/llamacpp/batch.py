@@ -487,6 +487,7 @@ class LlamaCppBatchInstance(ModelInstance):
 
     def _admit(self) -> None:
         """Promise cells to waiting sequences in arrival order while the cache has room."""
+        admitted_any = False
         while self._waiting:
             slot = self._waiting[0]
             want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
@@ -511,22 +512,31 @@ class LlamaCppBatchInstance(ModelInstance):
                 )
             if not admitted:
                 self.ledger.release(slot.seq_id)
-                return
+                break
             self._waiting.popleft()
             slot.admitted = True
             slot.order = next(self._admissions)
             self._reuse(slot, None if slot.decoded else hit)
-            if self._park:
-                self._park_idle()
+            admitted_any = True
+        if self._park and admitted_any:
+            self._park_idle()
 
     def _park_idle(self) -> None:
-        """Save the kept prefixes no admitted sequence shares to host RAM and let them go
-        (`_park`); one that RAM cannot hold stays (reading it again would cost more than
-        the cells it keeps idle)."""
-        bases = {base[0] for s in self._slots
-                 if s.admitted and (base := self.ledger.base(s.seq_id)) is not None}  # fmt: skip
-        for idle in [i for i in self.cache.ids() if i not in bases]:
-            if self._save(idle, self.cache.tokens_of(idle)):
+        """Save the kept prefixes no admitted sequence shares, and none a waiting one
+        would start from, to host RAM and let them go (`_park`). What RAM cannot hold
+        beside what this call saved stays (reading it again would cost more than the
+        cells it keeps idle, and a save must not push out another just parked)."""
+        assert self.ram is not None
+        busy = {base[0] for s in self._slots
+                if s.admitted and (base := self.ledger.base(s.seq_id)) is not None}  # fmt: skip
+        busy |= {hit[0] for s in self._waiting if (hit := self._match(s.tokens)) is not None}
+        room = self.ram.max_bytes
+        for idle in [i for i in self.cache.ids() if i not in busy]:
+            if room <= 0:
+                return
+            saved = self._save(idle, self.cache.tokens_of(idle), most=room)
+            if saved:
+                room -= saved
                 self.cache.take(idle)
                 self._free_cells(idle)
                 self._free_ids.append(idle)
@@ -628,30 +638,33 @@ class LlamaCppBatchInstance(ModelInstance):
         """Whether part of a sequence's cells can be saved (and restored beside others)."""
         return self._linked and self._scratch is not None
 
-    def _save(self, seq_id: int, tokens: list[int]) -> bool:
+    def _save(self, seq_id: int, tokens: list[int], most: int | None = None) -> int:
         """Copy a sequence's state to host RAM before its cells are freed: where cells
         it shares stay in the cache (with its base, or another that shares them), only
         those past them (an agent's own turns after a system prompt others share: a few
-        MB, not the hundreds of the whole). False if RAM did not take it."""
+        MB, not the hundreds of the whole). The bytes saved; 0 if RAM did not take it
+        (or it is over `most` bytes), and 1 where all of it stays in the cache."""
         assert self.ram is not None
         start = self.ledger.staying(seq_id) if self._tails() else 0
         if start >= len(tokens):
-            return True  # all of it stays
+            return 1  # all of it stays
         source = seq_id
         if start > 0:
             assert self._scratch is not None
             source = self._scratch
             self._lib.llama_memory_seq_cp(self.context.memory, seq_id, source, start, -1)
-        data = self._state(source, 0, self.ram.max_bytes)
+        bound = self.ram.max_bytes if most is None else min(self.ram.max_bytes, most)
+        data = self._state(source, 0, bound)
         held = self._held(source)
         if source != seq_id:
             self._lib.llama_memory_seq_rm(self.context.memory, source, -1, -1)
         if data is None:
-            return False
+            return 0
         points = list(self._checkpoints.get(seq_id, ()))
         if self.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
             held = Held(max(held.first, held.end - self.window), held.end)
-        return self.ram.put(Saved(list(tokens), data, held, points, start))
+        saved = Saved(list(tokens), data, held, points, start)
+        return saved.size if self.ram.put(saved) else 0
 
     def _gives(self, saved: Saved, common: int) -> int:
         taken = [c.tokens for c in saved.checkpoints]
@@ -685,9 +698,14 @@ class LlamaCppBatchInstance(ModelInstance):
         if hit is None or hit[1] <= have:
             return False
         saved, tokens = hit
-        if not worth_taking(tokens - have, len(saved.tokens) - saved.start):
+        if (
+            self._park
+            and not worth_taking(tokens - have, len(saved.tokens) - saved.start)
+            and not self.ram.continues(slot.tokens, have, tokens)
+        ):
             # a few tokens from a larger state (a chat template's first ones from another
-            # conversation): reading them costs less than loading it all
+            # conversation): reading them costs less than loading it all, unless they
+            # are what a saved tail of its own conversation begins with
             return False
         began = time.perf_counter()
         restored = self._set_state(scratch, saved.data, 0)
@@ -779,8 +797,10 @@ class LlamaCppBatchInstance(ModelInstance):
             self._lib.llama_memory_seq_cp(memory, leader.seq_id, sid, 0, slot.shared)
         gained = slot.shared - slot.decoded
         slot.decoded, slot.leader = slot.shared, None
-        slot.seq.cached_tokens = max(slot.seq.cached_tokens, slot.shared)
         self.cache.count_hit(gained)
+        if self.ram is not None and self._tails():  # its own conversation's tail may begin there
+            self._recall(slot)
+        slot.seq.cached_tokens = max(slot.seq.cached_tokens, slot.decoded)
         return False
 
     def _grow(self, slot: _Slot) -> bool:

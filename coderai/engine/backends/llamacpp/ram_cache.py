@@ -94,6 +94,15 @@ class RamCache:
         self._entries.move_to_end(best[0])
         return self._entries[best[0]], best[1]
 
+    def continues(self, tokens: list[int], have: int, end: int) -> bool:
+        """Whether a saved state that begins past `have` and by `end` holds more of
+        `tokens`: restoring up to `end` leads on to it (a conversation's own tail saved
+        past a prefix it shared)."""
+        return any(
+            have < saved.start <= end and common_prefix(saved.tokens, tokens) > end
+            for saved in self._entries.values()
+        )
+
     def count_hit(self, tokens: int, ms: int) -> None:
         self.hits += 1
         self.restored_tokens += tokens

@@ -635,6 +635,80 @@ def test_a_kept_prefix_no_running_sequence_shares_waits_in_host_ram(
     assert text == cold_text(spec, one + "and then some more words")
 
 
+AGENT_SYSTEM = "Servers answer requests\n" * 55  # about 550 tokens, shared
+MINE = AGENT_SYSTEM + "Once upon a time\n" * 15
+THEIRS = AGENT_SYSTEM + "The quick brown fox\n" * 15
+MINE_LATER = MINE + "and then some more words"
+
+
+def test_a_turn_that_follows_a_running_sequence_over_a_shared_prompt_goes_on_from_host_ram(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Turns that overlap: the second agent starts from the first's system prompt, and
+    the first's turn goes to RAM past it; while the second still runs, the first's next
+    turn comes. No kept prefix holds the system prompt now (the running one does), so
+    it copies the running one's cells, then goes on from its own turn in RAM."""
+    spec = model(tiny_models[1], n_ctx=2048)
+
+    async def scenario() -> tuple[Message | None, Message | None, str, bool, dict[str, int]]:
+        async with engine() as eng:
+            eng.scheduler.submit(job(1, spec, MINE))
+            await eng.finished(1)
+            eng.scheduler.submit(job(2, spec, THEIRS, max_tokens=None))
+            await eng.until(lambda: text_of(eng.sent, 2))
+            eng.scheduler.submit(job(3, spec, MINE_LATER))
+            await eng.finished(3)
+            running = eng.ended(2) is None
+            eng.scheduler.cancel(2)
+            await eng.finished(2)
+            return eng.ended(1), eng.ended(3), text_of(eng.sent, 3), running, eng.counters()
+
+    first, again, text, running, counters = asyncio.run(scenario())
+    assert running  # the second agent's turn ran all along
+    assert isinstance(first, Done) and isinstance(again, Done)
+    assert again.cached_tokens >= first.prompt_tokens - 1
+    assert counters["ram_cache_hits"] == 1
+    assert text == cold_text(spec, MINE_LATER)
+
+
+def test_a_kept_prefix_a_waiting_turn_starts_from_stays_while_others_are_admitted(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """The backend driven by hand: a new conversation and an agent's next turn are admitted
+    in one step. The agent's kept prefix is idle only until the second starts from it, so
+    the first's admission does not send it to RAM: the second starts from it in the KV
+    cache, and restores nothing."""
+    entry = model(tiny_models[1], n_ctx=2048)
+    spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
+    instance = LlamaCppBackend().load(spec, LoadProgress())
+
+    def answer(seq: Sequence, *beside: Sequence) -> str:
+        text = ""
+        for _ in range(TOKENS):
+            result, *_ = instance.step([seq, *beside])
+            while result is READING:
+                result, *_ = instance.step([seq, *beside])
+            if result is END:
+                break
+            text += str(result)
+        return text
+
+    first = Sequence(job(1, entry, MINE))
+    instance.start(first)
+    answer(first)
+    instance.release(first)
+    stranger = Sequence(job(2, entry, "SELECT * FROM servers WHERE answers > requests;\n" * 6))
+    again = Sequence(job(3, entry, MINE_LATER))
+    instance.start(stranger)
+    instance.start(again)
+    text = answer(again, stranger)  # the first step admits both
+    stats = instance.stats()
+    assert again.cached_tokens >= first.prompt_tokens - 1
+    # from the KV cache (only the first's answer past the prompt went to RAM, unread)
+    assert stats["ram_cache_hits"] == 0 and stats["ram_cache_saves"] <= 1
+    assert text == cold_text(entry, MINE_LATER)
+
+
 async def three_answers(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
     """Three prompts decoded together, 64 greedy tokens each: their texts and counters
     (with speculation, once drafts kept are published: a few times a second)."""

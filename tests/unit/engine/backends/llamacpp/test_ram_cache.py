@@ -62,3 +62,14 @@ def test_a_state_is_worth_starting_from_for_many_tokens_or_half_of_what_it_holds
     assert not worth_taking(5, 2112)  # a chat template's first tokens of another's talk
     assert worth_taking(60, 120) and not worth_taking(59, 120)  # half of a short one
     assert not worth_taking(RAM_TAIL - 1, 2 * RAM_TAIL)
+
+
+def test_a_saved_tail_past_a_few_shared_tokens_is_what_they_lead_on_to() -> None:
+    ram = RamCache(1 << 20)
+    talk = list(range(1000))
+    ram.put(Saved(talk[:800], b"x" * 10, Held(200, 800), start=200))
+    assert ram.continues(talk, 100, 200) and ram.continues(talk, 199, 250)
+    assert not ram.continues(talk, 200, 300)  # it begins at what is held already
+    assert not ram.continues(talk, 100, 199)  # restored up to 199, it cannot begin
+    assert not ram.continues(talk[:200] + [-1] * 800, 100, 200)  # another conversation
+    assert not ram.continues(talk, 100, 800)  # it holds nothing past that
