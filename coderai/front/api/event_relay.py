@@ -20,7 +20,7 @@ from aiohttp import web
 from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError
 from coderai.front.api.openai.reply import dumps
-from coderai.front.api.stream_io import Preamble, Refuse, open_stream, write_events
+from coderai.front.api.stream_io import Advance, Preamble, Refuse, open_stream, relay
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.output import CallPiece, Collected, Piece
@@ -122,26 +122,22 @@ async def stream(
     dispatcher.streams.add(job)
     try:
         preamble = Preamble(renderer.opening, renderer.keepalive, keepalive)
-        await _relay(request, response, dispatcher, metrics, job, renderer, preamble)
+        advance = _advance(dispatcher, metrics, job, renderer)
+        await relay(request, response, [job], preamble, advance, renderer.error)
     finally:
         dispatcher.streams.discard(job)
     return response
 
 
-async def _relay(
-    request: web.Request,
-    response: web.StreamResponse,
-    dispatcher: Dispatcher,
-    metrics: Metrics,
-    job: FrontJob,
-    renderer: Renderer,
-    preamble: Preamble,
-) -> None:
-    pending = b""
-    jobs = [job]
+def _advance(
+    dispatcher: Dispatcher, metrics: Metrics, job: FrontJob, renderer: Renderer
+) -> Advance:
+    """The job's events in the renderer's shape as they come, and its end."""
     first = True
-    while True:
-        pending += preamble.events(jobs)
+
+    def advance() -> tuple[bytes, bool]:
+        nonlocal first
+        out = b""
         items = job.take_items()
         if items:
             if first:  # the same time to first token as chat completions' streams report
@@ -149,18 +145,12 @@ async def _relay(
                 first = False
             if job.held:  # the client caught up with what was held for it
                 dispatcher.resume(job)
-            pending += renderer.items(items)
+            out = renderer.items(items)
         outcome = job.outcome
         if isinstance(outcome, Done):
-            pending += renderer.closing(outcome)
+            out += renderer.closing(outcome)
         elif isinstance(outcome, CoderaiError):
-            pending += renderer.error(outcome)
-        if pending:
-            last = outcome is not None
-            since = time.monotonic()
-            if not await write_events(request, response, job, pending, last, renderer.error, since):
-                return
-            pending = b""
-        if outcome is not None:
-            return
-        await preamble.wait(jobs)
+            out += renderer.error(outcome)
+        return out, outcome is not None
+
+    return advance

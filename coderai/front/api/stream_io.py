@@ -171,6 +171,40 @@ class Preamble:
             await wait_until(jobs[0], self._due)
 
 
+#: a stream's events as its jobs produce them: those ready now (each call takes them),
+#: and whether the stream ends with them
+Advance = Callable[[], tuple[bytes, bool]]
+
+
+async def relay(
+    request: web.Request,
+    response: web.StreamResponse,
+    jobs: Sequence[FrontJob],
+    preamble: Preamble,
+    advance: Advance,
+    cut_event: Callable[[CoderaiError], bytes],
+    written: Callable[[], None] | None = None,
+) -> None:
+    """The one loop of every streamed answer, whatever its wire format: its preamble, then
+    what `advance` has ready, written as it comes (the last events with the chunked
+    terminator, in one write), until the end or until the stream is cut. `written` is
+    told after each write. The first job stands for the stream with the stall reaper."""
+    lead = jobs[0]
+    while True:
+        pending = preamble.events(jobs)
+        events, last = advance()
+        pending += events
+        if pending:
+            since = time.monotonic()
+            if not await write_events(request, response, lead, pending, last, cut_event, since):
+                return
+            if written is not None:
+                written()
+        if last:
+            return
+        await preamble.wait(jobs)
+
+
 async def write_events(
     request: web.Request,
     response: web.StreamResponse,

@@ -20,7 +20,7 @@ from coderai.front.api.openai.choices import ChoiceStream
 from coderai.front.api.openai.reply import StreamTemplate, error_event, whole_response
 from coderai.front.api.openai.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.api.serving import Serving
-from coderai.front.api.stream_io import Preamble, open_stream, progress_comment, write_events
+from coderai.front.api.stream_io import Preamble, open_stream, progress_comment, relay
 from coderai.front.auth import activity
 from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
@@ -203,49 +203,29 @@ class OpenAIRoutes:
     async def _stream_many(
         self, request: web.Request, jobs: list[FrontJob], stream: ChoiceStream, prompts: int
     ) -> web.StreamResponse:
+        """Every choice's events as they come; each choice's finish once it ends; then the
+        usage and [DONE] once all have. An error ends the whole stream."""
         keepalive = self.dispatcher.settings.stream_keepalive_seconds
         response = await open_stream(request, jobs, error_response, keepalive)
         if not response.prepared:
             return response
+        finished: set[int] = set()
+        preamble = Preamble(lambda _prompt: stream.opening(), progress_comment, keepalive)
+
+        def advance() -> tuple[bytes, bool]:
+            events, failed, done = stream.advance(jobs, finished, prompts, self.dispatcher.resume)
+            if failed is not None:
+                events += error_event(failed)
+            return events, done
+
         # the first job stands for the stream with the stall reaper, which interrupts the
         # one handler once (every job holds while the client lags: open_stream)
         self.dispatcher.streams.add(jobs[0])
         try:
-            await self._relay_many(request, response, jobs, stream, prompts)
+            await relay(request, response, jobs, preamble, advance, error_event)
         finally:
             self.dispatcher.streams.discard(jobs[0])
         return response
-
-    async def _relay_many(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        jobs: list[FrontJob],
-        stream: ChoiceStream,
-        prompts: int,
-    ) -> None:
-        """Every choice's events as they come; each choice's finish once it ends; then the
-        usage and [DONE] once all have. An error ends the whole stream."""
-        pending = b""
-        finished: set[int] = set()
-        lead = jobs[0]
-        keepalive = self.dispatcher.settings.stream_keepalive_seconds
-        preamble = Preamble(lambda _prompt: stream.opening(), progress_comment, keepalive)
-        while True:
-            pending += preamble.events(jobs)
-            events, failed, done = stream.advance(jobs, finished, prompts, self.dispatcher.resume)
-            pending += events
-            if failed is not None:
-                pending += error_event(failed)
-            if pending:
-                if not await write_events(
-                    request, response, lead, pending, done, error_event, time.monotonic()
-                ):
-                    return
-                pending = b""
-            if done:
-                return
-            await preamble.wait(jobs)
 
     async def _whole(
         self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str

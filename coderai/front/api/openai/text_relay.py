@@ -28,8 +28,9 @@ from aiohttp import HttpVersion11, web
 
 from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
+from coderai.front.api import stream_io
 from coderai.front.api.openai.reply import StreamTemplate, error_event
-from coderai.front.api.stream_io import Preamble, chunk, progress_comment, write_events
+from coderai.front.api.stream_io import Preamble, chunk, progress_comment
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.metrics import Metrics
@@ -95,41 +96,35 @@ async def relay(
     (aiohttp sends them with the first write) and the stream is chunked (HTTP/1.1)."""
     stream = TextStream(template, request, metrics)
     direct = request.version >= HttpVersion11
-    jobs = [job]
     preamble = Preamble(
         lambda _prompt: template.opening(),
         progress_comment,
         dispatcher.settings.stream_keepalive_seconds,
     )
-    pending = b""
+
+    def advance() -> tuple[bytes, bool]:
+        out = b""
+        text = job.take()
+        if text:
+            if job.held:  # the client caught up with what was held for it
+                dispatcher.resume(job)
+            if stream.last is None:
+                metrics.ttft.observe(time.monotonic() - job.enqueued_at)
+            out = stream.content(text)
+        outcome = job.outcome
+        # the last events, the chunked terminator (and, for a short answer, the headers)
+        # leave in one write
+        if isinstance(outcome, Done):
+            out += template.closing(outcome)
+        elif isinstance(outcome, CoderaiError):
+            out += error_event(outcome)
+        return out, outcome is not None
+
+    def written() -> None:
+        if direct and job.sink is None and stream.last is not None:
+            job.sink = stream.offer  # headers and first content are out
+
     try:
-        while True:
-            pending += preamble.events(jobs)
-            text = job.take()
-            if text:
-                if job.held:  # the client caught up with what was held for it
-                    dispatcher.resume(job)
-                if stream.last is None:
-                    metrics.ttft.observe(time.monotonic() - job.enqueued_at)
-                pending += stream.content(text)
-            outcome = job.outcome
-            # the last events, the chunked terminator (and, for a short answer, the
-            # headers) leave in one write
-            if isinstance(outcome, Done):
-                pending += template.closing(outcome)
-            elif isinstance(outcome, CoderaiError):
-                pending += error_event(outcome)
-            if pending:
-                last = outcome is not None
-                if not await write_events(
-                    request, response, job, pending, last, error_event, time.monotonic()
-                ):
-                    return
-                pending = b""
-                if direct and job.sink is None and stream.last is not None:
-                    job.sink = stream.offer  # headers and first content are out
-            if outcome is not None:
-                return
-            await preamble.wait(jobs)
+        await stream_io.relay(request, response, [job], preamble, advance, error_event, written)
     finally:
         job.sink = None
