@@ -26,6 +26,7 @@ import zmq
 
 from coderai.bus.codec import decode, encode, unreadable_job_id
 from coderai.bus.kinds import ControlAction, EngineState, FailKind
+from coderai.bus.link import RECONNECT_FIRST, BusLink, next_epoch
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     KEEPALIVE,
@@ -45,7 +46,6 @@ from coderai.bus.messages import (
     Resume,
     Welcome,
 )
-from coderai.bus.sockets import connect_dealer
 from coderai.engine.backends import available_backends
 from coderai.engine.machine.fleet import fleet_usage
 from coderai.engine.machine.readings import Readings, free_vram_bytes
@@ -65,9 +65,6 @@ EXIT_REFUSED = 3
 EXIT_FRONT_GONE = 4
 EXIT_SCHEDULER_CRASHED = 5
 MIB = 1 << 20
-#: a remote engine's waits before it tries its front again: doubling up to the maximum
-RECONNECT_FIRST = 0.5
-RECONNECT_MAX = 30.0
 #: how long a remote engine starting over waits for its scheduler to end its jobs
 START_OVER_TIMEOUT = 10.0
 
@@ -124,7 +121,6 @@ class EngineWorker:
         self._drop_log = ThrottledLog(log)
         self._exit_code = 0
         self._stop: asyncio.Event
-        self._heartbeat_interval = 1.0
         self._sensors = sensors_for(settings.gpus)
         self._readings = Readings()
         self._thermal = ThermalPolicy()
@@ -132,8 +128,6 @@ class EngineWorker:
         #: an engine on another machine (CURVE) starts over when its front falls silent;
         #: a local one exits with its front instead (its parent's pid tells)
         self._reconnects = settings.curve is not None
-        self._liveness = 5
-        self._last_heard = 0.0
         #: at the last measure of the fleet: the room under its RAM cap, what this
         #: engine's loads in flight have yet to take, and what its loads wait for, in MiB
         #: (None: no cap); measures taken
@@ -141,16 +135,16 @@ class EngineWorker:
         self._measures = 0
         self._proc = psutil.Process()
         self._sending: set[asyncio.Task[None]] = set()
-        #: the DEALER, once run() has connected it (a new one for each incarnation)
-        self._bus: LoopSocket | None = None
+        #: the DEALER and its beat, once run() has made it (a new socket per incarnation)
+        self._bus: BusLink | None = None
         #: the loop run() runs on, for request_stop() from another thread
-        self._running_loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def run(self) -> int:
         # A decode step that holds the GIL (pure-Python work) would otherwise keep the
         # socket's thread waiting up to the default 5 ms switch interval.
         sys.setswitchinterval(SWITCH_INTERVAL)
-        loop = self._loop = self._running_loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._front_silent = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
@@ -162,22 +156,21 @@ class EngineWorker:
         self.scheduler.pool.fleet_meter = lambda: fleet_usage(self.settings.front_pid)
         self.scheduler.pool.vram_meter = lambda: free_vram_bytes(self._sensors.read())
         thread = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
-        delay = 0.0
+        self._bus = BusLink(ctx, self.settings.connect, self.settings.curve, self._on_frames)
         try:
             while True:
-                joined = await self._join(ctx)
+                joined = await self._join()
                 if joined is Joined.STOPPED:
                     return 0
                 if joined is Joined.REFUSED or (joined is Joined.LATE and not self._reconnects):
                     return EXIT_REFUSED
                 if joined is Joined.LATE:
-                    delay = min(RECONNECT_MAX, max(RECONNECT_FIRST, delay * 2))
+                    delay = self._link.backoff()
                     log.warning("no front answered; trying again in %.1f s", delay)
                     if await self._stops_within(delay):
                         return 0
                     self._new_incarnation()
                     continue
-                delay = 0.0
                 if thread.ident is None:
                     thread.start()
                 if not await self._serve(outbox):
@@ -198,20 +191,14 @@ class EngineWorker:
             if self._shared_context is None:
                 ctx.term()
 
-    async def _join(self, ctx: zmq.Context[zmq.Socket[bytes]]) -> Joined:
+    async def _join(self) -> Joined:
         """Connect and say HELLO (see _handshake for what it returns)."""
-        self._welcome = self._loop.create_future()
-        self._bus = LoopSocket(
-            connect_dealer(ctx, self.settings.connect, self.identity, self.settings.curve),
-            self._loop,
-            self._on_frames,
-        )
+        self._link.connect(self.identity)
         return await self._handshake()
 
     async def _serve(self, outbox: Outbox) -> bool:
         """Work for the front until told to stop (False) or, for a remote engine, until
         the front falls silent (True: start over)."""
-        self._last_heard = self._loop.time()
         tasks = [
             asyncio.create_task(self._heartbeats()),
             asyncio.create_task(outbox.run(self._send)),
@@ -228,12 +215,12 @@ class EngineWorker:
     async def _watch_front(self) -> None:
         """A remote engine has no parent to watch: the front PINGs it every heartbeat
         interval, so silence past the liveness it set in WELCOME means it is gone."""
+        link = self._link
         while True:
-            await asyncio.sleep(self._heartbeat_interval)
-            silent = self._loop.time() - self._last_heard
-            if silent > self._heartbeat_interval * self._liveness:
+            await asyncio.sleep(link.interval)
+            if link.gone():
                 log.warning("the front has been silent for %.1f s; engine %s starts over",
-                            silent, self.settings.name)  # fmt: skip
+                            link.silence(), self.settings.name)  # fmt: skip
                 self._front_silent.set()
                 return
 
@@ -242,7 +229,7 @@ class EngineWorker:
         new front that reuses their ids), what waits to be sent is dropped, and the
         engine joins again as a new incarnation. Loaded models stay loaded. False when
         the scheduler did not end its jobs in time (the engine then exits)."""
-        self._socket.close(linger=0)  # nothing more comes in, nothing more goes out
+        self._link.close()  # nothing more comes in, nothing more goes out
         ended = threading.Event()
         self.scheduler.cancel_all(ended)
         if not await asyncio.to_thread(ended.wait, START_OVER_TIMEOUT):
@@ -256,16 +243,18 @@ class EngineWorker:
         return True
 
     def _new_incarnation(self) -> None:
-        self._socket.close(linger=0)
-        self.settings = dataclasses.replace(
-            self.settings, epoch=max(self.settings.epoch + 1, int(time.time() * 1000))
-        )
+        self._link.close()
+        self.settings = dataclasses.replace(self.settings, epoch=next_epoch(self.settings.epoch))
         self.identity = self._identity()
 
     @property
-    def _socket(self) -> LoopSocket:
-        assert self._bus is not None, "run() connects the socket before it is used"
+    def _link(self) -> BusLink:
+        assert self._bus is not None, "run() makes the link before it is used"
         return self._bus
+
+    @property
+    def _socket(self) -> LoopSocket:
+        return self._link.socket
 
     def _identity(self) -> bytes:
         """name:epoch; a remote engine's adds a random part, so that no other key can
@@ -281,7 +270,7 @@ class EngineWorker:
 
     def request_stop(self) -> None:
         """From another thread: leave the bus and end run()."""
-        loop = self._running_loop
+        loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._stop.set)
 
@@ -292,7 +281,7 @@ class EngineWorker:
             # a dead decode loop with a live socket would accept jobs and never end them
             log.exception("the scheduler thread crashed; engine %s exits", self.settings.name)
             self._exit_code = EXIT_SCHEDULER_CRASHED
-            self._loop.call_soon_threadsafe(self._stop.set)
+            self.request_stop()
 
     async def _send(self, frames: list[bytes]) -> None:
         await self._socket.send(frames)
@@ -310,29 +299,17 @@ class EngineWorker:
             token=self.settings.token,
             gpus=self.settings.gpus,
         )
-        await self._send(encode(hello))
-        stop = asyncio.ensure_future(self._stop.wait())
-        try:
-            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                await asyncio.wait([self._welcome, stop], return_when=asyncio.FIRST_COMPLETED)
-        except TimeoutError:
-            pass
-        finally:
-            stop.cancel()
+        msg = await self._link.hello(encode(hello), HANDSHAKE_TIMEOUT, self._stop)
         # A WELCOME wins over a stop read with it (a front that welcomes and at once
         # says SHUTDOWN): the engine has joined, so it leaves with a BYE.
-        if not self._welcome.done():
+        if msg is None:
             if self._stop.is_set():
                 return Joined.STOPPED  # told to stop while joining: leave, as asked
             log.error("no WELCOME from the front within %.0f s", HANDSHAKE_TIMEOUT)
             return Joined.LATE
-        msg = self._welcome.result()
         if isinstance(msg, Refuse):
             log.error("front refused engine %s: %s", self.settings.name, msg.reason)
             return Joined.REFUSED
-        assert isinstance(msg, Welcome)
-        self._heartbeat_interval = msg.heartbeat_interval
-        self._liveness = max(1, msg.liveness)
         log.info("engine %s joined the bus", self.settings.name)
         return Joined.JOINED
 
@@ -348,15 +325,15 @@ class EngineWorker:
 
     def _on_frames(self, frames: list[bytes]) -> None:
         """Every message from the front, on the loop's thread."""
-        self._last_heard = self._loop.time()
+        self._link.heard()  # any frame, a malformed one too: the front is there
         msg = self._decode(frames)
-        if not self._welcome.done():
+        if self._link.joining:
             if isinstance(msg, Welcome):
                 # now, not when the handshake resumes: the JOBs that follow the WELCOME
                 # may be handled first, and they were dispatched within its slots
                 self._configure(msg.config)
             if isinstance(msg, Welcome | Refuse):
-                self._welcome.set_result(msg)
+                self._link.answered(msg)
             return
         if msg is None:
             self._fail_unreadable_job(frames)
@@ -489,7 +466,7 @@ class EngineWorker:
             else:
                 self._room = None
             await self._send(encode(self._heartbeat()))
-            await asyncio.sleep(self._heartbeat_interval)
+            await asyncio.sleep(self._link.interval)
 
     def _front_gone(self) -> bool:
         # an orphan is re-parented: never keep holding GPU memory for a dead front

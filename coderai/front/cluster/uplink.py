@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from coderai.bus.codec import decode, encode, unreadable_job_id
 from coderai.bus.curve import load_pair, load_public
 from coderai.bus.kinds import ControlAction, FailKind, FinishReason
-from coderai.bus.loop_socket import LoopSocket
+from coderai.bus.link import BusLink, next_epoch
 from coderai.bus.messages import (
     KEEPALIVE,
     Bye,
@@ -49,7 +49,6 @@ from coderai.bus.messages import (
     Resume,
     Welcome,
 )
-from coderai.bus.sockets import connect_dealer
 from coderai.config import ClusterConfig, ModelEntry
 from coderai.errors import BusProtocolError, CoderaiError, ConfigError
 from coderai.front.cluster import node
@@ -64,8 +63,6 @@ from coderai.modelfile import required_capability
 log = logging.getLogger("coderai.front.uplink")
 
 HANDSHAKE_TIMEOUT = 10.0
-RECONNECT_FIRST = 0.5
-RECONNECT_MAX = 30.0
 
 
 class NodeUplink:
@@ -96,13 +93,9 @@ class NodeUplink:
         self._engines = engines
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._task: asyncio.Task[None] | None = None
-        self._bus: LoopSocket | None = None
-        self._welcome: asyncio.Future[Message] | None = None
+        self._link = BusLink(self._ctx, self.head, self._curve, self._on_frames)
         self._start_over = asyncio.Event()
         self._leave = False
-        self._interval = 1.0
-        self._liveness = 5
-        self._last_heard = 0.0
         #: head job id -> the local job that runs it, and the task relaying its output
         self._jobs: dict[int, FrontJob] = {}
         self._relays: dict[int, asyncio.Task[None]] = {}
@@ -128,9 +121,9 @@ class NodeUplink:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self._bus is not None:
+        if self._link.connected:
             with contextlib.suppress(zmq.ZMQError):
-                self._bus.send_nowait(encode(Bye("shutdown")))
+                self._link.socket.send_nowait(encode(Bye("shutdown")))
         self._end_jobs()
         self._close(linger=500)
         self._ctx.term()
@@ -152,11 +145,9 @@ class NodeUplink:
 
     # -- joining ------------------------------------------------------------------------
     async def _run(self) -> None:
-        delay = 0.0
         while not self._leave:
             try:
                 if await self._join():
-                    delay = 0.0
                     await self._serve()
                     log.warning("node %s left head %s: %s", self.name, self.head, self.last_error)
             except Exception as exc:  # a defect here must not end the uplink for good
@@ -167,27 +158,20 @@ class NodeUplink:
             self.joined_at = None
             if self._leave:
                 break
-            delay = min(RECONNECT_MAX, max(RECONNECT_FIRST, delay * 2))
             self.state = "backoff"
-            await asyncio.sleep(delay)
-            self._epoch = max(self._epoch + 1, int(time.time() * 1000))
+            await asyncio.sleep(self._link.backoff())
+            self._epoch = next_epoch(self._epoch)
         self.state = "left"
 
     async def _join(self) -> bool:
         self.state = "joining"
-        loop = asyncio.get_running_loop()
         identity = f"{self.name}:{self._epoch}:{secrets.token_hex(8)}".encode()
-        self._welcome = loop.create_future()
         self._start_over.clear()  # before HELLO: a RECONNECT read with the WELCOME stands
-        sock = connect_dealer(self._ctx, self.head, identity, self._curve)
-        self._bus = LoopSocket(sock, loop, self._on_frames)
+        self._link.connect(identity)
         hello = node.hello(self.name, self._epoch, os.getpid(), self.plans,
                            node.offered(self.directory))  # fmt: skip
-        await self._bus.send(encode(hello))
-        try:
-            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-                answer = await self._welcome
-        except TimeoutError:
+        answer = await self._link.hello(encode(hello), HANDSHAKE_TIMEOUT)
+        if answer is None:
             # CURVE fails silently: a wrong key and no head look the same from here
             self.last_error = (
                 f"no WELCOME from {self.head} within {HANDSHAKE_TIMEOUT:.0f} s: is the head"
@@ -200,10 +184,6 @@ class NodeUplink:
             self.last_error = f"the head refused this node: {answer.reason}"
             log.error("head %s refused node %s: %s", self.head, self.name, answer.reason)
             return False
-        assert isinstance(answer, Welcome)
-        self._interval = answer.heartbeat_interval
-        self._liveness = max(1, answer.liveness)
-        self._last_heard = loop.time()
         self.state = "joined"
         self.joins += 1
         self.joined_at = time.monotonic()
@@ -214,36 +194,32 @@ class NodeUplink:
         """Heartbeats until the head falls silent or asks this node to join again. A
         beat never waits for room in the send queue (a lost one is only late): a full
         queue toward a dead head must not keep this loop from noticing the silence."""
-        loop = asyncio.get_running_loop()
+        link = self._link
         while not self._start_over.is_set():
             self._beat()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._interval):
+                async with asyncio.timeout(link.interval):
                     await self._start_over.wait()
-            silent = loop.time() - self._last_heard
-            if silent > self._interval * self._liveness:
-                self.last_error = f"the head was silent for {silent:.1f} s"
+            if link.gone():
+                self.last_error = f"the head was silent for {link.silence():.1f} s"
                 return
 
     def _beat(self) -> None:
-        if self._bus is not None:
-            self._bus.send_nowait(encode(self._heartbeat()))
+        if self._link.connected:
+            self._link.socket.send_nowait(encode(self._heartbeat()))
 
     def _heartbeat(self) -> Message:
         return node.heartbeat(self._engines(), self._process.memory_info().rss)
 
     def _close(self, linger: int = 0) -> None:
-        if self._bus is not None:
-            self._bus.close(linger=linger)
-            self._bus = None
+        self._link.close(linger)
 
     async def _send(self, msg: Message) -> None:
         """Send, waiting while the head's queue is full; nothing once the socket is gone
         (the head then ends the job itself: it lost this incarnation)."""
-        bus = self._bus
-        if bus is not None:
+        if self._link.connected:
             with contextlib.suppress(zmq.ZMQError):
-                await bus.send(encode(msg))
+                await self._link.socket.send(encode(msg))
 
     def _reply(self, msg: Message) -> None:
         """Send from the reader callback, which cannot wait."""
@@ -270,10 +246,10 @@ class NodeUplink:
             if job_id is not None:
                 self._reply(Fail(job_id, FailKind.BAD_JOB, "the JOB message is malformed"))
             return
-        self._last_heard = asyncio.get_running_loop().time()
+        self._link.heard()  # a frame that decodes: a head that sends none is silent
         if isinstance(msg, Welcome | Refuse):
-            if self._welcome is not None and not self._welcome.done():
-                self._welcome.set_result(msg)
+            if self._link.joining:
+                self._link.answered(msg)
             elif isinstance(msg, Refuse):  # e.g. its key was revoked
                 self.last_error = f"the head refused this node: {msg.reason}"
                 self._start_over.set()
