@@ -127,11 +127,11 @@ def assemble(
     def preloads(engine: EngineRecord) -> list[dict[str, object]]:
         return [directory.spec_of(e) for e in directory.preloads_for(engine)]
 
+    if config.server.single_process and in_process is None:
+        raise ConfigError("server.single_process: this front was started without an engine")
     host: EngineHost
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    if config.server.single_process:
-        if in_process is None:
-            raise ConfigError("server.single_process: this front was started without an engine")
+    if in_process is not None and config.server.single_process:
         # inproc:// endpoints exist only within one context: the engine shares the front's
         endpoint, host = in_process(plans[0], context, token)
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
