@@ -22,11 +22,16 @@ def turns_section(result: dict[str, Any]) -> list[str]:
         f"{result['agents']} agents with the same system prompt taking turns in turn, "
         f"{result['turns']} turns each, 32 greedy tokens a turn; 32k context, 4 slots, "
         f"unified KV, all threads, flash attention {flash} (the engine's default for the "
-        "model on a CPU), OpenMP waiting as the engine does, on both servers. The whole "
-        f"scenario {rounds} times per server, the servers taking turns, each round with a "
-        "system prompt neither has seen; TTFT in seconds, the median over the rounds (each "
-        "round's in brackets); warm / cold is a turn's median over the first (cold) "
-        "turn's.\n",
+        "model on a CPU), OpenMP waiting as the engine does, on both servers. "
+        + (
+            f"The whole scenario {rounds} times per server, the servers taking turns, each "
+            "round with a system prompt neither has seen; TTFT in seconds, the median over "
+            "the rounds (each round's in brackets)"
+            if rounds > 1
+            else "One run per server, one after the other (from before the scenario was "
+            "repeated); TTFT in seconds"
+        )
+        + "; warm / cold is a turn's TTFT over the first (cold) turn's.\n",
     ]
     summary = []
     for model, sides in result["models"].items():
