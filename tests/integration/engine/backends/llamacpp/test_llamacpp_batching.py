@@ -401,6 +401,20 @@ async def turns(spec: dict[str, Any], prompts: list[str]) -> list[tuple[str, Don
         return out
 
 
+def answered(instance: Any, seq: Sequence, *beside: Sequence) -> str:
+    """The backend driven by hand: `seq` stepped (with `beside` in the same steps) until it
+    has its TOKENS tokens or ends; its text."""
+    text = ""
+    for _ in range(TOKENS):
+        result, *_ = instance.step([seq, *beside])
+        while result is READING:
+            result, *_ = instance.step([seq, *beside])
+        if result is END:
+            break
+        text += str(result)
+    return text
+
+
 def cold_text(spec: dict[str, Any], prompt: str) -> str:
     ((text, _),) = asyncio.run(turns({**spec, "options": {**spec["options"],
                                       "prefix_cache_tokens": 0}}, [prompt]))  # fmt: skip
@@ -491,17 +505,6 @@ def test_a_cancel_during_a_prompt_step_stops_it_and_what_was_read_is_kept(
     spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
     instance = LlamaCppBackend().load(spec, LoadProgress())
 
-    def answer(seq: Sequence) -> str:
-        text = ""
-        for _ in range(TOKENS):
-            (result,) = instance.step([seq])
-            while result is READING:
-                (result,) = instance.step([seq])
-            if result is END:
-                break
-            text += str(result)
-        return text
-
     first = Sequence(job(1, entry, prompt))
     instance.start(first)
     assert [instance.step([first]), instance.step([first])] == [[READING]] * 2
@@ -512,7 +515,7 @@ def test_a_cancel_during_a_prompt_step_stops_it_and_what_was_read_is_kept(
     instance.release(first)
     again = Sequence(job(2, entry, prompt))
     instance.start(again)
-    text = answer(again)
+    text = answered(instance, again)
     assert again.cached_tokens == 128
     assert text == cold_text(entry, prompt)
 
@@ -682,26 +685,15 @@ def test_a_kept_prefix_a_waiting_turn_starts_from_stays_while_others_are_admitte
     spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
     instance = LlamaCppBackend().load(spec, LoadProgress())
 
-    def answer(seq: Sequence, *beside: Sequence) -> str:
-        text = ""
-        for _ in range(TOKENS):
-            result, *_ = instance.step([seq, *beside])
-            while result is READING:
-                result, *_ = instance.step([seq, *beside])
-            if result is END:
-                break
-            text += str(result)
-        return text
-
     first = Sequence(job(1, entry, MINE))
     instance.start(first)
-    answer(first)
+    answered(instance, first)
     instance.release(first)
     stranger = Sequence(job(2, entry, "SELECT * FROM servers WHERE answers > requests;\n" * 6))
     again = Sequence(job(3, entry, MINE_LATER))
     instance.start(stranger)
     instance.start(again)
-    text = answer(again, stranger)  # the first step admits both
+    text = answered(instance, again, stranger)  # the first step admits both
     stats = instance.stats()
     assert again.cached_tokens >= first.prompt_tokens - 1
     # from the KV cache (only the first's answer past the prompt went to RAM, unread)
