@@ -5,7 +5,20 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coderai.bus.messages import Bye, Cancel, Done, Fail, Heartbeat, Message, Ping
+from coderai.bus.kinds import ControlAction
+from coderai.bus.messages import (
+    Bye,
+    Cancel,
+    Chunks,
+    Control,
+    Done,
+    Fail,
+    Heartbeat,
+    Hold,
+    Message,
+    Ping,
+    Resume,
+)
 from coderai.config import ServerConfig
 from coderai.errors import EngineFailed, NoEngine
 from coderai.front.dispatch.dispatcher import Dispatcher
@@ -200,3 +213,75 @@ def test_a_silent_engine_is_missing_and_pinged_before_it_is_lost(tmp_path: Path)
             return isinstance(ping, Ping), missing, still_there
 
     assert asyncio.run(scenario()) == (True, True, True)
+
+
+async def told_before_a_sentinel(dispatcher: Dispatcher, peer: Peer) -> list[Message]:
+    """What the front sent the peer before a CONTROL sent now (one socket keeps order):
+    all it was told, without waiting a time for what must not come."""
+    dispatcher.control(dispatcher.registry.all()[0], ControlAction.CONFIG, {})
+    told = []
+    while not isinstance(msg := await peer.recv(), Control):
+        told.append(msg)
+    return told
+
+
+def test_a_lagging_streams_engine_is_told_to_hold_it_once_and_to_resume_it_once(
+    tmp_path: Path,
+) -> None:
+    """Output past stream_backlog_chars for a stream whose client has not taken it: its
+    engine gets one HOLD (not one per chunk); the client catching up gets one RESUME. A
+    whole response (no writer) takes everything as it comes and is never held."""
+
+    async def scenario() -> tuple[list[Message], FrontJob, FrontJob, int]:
+        async with bus(tmp_path, stream_backlog_chars=1024) as (dispatcher, endpoint):
+            peer = Peer(endpoint, "e", slots=2)
+            await peer.join()
+            streamed, whole = job(1), job(2)
+            streamed.writer = asyncio.current_task()  # a stream's handler writes it
+            dispatcher.submit(streamed)
+            dispatcher.submit(whole)
+            assert sorted(await peer.job_ids(2)) == [1, 2]
+            bound = "x" * 1024
+            await peer.send(Chunks([1, bound, 2, bound]))  # at the bound: not past it
+            await until(lambda: whole.pending == 1024, 5)
+            assert await told_before_a_sentinel(dispatcher, peer) == []
+            await peer.send(Chunks([1, "more", 2, "more"]))  # past it
+            await peer.send(Chunks([1, "still more", 2, "still more"]))
+            await until(lambda: whole.pending == 1024 + 4 + 10, 5)  # both were read
+            dispatcher.hold(streamed)  # a head saying so too: it is held already
+            told = await told_before_a_sentinel(dispatcher, peer)
+            dispatcher.resume(streamed)
+            dispatcher.resume(streamed)  # a second call finds nothing held
+            told += await told_before_a_sentinel(dispatcher, peer)
+            holds = dispatcher.holds
+            peer.close()
+            return told, streamed, whole, holds
+
+    told, streamed, whole, holds = asyncio.run(scenario())
+    assert told == [Hold(1), Resume(1)]
+    assert holds == 1 and not streamed.held and not whole.held
+
+
+def test_a_job_that_ended_or_never_ran_is_neither_held_nor_resumed(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[Message], FrontJob, FrontJob]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            peer = Peer(endpoint, "e", slots=1)
+            await peer.join()
+            running, queued = job(1), job(2)
+            dispatcher.submit(running)
+            dispatcher.submit(queued)  # no slot for it: it waits in the front's queue
+            assert await peer.job_ids(1) == [1]
+            dispatcher.hold(queued)  # on no engine: nothing to tell
+            await peer.send(Done(1, "stop", 1, 1))
+            assert await peer.job_ids(1) == [2]  # the freed slot takes the queued job
+            dispatcher.hold(running)  # ended: not held
+            dispatcher.hold(queued)  # now on the engine: held
+            queued.finish(Done(2, "stop", 1, 1))  # ended before its client caught up
+            dispatcher.resume(queued)  # no RESUME for an ended job
+            told = await told_before_a_sentinel(dispatcher, peer)
+            peer.close()
+            return told, running, queued
+
+    told, running, queued = asyncio.run(scenario())
+    assert told == [Hold(2)]
+    assert not running.held and not queued.held
