@@ -19,13 +19,13 @@ from coderai.front.api.serving import Serving
 from coderai.front.auth.activity import CURRENT, Ticket
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
-from coderai.front.dispatch.jobs import FrontJob
+from coderai.front.dispatch.jobs import FrontJob, Outcome
 from coderai.front.dispatch.probe import probe
 from coderai.front.engines.host import Unhosted
 from coderai.front.engines.plan import EnginePlan
 from coderai.front.metrics import Metrics
 from coderai.state import api_keys
-from tests.support.bus import TOKEN
+from tests.support.bus import TOKEN, until
 
 PLANS = [EnginePlan("e", "cpu", ("fake", "gguf"), 2)]
 FIELDS = {"max_tokens": 8, "seed": None}
@@ -156,17 +156,22 @@ def test_choices_refused_part_way_take_the_ones_already_queued_with_them() -> No
 # ---- answer ------------------------------------------------------------------------------
 
 
+async def answering(serving: Serving) -> tuple[asyncio.Task[tuple[FrontJob, Outcome]], FrontJob]:
+    """A tokenize answer under way: its task, and its job once queued."""
+    task: asyncio.Task[tuple[FrontJob, Outcome]] = asyncio.create_task(
+        serving.answer(serving.directory.entry("m"), JobKind.TOKENIZE, prompt="hi")
+    )
+    await until(lambda: serving.dispatcher.queue, 5)
+    (job,) = list(serving.dispatcher.queue)
+    return task, job
+
+
 def test_an_answer_waits_for_the_jobs_end_whatever_comes_before() -> None:
     async def scenario() -> tuple[FrontJob, object]:
         serving = await serving_for([fake()])
-        task = asyncio.create_task(
-            serving.answer(serving.directory.entry("m"), JobKind.TOKENIZE, prompt="hi")
-        )
-        for _ in range(5):
-            await asyncio.sleep(0)
-        (job,) = list(serving.dispatcher.queue)
+        task, job = await answering(serving)
         job.push("e", "output that is not the end")
-        for _ in range(5):
+        for _ in range(5):  # turns enough for it to see that output (and wrongly end)
             await asyncio.sleep(0)
         assert not task.done()
         job.finish(Done(job.id, FinishReason.STOP, 2, 0))
@@ -180,12 +185,7 @@ def test_an_answer_waits_for_the_jobs_end_whatever_comes_before() -> None:
 def test_an_answer_whose_client_went_away_cancels_its_job() -> None:
     async def scenario() -> tuple[FrontJob, int]:
         serving = await serving_for([fake()])
-        task = asyncio.create_task(
-            serving.answer(serving.directory.entry("m"), JobKind.TOKENIZE, prompt="hi")
-        )
-        for _ in range(5):
-            await asyncio.sleep(0)
-        (job,) = list(serving.dispatcher.queue)
+        task, job = await answering(serving)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -30,7 +30,7 @@ from coderai.front.engines.host import Unhosted
 from coderai.front.engines.plan import EnginePlan
 from coderai.front.hub import EventHub
 from coderai.front.metrics import Metrics
-from tests.support.bus import TOKEN
+from tests.support.bus import TOKEN, until
 
 RID = "chat-1"
 ENTRIES = [
@@ -171,13 +171,12 @@ def test_events_wait_until_a_job_has_started_then_leave_in_order() -> None:
         task = asyncio.create_task(answers._stream(RID, [job], choice_stream(), broker.send))
         job.dispatched = True  # sent to its engine: its handler is woken, as _dispatch does
         job.wake.set()
-        for _ in range(5):
-            await asyncio.sleep(0)  # the stream runs until it waits for output again
+        for _ in range(5):  # turns enough for it to send what it must not yet
+            await asyncio.sleep(0)
         assert broker.sent == []  # the role opening waits for the first output
         assert job.writer is task  # a lagging broker holds this choice: its writer is known
         job.push("e", "Hi")
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await until(lambda: len(broker.chunks()) >= 2, 5)
         assert broker.chunks() == [choice_stream().opening().decode(),
                                    choice_stream().items(0, ["Hi"]).decode()]  # fmt: skip
         job.finish(done())
@@ -198,9 +197,8 @@ def test_a_stream_of_several_choices_ends_only_when_every_choice_has() -> None:
     async def scenario() -> tuple[int, bool]:
         answers = await answers_for({"e"})
         task = asyncio.create_task(answers._stream(RID, [first, second], stream, broker.send))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert choice_stream(2).finish(0, done()).decode() in broker.chunks()
+        finished = choice_stream(2).finish(0, done()).decode()
+        await until(lambda: finished in broker.chunks(), 5)
         assert "data: [DONE]\n\n" not in broker.chunks()
         assert wire.done(RID) not in broker.sent
         second.finish(done(5))
@@ -356,8 +354,7 @@ def test_a_streamed_chat_runs_its_jobs_to_done_and_the_nulls_it_was_sent_are_dro
         payload = chat_payload(stream=True, temperature=None, n=None)  # the broker's nulls
         task = asyncio.create_task(answers.chat(RID, payload, broker.send))
         queue = answers.serving.dispatcher.queue
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await until(lambda: queue, 5)
         (job,) = list(queue)  # waiting for the engine that may join
         job.push("e", "Hi")
         job.finish(done())
@@ -379,8 +376,7 @@ def test_a_broker_that_goes_away_cancels_the_chats_jobs_and_the_request_is_cance
         answers = await answers_for({"e"})
         task = asyncio.create_task(answers.chat(RID, chat_payload(stream=True), broker.send))
         queue = answers.serving.dispatcher.queue
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await until(lambda: queue, 5)
         (job,) = list(queue)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
