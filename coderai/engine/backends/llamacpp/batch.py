@@ -642,12 +642,12 @@ class LlamaCppBatchInstance(ModelInstance):
         """Copy a sequence's state to host RAM before its cells are freed: where cells
         it shares stay in the cache (with its base, or another that shares them), only
         those past them (an agent's own turns after a system prompt others share: a few
-        MB, not the hundreds of the whole). The bytes saved; 0 if RAM did not take it
-        (or it is over `most` bytes), and 1 where all of it stays in the cache."""
+        MB, not the hundreds of the whole). The bytes saved: 0 if nothing was (all of
+        it stays in the cache, or RAM did not take it, or it is over `most` bytes)."""
         assert self.ram is not None
         start = self.ledger.staying(seq_id) if self._tails() else 0
         if start >= len(tokens):
-            return 1  # all of it stays
+            return 0
         source = seq_id
         if start > 0:
             assert self._scratch is not None
