@@ -128,6 +128,10 @@ def named_grammar(tool: dict[str, Any]) -> str:
     return _schema_grammar(_tool_parameters(tool), _COMPACT)
 
 
+#: the call formats a lazy grammar is built for: their bodies are JSON
+LAZY_FORMATS = ("hermes", "mistral", "llama3")
+
+
 def lazy_grammar(tools: list[dict[str, Any]], fmt: str) -> str:
     """The rest of a call the model began in its own format (tool_parse.FORMATS), from the
     start of its body; what follows the body is left to the model."""

@@ -52,7 +52,9 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
             )
         else:
             single = not job.parallel_tool_calls
-            seq.parser = ToolCallParser("auto", instance.tool_format, single=single)
+            seq.parser = ToolCallParser(
+                "auto", instance.tool_format, single=single, tools=job.tools
+            )
             seq.render_special = True
     except grammar.GrammarError as exc:
         raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None
@@ -79,6 +81,8 @@ def read(seq: Sequence, text: str, end: bool = False) -> Parsed:
 def _begin_lazy(seq: Sequence, instance: ModelInstance, began: str) -> None:
     if instance.grammar_tokenizer() is None:
         return  # the fake model: its text is what it is
+    if instance.tool_format not in grammar.LAZY_FORMATS:
+        return  # a call in XML is parsed as written (no grammar of that format yet)
     text = grammar.lazy_grammar(seq.job.tools, instance.tool_format)
     constraint = _constraint(instance, text)
     if not constraint.accept_text(began):

@@ -6,6 +6,8 @@ front can stream OpenAI's `delta.tool_calls` without ever showing a call as cont
 
 Formats (the body of a call is a JSON object {"name": ..., "arguments": {...}}):
 - hermes: `<tool_call>BODY</tool_call>`, repeated (Hermes, Qwen 2/2.5/3, and our fallback);
+- qwen3_coder: `<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function>
+  </tool_call>`, repeated (Qwen3-Coder, Qwen3.5, Qwen3.6; read by xml_call.py);
 - mistral: `[TOOL_CALLS][BODY, BODY, ...]`;
 - llama3: the output starts with BODY (key "parameters"), after an optional
   `<|python_tag|>`; several are separated by `;`;
@@ -21,19 +23,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
-FORMATS = ("hermes", "mistral", "llama3")
+from coderai.engine.decoding.call_delta import CallDelta
+from coderai.engine.decoding.xml_call import XmlCall, parameter_types
+
+FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder")
+#: the formats whose calls are in <tool_call></tool_call> tags
+_TAGGED = ("hermes", "qwen3_coder")
 #: the keys a body's arguments may be under
 _ARGUMENT_KEYS = ("arguments", "parameters")
 _WHITESPACE = " \t\r\n"
-
-
-@dataclass
-class CallDelta:
-    index: int
-    #: the tool's name, on a call's first delta only
-    name: str = ""
-    arguments: str = ""
 
 
 @dataclass
@@ -184,11 +184,18 @@ class ToolCallParser:
     """Feed it a completion's text in pieces; it says what is content and what is a call."""
 
     def __init__(
-        self, mode: str, fmt: str = "hermes", name: str = "", single: bool = False
+        self,
+        mode: str,
+        fmt: str = "hermes",
+        name: str = "",
+        single: bool = False,
+        tools: list[dict[str, Any]] | None = None,
     ) -> None:
         #: "auto" (the model's own format), "calls" (required) or "arguments" (named)
         self.mode = mode
         self.format = fmt
+        #: a format whose values are not JSON types them by the tools' schemas
+        self._schemas = parameter_types(tools) if fmt == "qwen3_coder" else {}
         #: parallel_tool_calls false: the output ends with its first call
         self.single = single
         #: calls ended, and whether any call began (the finish reason is then tool_calls)
@@ -196,7 +203,7 @@ class ToolCallParser:
         self.called = False
         self._held = ""
         self._started = False  # any non-whitespace seen (llama3 calls start the output)
-        self._body: _Body | None = None
+        self._body: _Body | XmlCall | None = None
         self._after = False  # a hermes body ended: its closing tag may follow
         if mode == "calls":
             self._body = _Body(0, 2)
@@ -222,6 +229,11 @@ class ToolCallParser:
             if self._body is not None:
                 self._body.feed(data[i], out.calls)
                 i += 1
+                if isinstance(self._body, XmlCall) and self._body.other is not None:
+                    # a JSON body inside the XML format's tags: read as Hermes writes it
+                    other, self._body = self._body.other, _Body(self.calls, 1)
+                    for ch in other:
+                        self._body.feed(ch, out.calls)
                 if self._body.level == 2:  # calls of an array end one by one
                     self.calls = self._body.index
                 if self.done:  # what follows a single call is not read
@@ -230,7 +242,7 @@ class ToolCallParser:
                 if self._body.done:
                     self.calls = self._body.index if self._body.level else 1
                     self._body = None
-                    self._after = self.format == "hermes" and self.mode == "auto"
+                    self._after = self.format in _TAGGED and self.mode == "auto"
                     if self.done:
                         break
                 continue
@@ -264,7 +276,7 @@ class ToolCallParser:
             self._after = False
         if self.format == "llama3":
             return self._llama3(data, i, out)
-        marker = "<tool_call>" if self.format == "hermes" else "[TOOL_CALLS]"
+        marker = "<tool_call>" if self.format in _TAGGED else "[TOOL_CALLS]"
         if self.calls:  # whitespace between calls, or after the last, is not content
             head = rest.lstrip(_WHITESPACE)
             if not head or (marker.startswith(head) and len(head) < len(marker)):
@@ -275,7 +287,7 @@ class ToolCallParser:
         at = rest.find(marker)
         if at >= 0:
             out.content += rest[:at]
-            self._begin(out, 1 if self.format == "hermes" else 2)
+            self._begin(out, 1 if self.format in _TAGGED else 2)
             return i + at + len(marker)
         # hold a tail that could grow into the marker
         for keep in range(min(len(marker) - 1, len(rest)), 0, -1):
@@ -314,6 +326,9 @@ class ToolCallParser:
         return len(data)
 
     def _begin(self, out: Parsed, level: int) -> None:
+        if self.format == "qwen3_coder":
+            self._body = XmlCall(self.calls, self._schemas)
+            return
         self._body = _Body(self.calls, level)
 
     def finish(self) -> Parsed:

@@ -28,6 +28,13 @@ MISTRAL = "[TOOL_CALLS]" + json.dumps(
     [{"name": "get_weather", "arguments": ARGS}, {"name": "get_time", "arguments": {"zone": "UTC"}}]
 )
 LLAMA3 = "<|python_tag|>" + json.dumps({"name": "get_weather", "parameters": ARGS})
+#: Qwen3-Coder's XML calls: values raw (typed by the tool's schema: days is an integer)
+QWEN3_CODER = (
+    "Let me check.<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+    f"{ARGS['city']}\n</parameter>\n<parameter=days>\n{ARGS['days']}\n</parameter>\n"
+    "</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n"
+    "</parameter>\n</function>\n</tool_call>"
+)
 
 WEATHER: ChatCompletionToolParam = {
     "type": "function",
@@ -89,6 +96,7 @@ def server(
         _scripted("hermes", HERMES, "hermes"),
         _scripted("mistral", MISTRAL, "mistral"),
         _scripted("llama3", LLAMA3, "llama3"),
+        _scripted("qwen3_coder", QWEN3_CODER, "qwen3_coder"),
         _scripted("plain", "Just text, <tool no call.", "hermes"),
         {"id": "tiny-hf", "path": str(hf)},
         {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
@@ -138,6 +146,7 @@ def _streamed(client: openai.OpenAI, model: str, **extra: Any) -> tuple[str, dic
         ("hermes", "Let me check.", ["get_weather"]),
         ("mistral", "", ["get_weather", "get_time"]),
         ("llama3", "", ["get_weather"]),
+        ("qwen3_coder", "Let me check.", ["get_weather", "get_time"]),
     ],
 )
 def test_auto_calls_in_each_format_streamed_and_whole(

@@ -1,0 +1,175 @@
+"""One tool call in the XML style of Qwen3-Coder, Qwen3.5 and Qwen3.6, read as it streams.
+
+Inside `<tool_call>` … `</tool_call>` (tool_parse.py finds those) the model writes
+
+    <function=NAME>
+    <parameter=KEY>
+    VALUE
+    </parameter>
+    …
+    </function>
+
+A VALUE is raw text, not JSON: a string as it is (over many lines, quotes unescaped), a
+number or a boolean as its literal, an object or an array as JSON. The client wants the
+arguments as one JSON object, so each value is typed by the tool's JSON schema for its key:
+a string schema keeps the text; any other type is read as JSON where it parses, else kept
+as text (the client's validation then names it). A key the schema does not know is read as
+JSON where it parses. The template writes one newline after `<parameter=KEY>` and one before
+`</parameter>`; those two are not part of the value.
+
+The arguments stream one parameter at a time (`{"KEY": VALUE`, `, "KEY2": VALUE2`, then
+`}` at `</function>`): a value's JSON is known only once its text has ended.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from coderai.engine.decoding.call_delta import CallDelta
+
+FUNCTION, PARAMETER = "<function=", "<parameter="
+END_FUNCTION, END_PARAMETER = "</function>", "</parameter>"
+_WHITESPACE = " \t\r\n"
+
+
+def parameter_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """Each tool's parameters' schemas by name: {tool: {key: schema}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools or []:
+        function = tool.get("function", tool)
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        if isinstance(function.get("name"), str) and isinstance(properties, dict):
+            out[function["name"]] = properties
+    return out
+
+
+def _types(schema: Any) -> set[str]:
+    if not isinstance(schema, dict):
+        return set()
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind}
+    if isinstance(kind, list):
+        return {k for k in kind if isinstance(k, str)}
+    found: set[str] = set()
+    for key in ("anyOf", "oneOf"):
+        for option in schema.get(key) or []:
+            found |= _types(option)
+    return found
+
+
+def typed(text: str, schema: Any) -> Any:
+    """A parameter's value as its schema has it (see the module's docstring)."""
+    kinds = _types(schema)
+    if kinds == {"string"}:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    # where a string is allowed, a value of no other allowed type ("1.0" for a string or
+    # a boolean) is the text as written
+    if "string" in kinds and not isinstance(value, str) and not kinds & {_json_type(value)}:
+        return text
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if value is None:
+        return "null"
+    return "object" if isinstance(value, dict) else "array"
+
+
+def _value_text(raw: str) -> str:
+    """The template's newline after the opening tag and before the closing one dropped."""
+    if raw.startswith("\n"):
+        raw = raw[1:]
+    if raw.endswith("\n"):
+        raw = raw[:-1]
+    return raw
+
+
+class XmlCall:
+    """The body of one call, fed a character at a time (as tool_parse._Body is): call
+    deltas out as its name and parameters end; `done` after `</function>`."""
+
+    level = 1
+
+    def __init__(self, index: int, schemas: dict[str, dict[str, Any]]) -> None:
+        self.index = index
+        self.schemas = schemas
+        self.done = False
+        self.name = ""
+        #: "head" (before <function=), "name", "between" (parameters), "key", "value"
+        self._state = "head"
+        self._buffer: list[str] = []
+        self._key = ""
+        self._count = 0  # parameters written
+        #: the body began otherwise than `<function=`: its text so far (see feed)
+        self.other: str | None = None
+
+    def feed(self, ch: str, out: list[CallDelta]) -> None:
+        state = self._state
+        if state == "value":
+            self._buffer.append(ch)
+            if ch == ">" and "".join(self._buffer[-len(END_PARAMETER) :]) == END_PARAMETER:
+                raw = "".join(self._buffer[: -len(END_PARAMETER)])
+                self._buffer = []
+                self._parameter(raw, out)
+                self._state = "between"
+            return
+        if state in ("name", "key"):
+            if ch != ">":
+                self._buffer.append(ch)
+                return
+            word = "".join(self._buffer).strip()
+            self._buffer = []
+            if state == "name":
+                self.name = word
+                out.append(CallDelta(self.index, word, ""))
+                self._state = "between"
+            else:
+                self._key = word
+                self._state = "value"
+            return
+        # head or between: whitespace, then a tag
+        if not self._buffer and ch in _WHITESPACE:
+            return
+        self._buffer.append(ch)
+        tag = "".join(self._buffer)
+        wanted = (FUNCTION,) if state == "head" else (PARAMETER, END_FUNCTION)
+        if state == "head" and not FUNCTION.startswith(tag):
+            # not this format (a JSON body, as Hermes writes it): the caller reads it so
+            self.other = tag
+            return
+        if tag in wanted:
+            self._buffer = []
+            if tag == FUNCTION:
+                self._state = "name"
+            elif tag == PARAMETER:
+                self._state = "key"
+            else:
+                out.append(CallDelta(self.index, "", "}" if self._count else "{}"))
+                self.index += 1
+                self.done = True
+        elif not any(w.startswith(tag) for w in wanted):
+            # text between parameters that is no tag: the call ends here, its arguments
+            # closed, rather than take prose as arguments
+            self._buffer = []
+            out.append(CallDelta(self.index, "", "}" if self._count else "{}"))
+            self.index += 1
+            self.done = True
+
+    def _parameter(self, raw: str, out: list[CallDelta]) -> None:
+        schema = self.schemas.get(self.name, {}).get(self._key)
+        value = typed(_value_text(raw), schema)
+        piece = json.dumps(self._key) + ": " + json.dumps(value, ensure_ascii=False)
+        out.append(CallDelta(self.index, "", ("{" if not self._count else ", ") + piece))
+        self._count += 1
