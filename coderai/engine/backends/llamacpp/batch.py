@@ -248,16 +248,12 @@ class LlamaCppBatchInstance(ModelInstance):
         #: only running sequences and what they share stay in the cache: a finished
         #: sequence's cells past those it shares go to host RAM (an agent's own turns
         #: beside a system prompt others share: a few MB, ~10 ms each way); a kept prefix
-        #: a new sequence starts from is taken over, its cells past the shared ones saved
-        #: (after the step that starts it: the save would delay its first token);
+        #: a new sequence starts from is taken over, its cells past the shared ones saved;
         #: and kept prefixes no running sequence shares are saved and let go when one is
         #: admitted (_park_idle). They come back when their conversation does.
         self._park = (
             self._linked and not flash and self.ram is not None and self._scratch is not None
         )
-        #: kept prefixes sequences started from in this step, with the tokens each held:
-        #: let go (their tails saved) before the next step (`_leave`)
-        self._leaving: list[tuple[int, int, list[int]]] = []
         #: n-gram drafts (ngram.py); a recurrent state cannot drop the drafts it rejects
         self.speculative = (speculative or drafter is not None) and (
             self.memory is not Memory.RECURRENT
@@ -372,7 +368,6 @@ class LlamaCppBatchInstance(ModelInstance):
         slot: _Slot | None = seq.state
         if slot is None:
             return
-        self._leave()
         seq.state = None
         self._released += 1
         self._slots.discard(slot)
@@ -416,9 +411,7 @@ class LlamaCppBatchInstance(ModelInstance):
         """Promise a sequence `cells`, letting kept prefixes (but `keep`) go while that
         does not fit."""
         while not self.ledger.reserve(slot.seq_id, cells):
-            if self._leaving:  # those go first: they are let go anyway
-                self._leave()
-            elif not self._evict_one(keep):
+            if not self._evict_one(keep):
                 return False
         return True
 
@@ -440,34 +433,18 @@ class LlamaCppBatchInstance(ModelInstance):
         assert reserved, "the entry's cells were counted as room"
         return True
 
-    def _let_go(self, kept: int, shared: int, later: bool = False) -> None:
+    def _let_go(self, kept: int, shared: int) -> None:
         """A kept prefix a sequence has started from is no longer kept: its id's hold is
         freed, the cells it shares stay, held by that sequence. Where the entry held many
         more tokens than are shared (another agent's conversation beyond a common system
-        prompt), it is saved to host RAM first, for that conversation's next turn. `later`:
-        after the step that starts the sequence (`_leave`), so that the save does not
-        delay its first token."""
+        prompt), it is saved to host RAM first, for that conversation's next turn."""
         tokens = self.cache.tokens_of(kept)
-        self.cache.take(kept)
-        if later:
-            self._leaving.append((kept, shared, tokens))
-        else:
-            self._send_off(kept, shared, tokens)
-
-    def _send_off(self, kept: int, shared: int, tokens: list[int]) -> None:
         tail = len(tokens) - shared
         if self.ram is not None and (tail >= RAM_TAIL or (tail >= MIN_CHUNK and self._tails())):
             self._save(kept, tokens)
+        self.cache.take(kept)
         self._free_cells(kept)
         self._free_ids.append(kept)
-
-    def _leave(self) -> None:
-        """Let go the prefixes sequences started from in the last step (`_let_go`, later):
-        before the next step, or before a sequence is released (which, were the prefix
-        still there, would save what it shares with it as its own)."""
-        leaving, self._leaving = self._leaving, []
-        for entry in leaving:
-            self._send_off(*entry)
 
     def stats(self) -> dict[str, int]:
         admitted = [s for s in self._slots if s.admitted]
@@ -570,10 +547,8 @@ class LlamaCppBatchInstance(ModelInstance):
         if hit is not None:
             kept, shared = hit
             self._share(kept, slot, shared)
-            if self._private:  # two live sequences must not hold window cells
+            if self._private or self._park:
                 self._let_go(kept, shared)
-            elif self._park:
-                self._let_go(kept, shared, later=True)
         if self.ram is not None:
             self._recall(slot)
         if not slot.started:  # a preempted sequence reading its tokens again is no new hit
@@ -845,7 +820,6 @@ class LlamaCppBatchInstance(ModelInstance):
 
     # -- the step ---------------------------------------------------------------------------
     def step(self, seqs: list[Sequence]) -> list[StepResult]:
-        self._leave()
         plan = self._plan(seqs)
         while not plan.runs and plan.paused:
             self._preempt(plan.paused)

@@ -701,68 +701,6 @@ def test_a_kept_prefix_a_waiting_turn_starts_from_stays_while_others_are_admitte
     assert text == cold_text(entry, MINE_LATER)
 
 
-def first_token(instance: Any, seq: Sequence) -> object:
-    """`seq` stepped alone until its prompt is read: the step's result (its first token)."""
-    result, *_ = instance.step([seq])
-    while result is READING:
-        result, *_ = instance.step([seq])
-    return result
-
-
-def test_a_second_agents_first_token_comes_before_the_firsts_turn_is_saved(
-    tiny_models: tuple[Path, Path],
-) -> None:
-    """The backend driven by hand: the second agent starts from the first's kept system
-    prompt, and the first's own turn past it goes to host RAM, but only after the step
-    that gives the second its first token (the save would delay it). Then the first's
-    next turn restores it and answers as cold."""
-    entry = model(tiny_models[1], n_ctx=2048)
-    spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
-    instance = LlamaCppBackend().load(spec, LoadProgress())
-
-    first = Sequence(job(1, entry, MINE))
-    instance.start(first)
-    answered(instance, first)
-    instance.release(first)
-    other = Sequence(job(2, entry, THEIRS))
-    instance.start(other)
-    assert isinstance(first_token(instance, other), str)
-    assert other.cached_tokens > 500  # it started from the first's system prompt
-    assert instance.stats()["ram_cache_saves"] == 0  # not yet
-    instance.step([other])
-    assert instance.stats()["ram_cache_saves"] == 1  # before its second token
-    instance.release(other)
-    again = Sequence(job(3, entry, MINE_LATER))
-    instance.start(again)
-    text = answered(instance, again)
-    assert instance.stats()["ram_cache_hits"] == 1
-    assert again.cached_tokens >= first.prompt_tokens - 1
-    assert text == cold_text(entry, MINE_LATER)
-
-
-def test_a_turn_released_after_its_first_token_leaves_the_shared_prompt_kept(
-    tiny_models: tuple[Path, Path],
-) -> None:
-    """The second agent's turn ends with its first token, before a next step: the first's
-    own turn goes to host RAM as it is released, and the system prompt they share stays
-    in the KV cache, kept with the second's cells (not saved as the second's own)."""
-    entry = model(tiny_models[1], n_ctx=2048)
-    spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
-    instance = LlamaCppBackend().load(spec, LoadProgress())
-
-    first = Sequence(job(1, entry, MINE))
-    instance.start(first)
-    answered(instance, first)
-    instance.release(first)
-    other = Sequence(job(2, entry, THEIRS, max_tokens=1))
-    instance.start(other)
-    assert isinstance(first_token(instance, other), str)
-    instance.release(other)
-    stats = instance.stats()
-    assert stats["ram_cache_saves"] == 1  # the first's own turn only
-    assert stats["prefix_cached"] == other.prompt_tokens  # the second's, system prompt too
-
-
 async def three_answers(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
     """Three prompts decoded together, 64 greedy tokens each: their texts and counters
     (with speculation, once drafts kept are published: a few times a second)."""
