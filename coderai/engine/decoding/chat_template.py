@@ -92,7 +92,7 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
             raise JobError(f"tool_format must be one of {', '.join(FORMATS)}", kind="bad_model")
         return str(chosen)
     source = str(template or "") if knows_tools(template) else ""
-    if "<function=" in source and "<parameter=" in source:
+    if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
         return "qwen3_coder"
     if "[TOOL_CALLS]" in source:
         return "mistral"

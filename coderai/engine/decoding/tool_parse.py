@@ -241,10 +241,13 @@ class ToolCallParser:
                     break
                 if self._body.done:
                     self.calls = self._body.index if self._body.level else 1
+                    rest = self._body.rest if isinstance(self._body, XmlCall) else ""
                     self._body = None
                     self._after = self.format in _TAGGED and self.mode == "auto"
                     if self.done:
                         break
+                    if rest:  # what ended an XML call is read again, after it
+                        data, i, began = rest + data[i:], 0, None
                 continue
             i = self._outside(data, i, out)
             if i < 0:  # a possible marker prefix: held
@@ -336,4 +339,8 @@ class ToolCallParser:
         held = self._held
         out = Parsed(content="" if self._after or (self.calls and not held.strip()) else held)
         self._held = ""
+        if isinstance(self._body, XmlCall):  # its arguments are closed (a JSON body's not)
+            self._body.finish(out.calls)
+            self.calls, self._body = self._body.index, None
+            self.called = self.called or bool(out.calls)
         return out

@@ -14,8 +14,10 @@ number or a boolean as its literal, an object or an array as JSON. The client wa
 arguments as one JSON object, so each value is typed by the tool's JSON schema for its key:
 a string schema keeps the text; any other type is read as JSON where it parses, else kept
 as text (the client's validation then names it). A key the schema does not know is read as
-JSON where it parses. The template writes one newline after `<parameter=KEY>` and one before
-`</parameter>`; those two are not part of the value.
+JSON where it parses (text that parses as a JSON string stays as written, quotes and all).
+A boolean may be written `True` or `False`, as Python writes it (the template's `|string`).
+The template writes one newline after `<parameter=KEY>` and one before `</parameter>`;
+those two are not part of the value. A value ends only at `</parameter>`.
 
 The arguments stream one parameter at a time (`{"KEY": VALUE`, `, "KEY2": VALUE2`, then
 `}` at `</function>`): a value's JSON is known only once its text has ended.
@@ -24,6 +26,7 @@ The arguments stream one parameter at a time (`{"KEY": VALUE`, `, "KEY2": VALUE2
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from coderai.engine.decoding.call_delta import CallDelta
@@ -45,6 +48,7 @@ def parameter_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, A
 
 
 def _types(schema: Any) -> set[str]:
+    """The JSON types a schema allows (none known: a `$ref`, or no schema)."""
     if not isinstance(schema, dict):
         return set()
     kind = schema.get("type")
@@ -53,10 +57,16 @@ def _types(schema: Any) -> set[str]:
     if isinstance(kind, list):
         return {k for k in kind if isinstance(k, str)}
     found: set[str] = set()
-    for key in ("anyOf", "oneOf"):
+    for key in ("anyOf", "oneOf", "allOf"):
         for option in schema.get(key) or []:
             found |= _types(option)
+    for value in [*(schema.get("enum") or []), *([schema["const"]] if "const" in schema else [])]:
+        found.add("string" if isinstance(value, str) else _json_type(value))
     return found
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: Python reads them, JSON not
 
 
 def typed(text: str, schema: Any) -> Any:
@@ -64,14 +74,17 @@ def typed(text: str, schema: Any) -> Any:
     kinds = _types(schema)
     if kinds == {"string"}:
         return text
+    if "boolean" in kinds and text in ("True", "False"):
+        return text == "True"  # as Python writes them: the template's `|string` does
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except ValueError:
         return text
-    # where a string is allowed, a value of no other allowed type ("1.0" for a string or
-    # a boolean) is the text as written
-    if "string" in kinds and not isinstance(value, str) and not kinds & {_json_type(value)}:
-        return text
+    if isinstance(value, str) or (isinstance(value, float) and not math.isfinite(value)):
+        return text  # a value is raw text: quotes written are its own; 1e999 is no number
+    allowed = kinds | ({"integer"} if "number" in kinds else set())
+    if "string" in kinds and _json_type(value) not in allowed:
+        return text  # "1.0" where a string or a boolean is allowed: the text, as written
     return value
 
 
@@ -114,6 +127,8 @@ class XmlCall:
         self._count = 0  # parameters written
         #: the body began otherwise than `<function=`: its text so far (see feed)
         self.other: str | None = None
+        #: text read after the call ended (see feed), to be read again by the caller
+        self.rest = ""
 
     def feed(self, ch: str, out: list[CallDelta]) -> None:
         state = self._state
@@ -156,16 +171,35 @@ class XmlCall:
             elif tag == PARAMETER:
                 self._state = "key"
             else:
-                out.append(CallDelta(self.index, "", "}" if self._count else "{}"))
-                self.index += 1
-                self.done = True
+                self._close(out)
         elif not any(w.startswith(tag) for w in wanted):
-            # text between parameters that is no tag: the call ends here, its arguments
-            # closed, rather than take prose as arguments
+            # text between parameters that is no tag (`</function>` left out): the call
+            # ends here, its arguments closed, and the text is read again as what follows
+            # the call (a `</tool_call>`, or content)
             self._buffer = []
-            out.append(CallDelta(self.index, "", "}" if self._count else "{}"))
-            self.index += 1
-            self.done = True
+            self.rest = tag
+            self._close(out)
+
+    def finish(self, out: list[CallDelta]) -> None:
+        """The output ended inside the call: a value being read is taken as it stands
+        (less a closing tag begun), and the arguments are closed."""
+        text = "".join(self._buffer)
+        if self._state == "value":
+            cut = next((n for n in range(len(END_PARAMETER) - 1, 0, -1)
+                        if text.endswith(END_PARAMETER[:n])), 0)  # fmt: skip
+            self._parameter(text[: len(text) - cut], out)
+        elif self._state == "name" and text.strip():
+            self.name = text.strip()
+            out.append(CallDelta(self.index, self.name, ""))
+        elif self._state in ("head", "name"):
+            return  # no call began
+        self._buffer = []
+        self._close(out)
+
+    def _close(self, out: list[CallDelta]) -> None:
+        out.append(CallDelta(self.index, "", "}" if self._count else "{}"))
+        self.index += 1
+        self.done = True
 
     def _parameter(self, raw: str, out: list[CallDelta]) -> None:
         schema = self.schemas.get(self.name, {}).get(self._key)

@@ -105,10 +105,36 @@ def test_parallel_tool_calls_false_reads_the_first_call_only() -> None:
     assert parser.done
 
 
-def test_prose_between_parameters_ends_the_call_with_what_it_had() -> None:
-    text = "<tool_call>\n<function=edit>\n<parameter=line>\n5\n</parameter>\noops"
-    _, calls = run(ToolCallParser("auto", "qwen3_coder", tools=TOOLS), [text])
-    assert json.loads(calls[0]["arguments"]) == {"line": 5}
+@pytest.mark.parametrize(("after", "content"), [("oops", "oops"), ("</tool_call>", "")])
+def test_text_between_parameters_ends_the_call_and_is_read_after_it(
+    after: str, content: str
+) -> None:
+    """`</function>` left out: the call ends with what it had; the text that ended it is
+    what follows the call (its closing tag, or content), not lost."""
+    text = f"<tool_call>\n<function=edit>\n<parameter=line>\n5\n</parameter>\n{after}"
+    for pieces in cuts(text):
+        got, calls = run(ToolCallParser("auto", "qwen3_coder", tools=TOOLS), pieces)
+        assert got == content
+        assert json.loads(calls[0]["arguments"]) == {"line": 5}
+
+
+@pytest.mark.parametrize(
+    ("cut", "arguments"),
+    [
+        ("<parameter=line>\n5\n</parameter>\n", {"line": 5}),
+        ("<parameter=line>\n5\n</param", {"line": 5}),  # a closing tag begun
+        ("<parameter=path>\nsrc/ma", {"path": "src/ma"}),
+        ("<parameter=pa", {}),
+    ],
+)
+def test_a_call_the_output_cuts_off_ends_with_its_arguments_closed(
+    cut: str, arguments: dict[str, Any]
+) -> None:
+    parser = ToolCallParser("auto", "qwen3_coder", tools=TOOLS)
+    _, calls = run(parser, [f"<tool_call>\n<function=edit>\n{cut}"])
+    assert [c["name"] for c in calls] == ["edit"]
+    assert json.loads(calls[0]["arguments"]) == arguments
+    assert parser.calls == 1 and parser.called
 
 
 @pytest.mark.parametrize(
@@ -120,6 +146,16 @@ def test_prose_between_parameters_ends_the_call_with_what_it_had() -> None:
         ("1.0", {"type": ["string", "boolean"]}, "1.0"),  # not a boolean: the text
         ('{"a": 1}', None, {"a": 1}),
         ("plain words", None, "plain words"),
+        ('"quoted"', {"anyOf": [{"type": "string"}, {"type": "null"}]}, '"quoted"'),
+        ("null", {"anyOf": [{"type": "string"}, {"type": "null"}]}, None),
+        ('"quoted"', None, '"quoted"'),  # written raw: the quotes are the value's
+        ("NaN", {"type": "number"}, "NaN"),  # not JSON: kept as written
+        ("1e999", None, "1e999"),
+        ("7", {"type": "number"}, 7),
+        ("True", {"type": "boolean"}, True),
+        ("False", None, "False"),
+        ("2", {"enum": ["1", "2"]}, "2"),  # an enum of strings is a string
+        ("2", {"enum": [1, 2]}, 2),
     ],
 )
 def test_typed(text: str, schema: Any, value: Any) -> None:
@@ -137,3 +173,8 @@ def test_the_format_is_found_in_the_template_and_the_option_overrides_it() -> No
     assert tool_format(QWEN3_CODER_TEMPLATE, {}) == "qwen3_coder"
     assert tool_format(QWEN3_CODER_TEMPLATE, {"tool_format": "hermes"}) == "hermes"
     assert tool_format("{{ tools }}<tool_call>", {}) == "hermes"
+    # Seed-OSS writes the same function tags inside its own <seed:tool_call>
+    seed = QWEN3_CODER_TEMPLATE.replace("<tool_call>", "<seed:tool_call>").replace(
+        "</tool_call>", "</seed:tool_call>"
+    )
+    assert tool_format(seed, {}) == "hermes"
