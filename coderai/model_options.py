@@ -14,6 +14,7 @@ ANY = frozenset({
     "memory_mb",  # the size the engine's pool accounts for it
     "chat_template",  # coderai/templatefile.py
     "tool_format",  # engine/chat_template.py
+    "reasoning_format",  # engine/chat_template.py
     "backend",  # a GGUF run by transformers (modelfile.required_capability)
     "context_length",  # a node's or broker's report of the context
 })  # fmt: skip

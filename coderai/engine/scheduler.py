@@ -454,15 +454,21 @@ class Scheduler:
             self._finish(seq, FinishReason.STOP)
 
     def _emit(self, seq: Sequence, text: str, end: bool = False, stopped: bool = False) -> None:
-        """A delta is the text itself, or, for a sequence with tool calls or logprobs, a
-        map of what it carries: "text" (content), "calls" ([index, name, arguments
-        fragment] each) and "logprobs" (structured.logprob_entry each)."""
-        if seq.parser is None and seq.logprobs is None:
+        """A delta is the text itself, or, for a sequence with reasoning, tool calls or
+        logprobs, a map of what it carries: "text" (content), "reasoning" (text),
+        "calls" ([index, name, arguments fragment] each) and "logprobs"
+        (structured.logprob_entry each)."""
+        if seq.parser is None and seq.logprobs is None and seq.reasoning is None:
             if text:
                 self._deltas.append((seq.job.job_id, text))
             return
         delta: dict[str, Any] = {}
         entries = self._released_logprobs(seq, text, end, stopped)
+        if seq.reasoning is not None:
+            parts = structured.split(seq, text, end)
+            text = parts.content
+            if parts.reasoning:
+                delta["reasoning"] = parts.reasoning
         if seq.parser is not None:
             parsed = structured.read(seq, text, end)
             text = parsed.content

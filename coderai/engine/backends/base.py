@@ -70,6 +70,10 @@ class Sequence:
     #: special tokens are rendered as text (call markers may be special tokens), and the
     #: log-probability entries of tokens sampled since the last step was published
     parser: Any = None
+    #: the splitter of its reasoning from its answer (decoding/reasoning.py), and whether
+    #: its prompt left a `<think>` open (set by the backend as it renders the prompt)
+    reasoning: Any = None
+    opened: bool = False
     constraint: Any = None
     lazy: bool = False
     render_special: bool = False
@@ -207,6 +211,8 @@ class ModelInstance(abc.ABC):
 
     #: the model's tool-call format (tool_parse.FORMATS) for tool_choice "auto"
     tool_format: str = "hermes"
+    #: how it writes its reasoning (reasoning.REASONING_FORMATS), for chat jobs
+    reasoning_format: str = "none"
 
     def grammar_tokenizer(self) -> Any:
         """llguidance's view of the vocabulary (built once, on first use), or None for a

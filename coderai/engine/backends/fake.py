@@ -13,7 +13,8 @@ buffers and back-pressure), prompt_tokens_per_step (the prompt is read over seve
 as a long one is: its progress is reported), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
 the whole stack with it; a list of texts scripts a tool loop, turn by turn: `scripted`)
-and tool_format (the call format it is parsed as). With
+tool_format (the call format it is parsed as) and reasoning_format (how its reasoning
+is split from its answer: a script may think in <think> tags). With
 embedding_dims it embeds: each input's vector is a hash of its bytes (fake_embedding).
 
 Its vocabulary is the 256 byte values: /tokenize gives a text's UTF-8 bytes, /detokenize
@@ -49,7 +50,7 @@ from coderai.engine.backends.base import (
     input_ids,
     known_ids,
 )
-from coderai.engine.decoding.chat_template import tool_format
+from coderai.engine.decoding.chat_template import reasoning_format, tool_format
 from coderai.errors import JobError
 
 # a few non-ASCII words and JSON metacharacters keep the escaping paths honest
@@ -177,6 +178,7 @@ class FakeInstance(ModelInstance):
         self.script: list[str] | None = script
         self.script_chars = int(_option(options, "script_token_chars", 3)) or 1
         self.tool_format = tool_format(None, options)
+        self.reasoning_format = reasoning_format(None, options)
         self.embedding_dims = int(_option(options, "embedding_dims", 0))
         # weights that are really there: mapped and every page written, so the process's
         # RSS grows by them (a zero-filled allocation would stay virtual). One anonymous

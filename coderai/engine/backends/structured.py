@@ -11,8 +11,10 @@ import math
 from typing import Any
 
 from coderai import grammar
+from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
 from coderai.engine.decoding.constraint import Constraint
+from coderai.engine.decoding.reasoning import ReasoningSplitter, Split
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
 from coderai.errors import JobError
 
@@ -58,8 +60,23 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
             seq.render_special = True
     except grammar.GrammarError as exc:
         raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None
+    if job.kind == JobKind.CHAT and instance.reasoning_format == "think":
+        seq.reasoning = ReasoningSplitter(inside=seq.opened)
+        seq.render_special = True  # <think> may be a special token
     if job.logprobs:
         seq.logprobs = []
+
+
+def split(seq: Sequence, text: str, end: bool = False) -> Split:
+    """Reasoning and answer out of a piece of a reasoning model's text (after stop
+    sequences); at the end, what the splitter held back too."""
+    splitter: ReasoningSplitter = seq.reasoning
+    out = splitter.feed(text) if text else Split()
+    if end:
+        tail = splitter.finish()
+        out.reasoning += tail.reasoning
+        out.content += tail.content
+    return out
 
 
 def read(seq: Sequence, text: str, end: bool = False) -> Parsed:

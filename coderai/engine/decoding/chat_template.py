@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from coderai.bus.messages import Job
+from coderai.engine.decoding.reasoning import REASONING_FORMATS, START
 from coderai.engine.decoding.tool_parse import FORMATS
 from coderai.errors import ConfigError, JobError
 from coderai.templatefile import TEMPLATE_OPTION, check, is_inline
@@ -99,6 +100,20 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
     if "<|python_tag|>" in source or "ipython" in source:
         return "llama3"
     return "hermes"
+
+
+def reasoning_format(template: str | None, options: dict[str, Any]) -> str:
+    """How the model writes its reasoning (reasoning.REASONING_FORMATS): the catalogue
+    entry's `reasoning_format` option, or `think` where its template knows `<think>`, else
+    `none` (its output is all answer)."""
+    chosen = options.get("reasoning_format")
+    if chosen is not None:
+        if chosen not in REASONING_FORMATS:
+            raise JobError(
+                f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}", kind="bad_model"
+            )
+        return str(chosen)
+    return "think" if START in str(template or "") else "none"
 
 
 def _arguments(text: Any) -> Any:

@@ -23,7 +23,7 @@ from coderai.bus.checker import (
     residents_of,
 )
 from coderai.bus.codec import decode, encode
-from coderai.bus.kinds import ControlAction, EngineState, FailKind
+from coderai.bus.kinds import ControlAction, EngineState, FailKind, JobKind
 from coderai.bus.loop_socket import LoopSocket
 from coderai.bus.messages import (
     KEEPALIVE,
@@ -623,7 +623,8 @@ class Dispatcher:
                 continue
             if not (job.raw or isinstance(text, str)):
                 try:
-                    if not job.structured:
+                    # a chat job's model may reason: its thinking comes apart from its text
+                    if not (job.structured or job.message.kind == JobKind.CHAT):
                         raise BusProtocolError(f"CHUNKS text for job {job_id} is not a string")
                     text = output.pieces(text)
                 except BusProtocolError as exc:

@@ -66,6 +66,9 @@ class FrontJob:
     interrupted: bool = False
     #: its output has tool calls or logprobs: the handler takes pieces (take_items)
     structured: bool = False
+    #: pieces arrived for it (a chat job's reasoning) though it was not structured: its
+    #: plain-text handler takes them too (take_items)
+    pieces: bool = False
     #: run for a head (this front is a node): its output is kept as the engine sent it,
     #: to be relayed as is (take_items)
     raw: bool = False
@@ -109,7 +112,10 @@ class FrontJob:
         if not self.started:
             self._first_output(engine)
         self._parts.extend(pieces)
-        self.pending += sum(len(p.text) + sum(len(c.arguments) for c in p.calls) for p in pieces)
+        self.pieces = True
+        self.pending += sum(
+            len(p.text) + len(p.reasoning) + sum(len(c.arguments) for c in p.calls) for p in pieces
+        )
         self.wake.set()
         return self.pending
 

@@ -3,7 +3,7 @@ and token log-probabilities, checked at the edge (a malformed delta is a bus pro
 error, never a crash deeper in a handler).
 
 An engine sends a job's delta as its text (the hot path, untouched here), or as a map
-{"text", "calls", "logprobs"} (scheduler._emit), or a list of both in order.
+{"text", "reasoning", "calls", "logprobs"} (scheduler._emit), or a list of both in order.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Piece:
     text: str = ""
     calls: list[CallPiece] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    #: a reasoning model's thinking (decoding/reasoning.py), apart from its answer
+    reasoning: str = ""
 
 
 def _number(value: object) -> float:
@@ -85,9 +87,15 @@ def piece(delta: object) -> Piece:
     text = delta.get("text", "")
     calls = delta.get("calls", [])
     logprobs = delta.get("logprobs", [])
-    if not isinstance(text, str) or not isinstance(calls, list) or not isinstance(logprobs, list):
+    reasoning = delta.get("reasoning", "")
+    if not (
+        isinstance(text, str)
+        and isinstance(calls, list)
+        and isinstance(logprobs, list)
+        and isinstance(reasoning, str)
+    ):
         raise BusProtocolError("a CHUNKS delta map has fields of the wrong type")
-    return Piece(text, [_call(c) for c in calls], [_logprob(e) for e in logprobs])
+    return Piece(text, [_call(c) for c in calls], [_logprob(e) for e in logprobs], reasoning)
 
 
 def pieces(delta: object) -> list[Piece]:
@@ -99,9 +107,11 @@ def pieces(delta: object) -> list[Piece]:
 
 @dataclass
 class Collected:
-    """A whole response's output: its text, its calls, and its tokens' logprobs."""
+    """A whole response's output: its text, its reasoning, its calls, and its tokens'
+    logprobs."""
 
     text: list[str] = field(default_factory=list)
+    thought: list[str] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)
     arguments: dict[int, list[str]] = field(default_factory=dict)
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -111,6 +121,8 @@ class Collected:
             self.text.append(item)
             return
         self.text.append(item.text)
+        if item.reasoning:
+            self.thought.append(item.reasoning)
         for call in item.calls:
             if call.name:
                 self.names[call.index] = call.name
@@ -124,6 +136,9 @@ class Collected:
 
     def content(self) -> str:
         return "".join(self.text)
+
+    def reasoning(self) -> str:
+        return "".join(self.thought)
 
 
 def chat_logprobs(entries: list[TokenLogprob]) -> dict[str, Any]:

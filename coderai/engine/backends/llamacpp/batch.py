@@ -77,10 +77,12 @@ from coderai.engine.backends.llamacpp.sampler import SamplerChain
 from coderai.engine.decoding.chat_template import (
     chosen_template,
     no_template,
+    reasoning_format,
     reasoning_switches,
     template_input,
     tool_format,
 )
+from coderai.engine.decoding.reasoning import opens_reasoning
 from coderai.errors import JobError
 
 #: the fewest prompt tokens read in a step while others decode (and before any is measured)
@@ -273,6 +275,7 @@ class LlamaCppBatchInstance(ModelInstance):
         template = chosen_template(options or {}, meta.get("tokenizer.chat_template"))
         self.template = template
         self.tool_format = tool_format(template, options or {})
+        self.reasoning_format = reasoning_format(template, options or {})
         self._grammar_tokenizer: Any = None
         self.formatter = None
         #: the template leaving the assistant's turn unopened (/tokenize may ask for that)
@@ -299,6 +302,7 @@ class LlamaCppBatchInstance(ModelInstance):
             messages, tools = template_input(job, self.template)
             switches = reasoning_switches(job, self.template)
             formatted = formatter(messages=cast(Any, messages), tools=tools, **switches)
+            seq.opened = opens_reasoning(formatted.prompt)
             add_bos = self.add_bos and not formatted.added_special
             return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True))
         if job.prompt_ids:

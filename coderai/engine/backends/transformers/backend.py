@@ -50,10 +50,12 @@ from coderai.engine.backends.transformers.token_bytes import TokenBytes
 from coderai.engine.decoding.chat_template import (
     chosen_template,
     no_template,
+    reasoning_format,
     reasoning_switches,
     template_input,
     tool_format,
 )
+from coderai.engine.decoding.reasoning import opens_reasoning
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
@@ -201,6 +203,7 @@ class TransformersInstance(ModelInstance):
         # the entry's template, where it gives one, is the tokenizer's from here on
         tokenizer.chat_template = chosen_template(options or {}, tokenizer.chat_template)
         self.tool_format = tool_format(tokenizer.chat_template, options or {})
+        self.reasoning_format = reasoning_format(tokenizer.chat_template, options or {})
         self._grammar_tokenizer: Any = None
         self._bytes_of = TokenBytes(tokenizer)
         self.cache: Any = None
@@ -209,7 +212,9 @@ class TransformersInstance(ModelInstance):
         self.next_ids: Any = None  # [rows] the token each row feeds next
 
     # -- prompts ----------------------------------------------------------------------------
-    def prompt_ids(self, job: Job) -> list[int]:
+    def prompt_ids(self, job: Job, seq: Sequence | None = None) -> list[int]:
+        """The job's prompt as ids; a chat job's sequence learns whether its prompt left
+        a `<think>` open."""
         if job.kind == JobKind.CHAT:
             if not self.tokenizer.chat_template:
                 raise no_template()
@@ -221,6 +226,8 @@ class TransformersInstance(ModelInstance):
                 tokenize=False,
                 **reasoning_switches(job, self.tokenizer.chat_template),
             )
+            if seq is not None:
+                seq.opened = opens_reasoning(text)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         elif job.prompt_ids:
             ids = known_ids(job.prompt_ids, self.vocabulary, "prompt")
@@ -241,7 +248,7 @@ class TransformersInstance(ModelInstance):
         return text
 
     def start(self, seq: Sequence) -> None:
-        ids = self.prompt_ids(seq.job)
+        ids = self.prompt_ids(seq.job, seq)
         if not ids:
             raise JobError("the prompt is empty", kind="bad_request")
         # past max_position_embeddings a model either fails (learned positions) or quietly

@@ -15,7 +15,7 @@ from typing import Any
 from coderai.bus.kinds import FinishReason
 from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
-from coderai.front.api.openai.reply import DONE_EVENT, data_event, usage_of
+from coderai.front.api.openai.reply import DONE_EVENT, data_event, reasoning_delta, usage_of
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.output import Collected, Piece, chat_logprobs, completion_logprobs
 
@@ -95,7 +95,7 @@ class ChoiceStream:
         return out
 
     def _chat_piece(self, index: int, piece: Piece) -> bytes:
-        delta: dict[str, Any] = {}
+        delta: dict[str, Any] = reasoning_delta(piece.reasoning) if piece.reasoning else {}
         if piece.text:
             delta["content"] = piece.text
         if piece.calls:
@@ -188,6 +188,9 @@ def whole(
                 "content": text if text or not calls else None,
                 "refusal": None,
             }
+            thought = got.reasoning()
+            if thought:
+                message.update(reasoning_delta(thought))
             if calls:
                 message["tool_calls"] = [
                     {"id": call_id(), "type": "function",

@@ -75,6 +75,22 @@ class StreamTemplate:
     def content(self, text: str) -> bytes:
         return self._prefix + encode_basestring(text).encode() + self._suffix
 
+    def piece(self, reasoning: str, text: str) -> bytes:
+        """A chat event with reasoning, under both names clients read (DeepSeek's
+        `reasoning_content`, and `reasoning`), and the content that came with it."""
+        delta: dict[str, Any] = {}
+        if reasoning:
+            delta = reasoning_delta(reasoning)
+        if text:
+            delta["content"] = text
+        if not delta:
+            return b""
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        event = {**self._head, "choices": [choice]}
+        if self._include_usage:
+            event["usage"] = None
+        return data_event(event)
+
     def opening(self) -> bytes:
         """Chat streams open with the assistant role, as OpenAI's do; a completion that
         echoes its prompt opens with it."""
@@ -109,14 +125,29 @@ def usage_of(done: Done) -> dict[str, Any]:
     }
 
 
+def reasoning_delta(reasoning: str) -> dict[str, Any]:
+    """A message's or a delta's reasoning, under both names clients read: DeepSeek's
+    `reasoning_content` (most agents and SDK helpers), and `reasoning` (OpenRouter's, and
+    clients that follow it)."""
+    return {"reasoning_content": reasoning, "reasoning": reasoning}
+
+
 def whole_response(
-    chat: bool, response_id: str, created: int, model: str, text: str, done: Done
+    chat: bool,
+    response_id: str,
+    created: int,
+    model: str,
+    text: str,
+    done: Done,
+    reasoning: str = "",
 ) -> dict[str, Any]:
     choice: dict[str, Any]
     if chat:
         # the spec's message carries refusal (null unless the model refused): strict clients
         # and the SDKs' parse() read it
         message = {"role": "assistant", "content": text, "refusal": None}
+        if reasoning:
+            message.update(reasoning_delta(reasoning))
         choice = {"index": 0, "message": message, "logprobs": None}
     else:
         choice = {"index": 0, "text": text, "logprobs": None}

@@ -230,14 +230,17 @@ class OpenAIRoutes:
     async def _whole(
         self, job: FrontJob, chat: bool, response_id: str, created: int, echo: str
     ) -> web.Response:
-        parts = [echo]
+        got = Collected(text=[echo])
         while job.outcome is None:
             await job.wait()
-            parts.append(job.take())
+            for item in job.take_items():
+                got.add(item)
         outcome = job.outcome
         if isinstance(outcome, CoderaiError):
             return error_response(outcome, job.served_by)
-        body = whole_response(chat, response_id, created, job.entry.id, "".join(parts), outcome)
+        body = whole_response(
+            chat, response_id, created, job.entry.id, got.content(), outcome, got.reasoning()
+        )
         return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
 
     async def _stream(

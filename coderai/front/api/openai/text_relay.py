@@ -33,6 +33,7 @@ from coderai.front.api.openai.reply import StreamTemplate, error_event
 from coderai.front.api.stream_io import Preamble, chunk, progress_comment
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
+from coderai.front.dispatch.output import Piece
 from coderai.front.metrics import Metrics
 
 
@@ -40,10 +41,11 @@ class TextStream:
     """One plain-text stream's content events: rendered, framed and timed, whichever path
     writes them. Its `last` write time is the one both paths share for the ITL metric."""
 
-    __slots__ = ("_itl", "_protocol", "_render", "_writer", "last")
+    __slots__ = ("_itl", "_piece", "_protocol", "_render", "_writer", "last")
 
     def __init__(self, template: StreamTemplate, request: web.Request, metrics: Metrics) -> None:
         self._render = template.content
+        self._piece = template.piece
         self._protocol = request.protocol
         self._writer = request.writer
         # bound once: the histogram's observe is the one metric call per event
@@ -54,6 +56,15 @@ class TextStream:
         """A content event for the handler's own write (aiohttp frames it)."""
         self._written(time.monotonic())
         return self._render(text)
+
+    def items(self, items: list[str | Piece]) -> bytes:
+        """The events of texts and pieces (a reasoning model's output), in order."""
+        self._written(time.monotonic())
+        return b"".join(
+            self._render(item) if isinstance(item, str) else self._piece(item.reasoning, item.text)
+            for item in items
+            if item
+        )
 
     def offer(self, text: str) -> bool:
         """Write text's event now, from the bus callback; False if it must wait for the
@@ -104,7 +115,17 @@ async def relay(
 
     def advance() -> tuple[bytes, bool]:
         out = b""
-        text = job.take()
+        if job.pieces:  # a reasoning model's: its thinking comes apart from its text
+            items = job.take_items()
+            if items:
+                if job.held:
+                    dispatcher.resume(job)
+                if stream.last is None:
+                    metrics.ttft.observe(time.monotonic() - job.enqueued_at)
+                out = stream.items(items)
+            text = ""
+        else:
+            text = job.take()
         if text:
             if job.held:  # the client caught up with what was held for it
                 dispatcher.resume(job)

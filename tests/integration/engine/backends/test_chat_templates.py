@@ -180,3 +180,38 @@ def test_the_backends_read_the_tool_call_format_from_the_entrys_template(
     job = Job(1, {}, "chat", messages=HI, tools=[WEATHER])
     ids, _context = instance.tokenize(job)
     assert instance.detokenize(ids).startswith("[AVAILABLE_TOOLS]")
+
+
+#: a template that opens the answer's reasoning, as DeepSeek-R1's does
+OPENS_THINK = INLINE.replace("<|assistant|>", "<|assistant|><think>\n")
+
+
+@pytest.mark.parametrize("backend", ["transformers", "gguf"])
+def test_the_backends_know_a_prompt_that_opens_reasoning_and_split_what_follows(
+    bare_models: tuple[Path, Path], backend: str
+) -> None:
+    """The template says the model reasons; its prompt ends inside `<think>`, so the
+    output starts as reasoning: the tiny model's text (which never closes it) all comes
+    out as reasoning. Without the template's think, a plain model's text is all answer."""
+    from coderai.engine.backends import structured
+    from coderai.engine.backends.base import Sequence
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
+    from coderai.engine.backends.transformers.backend import TransformersBackend
+
+    hf, gguf = bare_models
+    for template, opened in ((OPENS_THINK, True), (INLINE, False)):
+        options = {"chat_template": template}
+        if backend == "transformers":
+            spec = ModelSpec("t", str(hf), "transformers", options)
+            instance: Any = TransformersBackend().load(spec, LoadProgress())
+        else:
+            spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, **options})
+            instance = LlamaCppBackend().load(spec, LoadProgress())
+        assert instance.reasoning_format == ("think" if opened else "none")
+        seq = Sequence(Job(1, {}, "chat", messages=HI, max_tokens=8, temperature=0.0))
+        instance.start(seq)
+        structured.prepare(seq, instance)
+        assert seq.opened is opened and (seq.reasoning is not None) is opened
+        if opened:
+            assert structured.split(seq, "some words", end=True).reasoning == "some words"
+        instance.release(seq)

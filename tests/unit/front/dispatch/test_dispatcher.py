@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 from coderai.bus.messages import Cancel, Chunks, Done, Heartbeat, Job, Tokens
@@ -180,6 +181,35 @@ def test_a_structured_jobs_unreadable_pieces_end_it_alone(tmp_path: Path) -> Non
     assert items == [[Piece("", [CallPiece(0, "f", "{}")])], [], ["plain"]]
     assert outcomes[0] is None and outcomes[2] is None
     assert isinstance(outcomes[1], EngineFailed)
+
+
+def test_a_chat_jobs_reasoning_is_taken_though_it_asked_for_no_pieces(tmp_path: Path) -> None:
+    """A chat job's model may reason: its thinking arrives as a piece even on the plain
+    path (the front cannot know beforehand), and is kept in order with its text; a
+    completion job that is sent a piece is a protocol error, as before."""
+
+    async def scenario() -> tuple[Dispatcher, list[object], list[list[object]]]:
+        endpoint = f"ipc://{tmp_path}/bus.sock"
+        dispatcher = Dispatcher(ServerConfig(), endpoint, TOKEN)
+        await dispatcher.start()
+        peer = await _joined_engine(endpoint)  # 2 slots
+        chat, completion = make_job(1), make_job(2)
+        chat.message = dataclasses.replace(chat.message, kind="chat")
+        for job in (chat, completion):
+            dispatcher.submit(job)
+        assert sorted(await peer.job_ids(2)) == [1, 2]
+        await peer.send(Chunks([1, {"reasoning": "hm"}, 1, "Yes.", 2, {"reasoning": "x"}]))
+        assert isinstance(await peer.recv(), Cancel)  # job 2's engine is told to stop it
+        items: list[list[object]] = [list(job.take_items()) for job in (chat, completion)]
+        outcomes: list[object] = [chat.pieces, chat.outcome, completion.outcome]
+        await dispatcher.stop()
+        peer.close()
+        return dispatcher, outcomes, items
+
+    dispatcher, (pieces, chat_outcome, completion_outcome), items = asyncio.run(scenario())
+    assert items == [[Piece(reasoning="hm"), "Yes."], []]
+    assert pieces and chat_outcome is None
+    assert dispatcher.dropped_frames == 1 and isinstance(completion_outcome, EngineFailed)
 
 
 def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(

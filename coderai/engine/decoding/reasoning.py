@@ -1,0 +1,104 @@
+"""A reasoning model's thinking out of its text, as it streams.
+
+Reasoning models (Qwen3, DeepSeek-R1, GLM, and the many that copy them) write their thinking
+first, between `<think>` and `</think>`, then the answer. The client wants them apart: the
+thinking as `reasoning_content` (chat completions), `thinking` blocks (Messages) or
+`reasoning` items (Responses), the answer as content, and a tool call written while
+thinking is no call (the tool-call parser reads the answer only).
+
+Two ways in: the model writes `<think>` itself at the start of its output (Qwen3), or the
+chat template opened it at the end of the prompt (DeepSeek-R1, and Qwen3 templates that
+force thinking), so the output starts inside it (`opens_reasoning`). Only a leading block
+is reasoning: an answer that mentions `<think>` later is content. Whitespace right after
+`<think>` and right after `</think>` is not part of either. Text that may be the start of
+a marker is held back until it is known not to be one (as stop sequences are).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the catalogue option `reasoning_format`'s values: `think` for <think>...</think>,
+#: `none` for a model whose output is all answer
+REASONING_FORMATS = ("think", "none")
+START, END = "<think>", "</think>"
+_WHITESPACE = " \t\r\n"
+
+
+def opens_reasoning(prompt: str) -> bool:
+    """Whether a rendered prompt leaves a `<think>` open: its output starts inside it."""
+    return prompt.rfind(START) > prompt.rfind(END)
+
+
+@dataclass
+class Split:
+    reasoning: str = ""
+    content: str = ""
+
+
+def _held_tail(text: str, marker: str) -> int:
+    """The length of the longest end of `text` that could grow into `marker`."""
+    for keep in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-keep:]):
+            return keep
+    return 0
+
+
+class ReasoningSplitter:
+    """Feed it the output's text in pieces; it says what is reasoning and what is answer."""
+
+    def __init__(self, inside: bool = False) -> None:
+        #: "start" (nothing but whitespace yet), "inside" (reasoning), "after" (answer)
+        self.state = "inside" if inside else "start"
+        self._held = ""
+        #: whitespace here begins the part and is dropped (after a marker)
+        self._trim = inside
+
+    @property
+    def reasoning(self) -> bool:
+        """Whether the text now being written is reasoning."""
+        return self.state == "inside"
+
+    def feed(self, text: str) -> Split:
+        out = Split()
+        data, self._held = self._held + text, ""
+        if self.state == "start":
+            head = data.lstrip(_WHITESPACE)
+            if not head or (START.startswith(head) and len(head) < len(START)):
+                self._held = data  # not yet known
+                return out
+            if not head.startswith(START):
+                self.state = "after"
+                out.content = data
+                return out
+            self.state, self._trim = "inside", True
+            data = head[len(START) :]
+        if self.state == "inside":
+            if self._trim:
+                data = data.lstrip(_WHITESPACE)
+                if not data:
+                    return out
+                self._trim = False
+            at = data.find(END)
+            if at < 0:
+                keep = _held_tail(data, END)
+                out.reasoning = data[: len(data) - keep]
+                self._held = data[len(data) - keep :]
+                return out
+            out.reasoning = data[:at]
+            self.state, self._trim = "after", True
+            data = data[at + len(END) :]
+        if self._trim:
+            data = data.lstrip(_WHITESPACE)
+            if not data:
+                return out
+            self._trim = False
+        out.content += data
+        return out
+
+    def finish(self) -> Split:
+        """The end of the output: held text is what it was being read as."""
+        held, self._held = self._held, ""
+        if self.state == "inside":
+            return Split(reasoning=held)
+        return Split(content=held)
