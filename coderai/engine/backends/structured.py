@@ -60,9 +60,10 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
             seq.render_special = True
     except grammar.GrammarError as exc:
         raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None
-    if job.kind == JobKind.CHAT and instance.reasoning_format == "think":
+    # a grammar from the first token (a required call, a response format) writes no
+    # thinking, even where the template opened it
+    if job.kind == JobKind.CHAT and instance.reasoning_format == "think" and seq.constraint is None:
         seq.reasoning = ReasoningSplitter(inside=seq.opened)
-        seq.render_special = True  # <think> may be a special token
     if job.logprobs:
         seq.logprobs = []
 

@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from coderai.bus.messages import Job
-from coderai.engine.decoding.reasoning import REASONING_FORMATS, START
+from coderai.engine.decoding.reasoning import END, REASONING_FORMATS, START
 from coderai.engine.decoding.tool_parse import FORMATS
 from coderai.errors import ConfigError, JobError
 from coderai.templatefile import TEMPLATE_OPTION, check, is_inline
@@ -105,7 +105,7 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
 def reasoning_format(template: str | None, options: dict[str, Any]) -> str:
     """How the model writes its reasoning (reasoning.REASONING_FORMATS): the catalogue
     entry's `reasoning_format` option, or `think` where its template knows `<think>`, else
-    `none` (its output is all answer)."""
+    `none` (its output is all answer). DeepSeek-R1's own template names only `</think>`."""
     chosen = options.get("reasoning_format")
     if chosen is not None:
         if chosen not in REASONING_FORMATS:
@@ -113,7 +113,8 @@ def reasoning_format(template: str | None, options: dict[str, Any]) -> str:
                 f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}", kind="bad_model"
             )
         return str(chosen)
-    return "think" if START in str(template or "") else "none"
+    source = str(template or "")
+    return "think" if START in source or END in source else "none"
 
 
 def _arguments(text: Any) -> Any:

@@ -9,8 +9,9 @@ thinking is no call (the tool-call parser reads the answer only).
 Two ways in: the model writes `<think>` itself at the start of its output (Qwen3), or the
 chat template opened it at the end of the prompt (DeepSeek-R1, and Qwen3 templates that
 force thinking), so the output starts inside it (`opens_reasoning`). Only a leading block
-is reasoning: an answer that mentions `<think>` later is content. Whitespace right after
-`<think>` and right after `</think>` is not part of either. Text that may be the start of
+is reasoning: an answer that mentions `<think>` later is content. Whitespace around
+`<think>` and `</think>` is not part of either (nor a `<think>` the model writes where its
+template already opened one). Text that may be the start of
 a marker is held back until it is known not to be one (as stop sequences are).
 """
 
@@ -26,8 +27,10 @@ _WHITESPACE = " \t\r\n"
 
 
 def opens_reasoning(prompt: str) -> bool:
-    """Whether a rendered prompt leaves a `<think>` open: its output starts inside it."""
-    return prompt.rfind(START) > prompt.rfind(END)
+    """Whether a rendered prompt ends with `<think>` (its template opened the answer's
+    reasoning): its output starts inside it. Only the end counts: a `<think>` in a
+    message (a question about the tag, a file an agent read) opens nothing."""
+    return prompt.rstrip(_WHITESPACE).endswith(START)
 
 
 @dataclass
@@ -76,16 +79,25 @@ class ReasoningSplitter:
         if self.state == "inside":
             if self._trim:
                 data = data.lstrip(_WHITESPACE)
-                if not data:
+                # a model may write the <think> its template already opened
+                if not data or (START.startswith(data) and len(data) < len(START)):
+                    self._held = data
                     return out
+                if data.startswith(START):
+                    data = data[len(START) :].lstrip(_WHITESPACE)
+                    if not data:
+                        return out
                 self._trim = False
             at = data.find(END)
             if at < 0:
+                # held: what may grow into </think>, and the whitespace before it (the
+                # reasoning's own end is not part of it)
                 keep = _held_tail(data, END)
-                out.reasoning = data[: len(data) - keep]
-                self._held = data[len(data) - keep :]
+                body = data[: len(data) - keep].rstrip(_WHITESPACE)
+                out.reasoning = body
+                self._held = data[len(body) :]
                 return out
-            out.reasoning = data[:at]
+            out.reasoning = data[:at].rstrip(_WHITESPACE)
             self.state, self._trim = "after", True
             data = data[at + len(END) :]
         if self._trim:

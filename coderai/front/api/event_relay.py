@@ -52,11 +52,18 @@ class EventTemplate:
 
 
 def texts_and_calls(items: list[str | Piece]) -> list[str | Piece]:
-    """Items in order with runs of text merged into one string, so that a client that
-    lagged gets one delta for what waited, not one per token."""
+    """Items in order with runs of text merged into one string, and runs of reasoning
+    into one piece, so that a client that lagged gets one delta for what waited, not
+    one per token."""
     out: list[str | Piece] = []
     for item in items:
         text, calls = (item, None) if isinstance(item, str) else (item.text, item.calls)
+        if not isinstance(item, str) and item.reasoning:
+            last = out[-1] if out else None
+            if isinstance(last, Piece) and last.reasoning:
+                last.reasoning += item.reasoning
+            else:
+                out.append(Piece(reasoning=item.reasoning))
         if text:
             if out and isinstance(out[-1], str):
                 out[-1] += text
@@ -68,13 +75,19 @@ def texts_and_calls(items: list[str | Piece]) -> list[str | Piece]:
 
 
 def render(
-    items: list[str | Piece], text: Callable[[str], bytes], call: Callable[[CallPiece], bytes]
+    items: list[str | Piece],
+    text: Callable[[str], bytes],
+    call: Callable[[CallPiece], bytes],
+    thought: Callable[[str], bytes] | None = None,
 ) -> bytes:
-    """A renderer's events for what arrived: its text events and its call events, in order."""
+    """A renderer's events for what arrived: its reasoning, text and call events, in
+    order (reasoning left out where the API's renderer has no `thought`)."""
     out = b""
     for item in texts_and_calls(items):
         if isinstance(item, str):
             out += text(item)
+        elif item.reasoning:
+            out += thought(item.reasoning) if thought is not None else b""
         else:
             for piece in item.calls:
                 out += call(piece)

@@ -101,8 +101,17 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+#: a thinking block's signature: Anthropic signs its thinking so that a client cannot
+#: alter what it sends back; a local server has no one to prove it to, and does not check
+#: what comes back, so its blocks carry an empty one (clients keep and resend it as is)
+SIGNATURE = ""
+
+
 def whole(msg_id: str, model: str, got: Collected, done: Done) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
+    thought = got.reasoning()
+    if thought:
+        content.append({"type": "thinking", "thinking": thought, "signature": SIGNATURE})
     text = got.content()
     if text:
         content.append({"type": "text", "text": text})
@@ -121,9 +130,10 @@ def whole(msg_id: str, model: str, got: Collected, done: Done) -> dict[str, Any]
 
 
 class MessageStream:
-    """The events of one streamed message: message_start; per content block (text, or a
-    tool_use whose input arrives as partial JSON) content_block_start, its deltas and
-    content_block_stop; message_delta with the stop reason and usage; message_stop."""
+    """The events of one streamed message: message_start; per content block (a reasoning
+    model's thinking, text, or a tool_use whose input arrives as partial JSON)
+    content_block_start, its deltas and content_block_stop; message_delta with the stop
+    reason and usage; message_stop."""
 
     _TEXT = "\x00coderai-text\x00"
 
@@ -154,7 +164,16 @@ class MessageStream:
         return progress_comment(prompt) + _PING
 
     def items(self, items: list[str | Piece]) -> bytes:
-        return render(items, self._text, self._call)
+        return render(items, self._text, self._call, self._thought)
+
+    def _thought(self, text: str) -> bytes:
+        out = b""
+        if self._block != ("thinking", 0):
+            block = {"type": "thinking", "thinking": "", "signature": SIGNATURE}
+            out += self._start(block, ("thinking", 0))
+        delta = {"type": "thinking_delta", "thinking": text}
+        event = {"type": "content_block_delta", "index": self._index, "delta": delta}
+        return out + sse("content_block_delta", event)
 
     def _text(self, text: str) -> bytes:
         out = b""

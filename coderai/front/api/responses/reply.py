@@ -87,6 +87,13 @@ def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> di
             "content": content}  # fmt: skip
 
 
+def reasoning_item(item_id: str, status: str, text: str | None) -> dict[str, Any]:
+    """A reasoning model's thinking, as its text (no summary: the model writes none)."""
+    content = [] if text is None else [{"type": "reasoning_text", "text": text}]
+    return {"type": "reasoning", "id": item_id, "status": status, "summary": [],
+            "content": content}  # fmt: skip
+
+
 #: the model's name of each namespaced function: (namespace, name)
 Names = dict[str, tuple[str, str]]
 
@@ -106,6 +113,9 @@ def _text_status(done: Done) -> str:
 
 def whole(start: dict[str, Any], got: Collected, done: Done, names: Names) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
+    thought = got.reasoning()
+    if thought:
+        output.append(reasoning_item(new_id("rs"), "completed", thought))
     text, calls = got.content(), got.calls()
     if text or not calls:
         output.append(message_item(new_id("msg"), _text_status(done), [output_text(text)]))
@@ -115,9 +125,10 @@ def whole(start: dict[str, Any], got: Collected, done: Done, names: Names) -> di
 
 class ResponseStream:
     """The events of one streamed response, each with its sequence number:
-    response.created and .in_progress; per output item, output_item.added, then for the
-    text content_part.added, output_text.delta…, output_text.done and content_part.done,
-    or for a call function_call_arguments.delta… and .done, then output_item.done; and
+    response.created and .in_progress; per output item, output_item.added, then for a
+    reasoning model's thinking reasoning_text.delta… and .done, for the text
+    content_part.added, output_text.delta…, output_text.done and content_part.done, or
+    for a call function_call_arguments.delta… and .done, then output_item.done; and
     response.completed (or .incomplete, cut by max_output_tokens)."""
 
     _TEXT, _SEQ = "\x00coderai-text\x00", "\x00coderai-seq\x00"
@@ -147,7 +158,15 @@ class ResponseStream:
         return progress_comment(prompt)
 
     def items(self, items: list[str | Piece]) -> bytes:
-        return render(items, self._text, self._call_delta)
+        return render(items, self._text, self._call_delta, self._thought)
+
+    def _thought(self, text: str) -> bytes:
+        out = b""
+        if self._item is None or self._item["type"] != "reasoning":
+            out += self._open(reasoning_item(new_id("rs"), "in_progress", None))
+        self._held.append(text)
+        return out + self._event({"type": "response.reasoning_text.delta", **self._where(),
+                                  "content_index": 0, "delta": text})  # fmt: skip
 
     def _where(self) -> dict[str, Any]:
         assert self._item is not None
@@ -190,7 +209,11 @@ class ResponseStream:
         if self._item is None:
             return b""
         where, held = self._where(), "".join(self._held)
-        if self._item["type"] == "message":
+        if self._item["type"] == "reasoning":
+            out = self._event({"type": "response.reasoning_text.done", **where,
+                               "content_index": 0, "text": held})  # fmt: skip
+            item = reasoning_item(self._item["id"], "completed", held)
+        elif self._item["type"] == "message":
             part = output_text(held)
             out = self._event({"type": "response.output_text.done", **where, "content_index": 0,
                                "text": held, "logprobs": []})  # fmt: skip

@@ -215,3 +215,12 @@ def test_the_backends_know_a_prompt_that_opens_reasoning_and_split_what_follows(
         if opened:
             assert structured.split(seq, "some words", end=True).reasoning == "some words"
         instance.release(seq)
+    if backend == "gguf":  # a grammar from the first token writes no thinking
+        spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, "chat_template": OPENS_THINK})
+        instance = LlamaCppBackend().load(spec, LoadProgress())
+        job = Job(2, {}, "chat", messages=HI, tools=[WEATHER], tool_choice="required")
+        seq = Sequence(job)
+        instance.start(seq)
+        structured.prepare(seq, instance)
+        assert seq.opened and seq.constraint is not None and seq.reasoning is None
+        instance.release(seq)

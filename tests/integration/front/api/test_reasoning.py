@@ -1,6 +1,7 @@
 """A reasoning model's thinking through `coderai run`, read by the official openai client:
 `reasoning_content` and `reasoning` apart from the answer, streamed and whole, on the plain
-path and beside tool calls; a call written while thinking is no call. The model is the
+path and beside tool calls; a call written while thinking is no call; and by the anthropic
+client as thinking blocks, and as the Responses API's reasoning items. The model is the
 fake one, scripted to write what Qwen3 writes."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -86,7 +88,7 @@ def test_thinking_comes_apart_from_the_answer(client: openai.OpenAI, stream: boo
         message = _ask(client, "thinker").choices[0].message
         reasoning = _extra(message, "reasoning_content")
         also, content = _extra(message, "reasoning"), message.content
-    assert reasoning == also == THOUGHT + "\n"
+    assert reasoning == also == THOUGHT
     assert content == "It is sunny in Paris."
 
 
@@ -101,7 +103,7 @@ def test_a_call_written_while_thinking_is_no_call(client: openai.OpenAI, stream:
         reasoning, content = _extra(choice.message, "reasoning_content"), choice.message.content
         names = [c.function.name for c in choice.message.tool_calls or []]
         finish = choice.finish_reason
-    assert reasoning == THOUGHT + "\n"
+    assert reasoning == THOUGHT
     assert content == "Let me check."
     assert names == ["get_weather"] and finish == "tool_calls"
 
@@ -109,10 +111,58 @@ def test_a_call_written_while_thinking_is_no_call(client: openai.OpenAI, stream:
 def test_several_choices_each_think_apart(client: openai.OpenAI) -> None:
     response = _ask(client, "thinker", n=2)
     for choice in response.choices:
-        assert _extra(choice.message, "reasoning_content") == THOUGHT + "\n"
+        assert _extra(choice.message, "reasoning_content") == THOUGHT
         assert choice.message.content == "It is sunny in Paris."
 
 
 def test_a_model_that_does_not_reason_answers_as_written(client: openai.OpenAI) -> None:
     message = _ask(client, "plain").choices[0].message
     assert message.content == THINKER and _extra(message, "reasoning_content") is None
+
+
+# -- Anthropic's Messages API: thinking blocks -------------------------------------------------
+ASK: Any = [{"role": "user", "content": "Weather in Paris?"}]
+WEATHER: Any = {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}
+
+
+def test_messages_carry_the_thinking_as_a_thinking_block(claude: anthropic.Anthropic) -> None:
+    whole = claude.messages.create(model="caller", max_tokens=200, tools=[WEATHER], messages=ASK)
+    assert [b.type for b in whole.content] == ["thinking", "text", "tool_use"]
+    thinking = whole.content[0]
+    assert thinking.type == "thinking" and thinking.thinking == THOUGHT
+    assert thinking.signature == ""  # nothing to sign locally (anthropic/reply.py)
+    assert whole.content[1].type == "text" and whole.content[1].text == "Let me check."
+
+    with claude.messages.stream(model="caller", max_tokens=200, tools=[WEATHER], messages=ASK) as s:
+        events: list[Any] = list(s)
+        final = s.get_final_message()
+    starts = [e.content_block.type for e in events if e.type == "content_block_start"]
+    assert starts == ["thinking", "text", "tool_use"]
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    thought = "".join(d.thinking for d in deltas if d.type == "thinking_delta")
+    assert thought == THOUGHT
+    assert [b.type for b in final.content] == ["thinking", "text", "tool_use"]
+    assert final.content[0].type == "thinking" and final.content[0].thinking == THOUGHT
+
+
+# -- OpenAI's Responses API: reasoning items ---------------------------------------------------
+
+
+def test_responses_carry_the_thinking_as_a_reasoning_item(client: openai.OpenAI) -> None:
+    whole = client.responses.create(model="thinker", input="Weather in Paris?")
+    assert [item.type for item in whole.output] == ["reasoning", "message"]
+    reasoning = whole.output[0]
+    assert reasoning.type == "reasoning" and reasoning.content is not None
+    assert [c.text for c in reasoning.content] == [THOUGHT]
+    assert whole.output_text == "It is sunny in Paris."
+
+    events = list(client.responses.create(model="thinker", input="Weather?", stream=True))
+    deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
+    assert "".join(deltas) == THOUGHT
+    done = [e for e in events if e.type == "response.reasoning_text.done"]
+    assert [e.text for e in done] == [THOUGHT]
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert [item.type for item in final.response.output] == ["reasoning", "message"]
+    numbers = [e.sequence_number for e in events]
+    assert numbers == list(range(len(events)))

@@ -31,7 +31,7 @@ QWEN3 = "<think>\nThe user wants Paris. </think> is a tag.\n</think>\n\nIt is su
 @pytest.mark.parametrize("pieces", cuts(QWEN3))
 def test_a_leading_think_block_is_reasoning_and_the_rest_is_answer(pieces: list[str]) -> None:
     assert split(pieces) == (
-        "The user wants Paris. ",
+        "The user wants Paris.",
         "is a tag.\n</think>\n\nIt is sunny <think> here.",
     )
 
@@ -44,7 +44,14 @@ def test_any_cut_gives_the_same_split(points: list[int]) -> None:
 
 @pytest.mark.parametrize("pieces", cuts("\nThinking it over.\n</think>\n\nSunny."))
 def test_a_prompt_that_opened_think_starts_inside_it(pieces: list[str]) -> None:
-    assert split(pieces, inside=True) == ("Thinking it over.\n", "Sunny.")
+    assert split(pieces, inside=True) == ("Thinking it over.", "Sunny.")
+
+
+@pytest.mark.parametrize("pieces", cuts("<think>\nHm.\n\n</think>Sunny."))
+def test_a_think_the_model_writes_where_its_template_opened_one_is_not_reasoning(
+    pieces: list[str],
+) -> None:
+    assert split(pieces, inside=True) == ("Hm.", "Sunny.")
 
 
 @pytest.mark.parametrize(
@@ -78,11 +85,15 @@ def test_an_open_think_at_the_prompts_end_is_found() -> None:
     assert not opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     # an earlier turn's reasoning, closed
     assert not opens_reasoning("<think>a</think>b<|im_start|>assistant\n")
+    # a message about the tag opens nothing: only the prompt's end counts
+    assert not opens_reasoning("user: why does <think> break my parser?\nassistant:")
 
 
 def test_which_models_reason() -> None:
     assert reasoning_format("{% if x %}<think>{% endif %}", {}) == "think"
     assert reasoning_format("{{ messages }}", {}) == "none"
+    # DeepSeek-R1's template names only the end (it drops earlier turns' thinking)
+    assert reasoning_format("{{ content.split('</think>')[-1] }}", {}) == "think"
     assert reasoning_format(None, {"reasoning_format": "think"}) == "think"
     assert reasoning_format("<think>", {"reasoning_format": "none"}) == "none"
     with pytest.raises(JobError, match="reasoning_format must be one of think, none"):
