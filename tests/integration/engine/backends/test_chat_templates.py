@@ -161,21 +161,25 @@ def test_a_startup_catalogue_with_a_missing_template_file_stops_the_server_namin
         srv.stop()
 
 
-@pytest.mark.parametrize("backend", ["transformers", "gguf"])
-def test_the_backends_read_the_tool_call_format_from_the_entrys_template(
-    bare_models: tuple[Path, Path], backend: str
-) -> None:
+def loaded(bare_models: tuple[Path, Path], backend: str, template: str) -> Any:
+    """The bare tiny model on a backend, given a chat template by its entry."""
     from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
     from coderai.engine.backends.transformers.backend import TransformersBackend
 
     hf, gguf = bare_models
-    options = {"chat_template": MISTRAL}
+    options = {"chat_template": template}
     if backend == "transformers":
         spec = ModelSpec("t", str(hf), "transformers", options)
-        instance: Any = TransformersBackend().load(spec, LoadProgress())
-    else:
-        spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, **options})
-        instance = LlamaCppBackend().load(spec, LoadProgress())
+        return TransformersBackend().load(spec, LoadProgress())
+    spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, **options})
+    return LlamaCppBackend().load(spec, LoadProgress())
+
+
+@pytest.mark.parametrize("backend", ["transformers", "gguf"])
+def test_the_backends_read_the_tool_call_format_from_the_entrys_template(
+    bare_models: tuple[Path, Path], backend: str
+) -> None:
+    instance = loaded(bare_models, backend, MISTRAL)
     assert instance.tool_format == "mistral"
     job = Job(1, {}, "chat", messages=HI, tools=[WEATHER])
     ids, _context = instance.tokenize(job)
@@ -187,26 +191,18 @@ OPENS_THINK = INLINE.replace("<|assistant|>", "<|assistant|><think>\n")
 
 
 @pytest.mark.parametrize("backend", ["transformers", "gguf"])
-def test_the_backends_know_a_prompt_that_opens_reasoning_and_split_what_follows(
+def test_the_backends_know_a_prompt_that_opens_reasoning(
     bare_models: tuple[Path, Path], backend: str
 ) -> None:
-    """The template says the model reasons; its prompt ends inside `<think>`, so the
-    output starts as reasoning: the tiny model's text (which never closes it) all comes
-    out as reasoning. Without the template's think, a plain model's text is all answer."""
+    """The template says the model reasons, and its prompt ends inside `<think>`: the
+    backend says so as it renders the prompt, and what the model writes is reasoning
+    until `</think>`. Without the template's think, a sequence splits nothing; under a
+    grammar from the first token (a required call) it splits nothing either."""
     from coderai.engine.backends import structured
     from coderai.engine.backends.base import Sequence
-    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
-    from coderai.engine.backends.transformers.backend import TransformersBackend
 
-    hf, gguf = bare_models
     for template, opened in ((OPENS_THINK, True), (INLINE, False)):
-        options = {"chat_template": template}
-        if backend == "transformers":
-            spec = ModelSpec("t", str(hf), "transformers", options)
-            instance: Any = TransformersBackend().load(spec, LoadProgress())
-        else:
-            spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, **options})
-            instance = LlamaCppBackend().load(spec, LoadProgress())
+        instance = loaded(bare_models, backend, template)
         assert instance.reasoning_format == ("think" if opened else "none")
         seq = Sequence(Job(1, {}, "chat", messages=HI, max_tokens=8, temperature=0.0))
         instance.start(seq)
@@ -215,12 +211,10 @@ def test_the_backends_know_a_prompt_that_opens_reasoning_and_split_what_follows(
         if opened:
             assert structured.split(seq, "some words", end=True).reasoning == "some words"
         instance.release(seq)
-    if backend == "gguf":  # a grammar from the first token writes no thinking
-        spec = ModelSpec("t", str(gguf), "gguf", {**GGUF_OPTIONS, "chat_template": OPENS_THINK})
-        instance = LlamaCppBackend().load(spec, LoadProgress())
-        job = Job(2, {}, "chat", messages=HI, tools=[WEATHER], tool_choice="required")
-        seq = Sequence(job)
-        instance.start(seq)
-        structured.prepare(seq, instance)
-        assert seq.opened and seq.constraint is not None and seq.reasoning is None
-        instance.release(seq)
+    instance = loaded(bare_models, backend, OPENS_THINK)
+    job = Job(2, {}, "chat", messages=HI, tools=[WEATHER], tool_choice="required")
+    seq = Sequence(job)
+    instance.start(seq)
+    structured.prepare(seq, instance)
+    assert seq.opened and seq.constraint is not None and seq.reasoning is None
+    instance.release(seq)

@@ -14,7 +14,8 @@ import anthropic
 import openai
 import pytest
 
-from tests.support.server import Server, openai_client, running
+from tests.integration.front.api.test_tool_calls import _ask
+from tests.support.server import Server, running
 
 THOUGHT = "The user asks about Paris. I could write <tool_call>{} here, but not yet."
 CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
@@ -48,26 +49,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
 
 
-@pytest.fixture
-def client(server: Server) -> Iterator[openai.OpenAI]:
-    with openai_client(server) as c:
-        yield c
-
-
-def _ask(client: openai.OpenAI, model: str, **extra: Any) -> Any:
-    return client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Weather in Paris?"}], **extra
-    )
-
-
 def _extra(obj: Any, name: str) -> Any:
     """A field the SDK's types do not name (it keeps them as extras)."""
     return (obj.model_extra or {}).get(name)
 
 
-def _streamed(client: openai.OpenAI, model: str, **extra: Any) -> dict[str, Any]:
+def _streamed(oai: openai.OpenAI, model: str, **extra: Any) -> dict[str, Any]:
     got: dict[str, Any] = {"reasoning_content": "", "reasoning": "", "content": "", "calls": []}
-    for chunk in _ask(client, model, stream=True, **extra):
+    for chunk in _ask(oai, model, stream=True, **extra):
         if not chunk.choices:
             continue
         delta = chunk.choices[0].delta
@@ -80,12 +69,12 @@ def _streamed(client: openai.OpenAI, model: str, **extra: Any) -> dict[str, Any]
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_thinking_comes_apart_from_the_answer(client: openai.OpenAI, stream: bool) -> None:
+def test_thinking_comes_apart_from_the_answer(oai: openai.OpenAI, stream: bool) -> None:
     if stream:
-        got = _streamed(client, "thinker")
+        got = _streamed(oai, "thinker")
         reasoning, also, content = got["reasoning_content"], got["reasoning"], got["content"]
     else:
-        message = _ask(client, "thinker").choices[0].message
+        message = _ask(oai, "thinker").choices[0].message
         reasoning = _extra(message, "reasoning_content")
         also, content = _extra(message, "reasoning"), message.content
     assert reasoning == also == THOUGHT
@@ -93,13 +82,13 @@ def test_thinking_comes_apart_from_the_answer(client: openai.OpenAI, stream: boo
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_call_written_while_thinking_is_no_call(client: openai.OpenAI, stream: bool) -> None:
+def test_a_call_written_while_thinking_is_no_call(oai: openai.OpenAI, stream: bool) -> None:
     if stream:
-        got = _streamed(client, "caller", tools=TOOLS)
+        got = _streamed(oai, "caller", tools=TOOLS)
         reasoning, content, names = got["reasoning_content"], got["content"], got["calls"]
         finish = got["finish"]
     else:
-        choice = _ask(client, "caller", tools=TOOLS).choices[0]
+        choice = _ask(oai, "caller", tools=TOOLS).choices[0]
         reasoning, content = _extra(choice.message, "reasoning_content"), choice.message.content
         names = [c.function.name for c in choice.message.tool_calls or []]
         finish = choice.finish_reason
@@ -108,15 +97,15 @@ def test_a_call_written_while_thinking_is_no_call(client: openai.OpenAI, stream:
     assert names == ["get_weather"] and finish == "tool_calls"
 
 
-def test_several_choices_each_think_apart(client: openai.OpenAI) -> None:
-    response = _ask(client, "thinker", n=2)
+def test_several_choices_each_think_apart(oai: openai.OpenAI) -> None:
+    response = _ask(oai, "thinker", n=2)
     for choice in response.choices:
         assert _extra(choice.message, "reasoning_content") == THOUGHT
         assert choice.message.content == "It is sunny in Paris."
 
 
-def test_a_model_that_does_not_reason_answers_as_written(client: openai.OpenAI) -> None:
-    message = _ask(client, "plain").choices[0].message
+def test_a_model_that_does_not_reason_answers_as_written(oai: openai.OpenAI) -> None:
+    message = _ask(oai, "plain").choices[0].message
     assert message.content == THINKER and _extra(message, "reasoning_content") is None
 
 
@@ -148,15 +137,15 @@ def test_messages_carry_the_thinking_as_a_thinking_block(claude: anthropic.Anthr
 # -- OpenAI's Responses API: reasoning items ---------------------------------------------------
 
 
-def test_responses_carry_the_thinking_as_a_reasoning_item(client: openai.OpenAI) -> None:
-    whole = client.responses.create(model="thinker", input="Weather in Paris?")
+def test_responses_carry_the_thinking_as_a_reasoning_item(oai: openai.OpenAI) -> None:
+    whole = oai.responses.create(model="thinker", input="Weather in Paris?")
     assert [item.type for item in whole.output] == ["reasoning", "message"]
     reasoning = whole.output[0]
     assert reasoning.type == "reasoning" and reasoning.content is not None
     assert [c.text for c in reasoning.content] == [THOUGHT]
     assert whole.output_text == "It is sunny in Paris."
 
-    events = list(client.responses.create(model="thinker", input="Weather?", stream=True))
+    events = list(oai.responses.create(model="thinker", input="Weather?", stream=True))
     deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
     assert "".join(deltas) == THOUGHT
     done = [e for e in events if e.type == "response.reasoning_text.done"]
