@@ -89,6 +89,8 @@ class Done(Message):
     cached_tokens: int = 0
     #: the stop string that ended the text ("" if none did; Anthropic's clients read it)
     stop_sequence: str = ""
+    #: completion tokens a reasoning model spent thinking (decoding/reasoning.py)
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

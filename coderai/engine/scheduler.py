@@ -435,7 +435,7 @@ class Scheduler:
             self._finish_fail(seq, kind, str(result))
             return
         if result is END:
-            self._emit(seq, seq.stopper.flush(), end=True)
+            self._emit(seq, seq.stopper.flush(), end=True, token=False)
             self._finish(seq, FinishReason.STOP)
             return
         assert isinstance(result, str)
@@ -453,7 +453,9 @@ class Scheduler:
         if seq.parser is not None and seq.parser.done:  # parallel_tool_calls false
             self._finish(seq, FinishReason.STOP)
 
-    def _emit(self, seq: Sequence, text: str, end: bool = False, stopped: bool = False) -> None:
+    def _emit(
+        self, seq: Sequence, text: str, end: bool = False, stopped: bool = False, token: bool = True
+    ) -> None:
         """A delta is the text itself, or, for a sequence with reasoning, tool calls or
         logprobs, a map of what it carries: "text" (content), "reasoning" (text),
         "calls" ([index, name, arguments fragment] each) and "logprobs"
@@ -465,7 +467,11 @@ class Scheduler:
         delta: dict[str, Any] = {}
         entries = self._released_logprobs(seq, text, end, stopped)
         if seq.reasoning is not None:
+            before = seq.reasoning.reasoning
             parts = structured.split(seq, text, end)
+            # a token thinks if it is read inside the block, or opens or closes it
+            if token and (before or seq.reasoning.reasoning):
+                seq.reasoning_tokens += 1
             text = parts.content
             if parts.reasoning:
                 delta["reasoning"] = parts.reasoning
@@ -557,6 +563,7 @@ class Scheduler:
                 seq.completion_tokens,
                 seq.cached_tokens,
                 seq.stopper.matched,
+                seq.reasoning_tokens,
             )
         )
 

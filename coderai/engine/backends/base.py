@@ -74,6 +74,8 @@ class Sequence:
     #: its prompt left a `<think>` open (set by the backend as it renders the prompt)
     reasoning: Any = None
     opened: bool = False
+    #: its completion tokens that were reasoning (those read while or as it ended)
+    reasoning_tokens: int = 0
     constraint: Any = None
     lazy: bool = False
     render_special: bool = False

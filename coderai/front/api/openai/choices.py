@@ -40,6 +40,7 @@ def usage(dones: list[Done], prompts: int) -> dict[str, Any]:
         sum(d.prompt_tokens for d in firsts),
         sum(d.completion_tokens for d in dones),
         sum(d.cached_tokens for d in firsts),
+        reasoning_tokens=sum(d.reasoning_tokens for d in dones),
     )
     return usage_of(total)
 

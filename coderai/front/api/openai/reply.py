@@ -122,6 +122,7 @@ def usage_of(done: Done) -> dict[str, Any]:
         "total_tokens": done.prompt_tokens + done.completion_tokens,
         # prompt tokens whose KV state came from the prefix cache, as OpenAI reports them
         "prompt_tokens_details": {"cached_tokens": done.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": done.reasoning_tokens},
     }
 
 

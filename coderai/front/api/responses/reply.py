@@ -62,7 +62,7 @@ def usage(done: Done) -> dict[str, Any]:
         # server writes no cache entries that a client pays for
         "input_tokens_details": {"cached_tokens": done.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": done.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": done.reasoning_tokens},
         "total_tokens": done.prompt_tokens + done.completion_tokens,
     }
 

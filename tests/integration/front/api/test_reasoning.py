@@ -155,3 +155,26 @@ def test_responses_carry_the_thinking_as_a_reasoning_item(oai: openai.OpenAI) ->
     assert [item.type for item in final.response.output] == ["reasoning", "message"]
     numbers = [e.sequence_number for e in events]
     assert numbers == list(range(len(events)))
+
+
+def test_the_usage_counts_the_thinking_tokens(oai: openai.OpenAI) -> None:
+    """Tokens read while thinking (or that open or close it) are reasoning_tokens, part of
+    the completion tokens; a model that does not reason spends none."""
+    thought = _ask(oai, "thinker").usage
+    assert thought is not None and thought.completion_tokens_details is not None
+    spent = thought.completion_tokens_details.reasoning_tokens or 0
+    # the answer's tokens (3 characters each) are not reasoning
+    answer = len("It is sunny in Paris.") // 3
+    assert 0 < spent <= thought.completion_tokens - answer
+    plain = _ask(oai, "plain").usage
+    assert plain is not None and plain.completion_tokens_details is not None
+    assert plain.completion_tokens_details.reasoning_tokens == 0
+
+    chunks = list(_ask(oai, "thinker", stream=True, stream_options={"include_usage": True}))
+    streamed = chunks[-1].usage
+    assert streamed is not None and streamed.completion_tokens_details is not None
+    assert streamed.completion_tokens_details.reasoning_tokens == spent
+
+    response = oai.responses.create(model="thinker", input="Weather?")
+    assert response.usage is not None
+    assert response.usage.output_tokens_details.reasoning_tokens == spent
