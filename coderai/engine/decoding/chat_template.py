@@ -169,7 +169,10 @@ def _fallback(message: dict[str, Any]) -> dict[str, Any]:
             for c in calls
         )
         content = f"{content}\n{written}" if content else written
-    return {"role": role, "content": content}
+    out = {"role": role, "content": content}
+    if message.get("reasoning_content"):  # the template places it or drops it
+        out["reasoning_content"] = message["reasoning_content"]
+    return out
 
 
 def template_input(job: Job, template: str | None) -> tuple[list[dict[str, Any]], list[Any] | None]:

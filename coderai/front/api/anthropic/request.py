@@ -18,10 +18,12 @@ What coding agents send by default (Claude Code on every request), and how it is
   that does not reason satisfies all three by writing no thinking blocks.
 - `output_config.effort` goes to the template's reasoning switch (Job.reasoning_effort),
   where the model has one; a model without one is asked nothing by it.
-- `context_management` edits that clear thinking blocks: earlier turns' thinking blocks
-  are never given to the model here (chat templates drop them), so any `keep` holds.
-- `thinking` and `redacted_thinking` blocks in earlier assistant turns are accepted and
-  not given to the model, for the same reason.
+- `context_management` edits that clear thinking blocks: the thinking blocks a request
+  holds are given to the model's template as its turns' `reasoning_content`, and chat
+  templates place only the current turn's (a tool loop's) or none, so any `keep` holds.
+- `thinking` blocks in earlier assistant turns are that turn's `reasoning_content` (the
+  template places it, as the model wrote it, or drops it); `redacted_thinking` blocks
+  carry nothing readable and are accepted and left out.
 - A `system` message inside `messages` (Claude Code sends its environment block so) joins
   the user turn before it, or the next one, as text: chat templates take one system
   prompt, first; its place in the conversation is kept, so the prompt's prefix is too.
@@ -89,8 +91,8 @@ class ToolResultBlock(Body):
 
 
 class ThinkingBlock(Body):
-    """An earlier answer's thinking, sent back with the conversation: accepted, and not
-    given to the model (see the module's note)."""
+    """An earlier answer's thinking, sent back with the conversation: its turn's
+    reasoning_content (see the module's note)."""
 
     type: Literal["thinking", "redacted_thinking"]
     thinking: Text = ""
@@ -180,6 +182,13 @@ class Message(Body):
         ]  # fmt: skip
         if calls:
             out["tool_calls"] = calls
+        thought = "".join(
+            b.thinking
+            for b in self.content
+            if isinstance(b, ThinkingBlock) and b.type == "thinking"
+        )
+        if thought:
+            out["reasoning_content"] = thought
         return out
 
     def _user(self) -> list[dict[str, Any]]:

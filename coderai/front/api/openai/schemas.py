@@ -184,6 +184,10 @@ class ChatMessage(_Body):
     function_call: Any = None
     #: a participant's name; chat templates have no place for it
     name: Text | None = None
+    #: an earlier answer's thinking, under either name clients send it back with
+    #: (DeepSeek's, OpenRouter's): given to the template, which places it or drops it
+    reasoning_content: Text | None = None
+    reasoning: Text | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -207,7 +211,12 @@ class ChatMessage(_Body):
             raise ValueError("only an assistant message has tool_calls")
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id it answers")
+        if self.thought() and self.role != "assistant":
+            raise ValueError("only an assistant message has reasoning_content")
         return self
+
+    def thought(self) -> str:
+        return self.reasoning_content or self.reasoning or ""
 
     def for_template(self) -> dict[str, Any]:
         """The message as the engine's template step takes it (OpenAI's shape)."""
@@ -216,6 +225,8 @@ class ChatMessage(_Body):
             out["tool_calls"] = [call.model_dump() for call in self.tool_calls]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        if self.thought():
+            out["reasoning_content"] = self.thought()
         return out
 
     def text(self) -> str:

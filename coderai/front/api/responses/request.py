@@ -18,8 +18,10 @@ What coding agents send by default (Codex on every request), and how it is honou
 - `include: ["reasoning.encrypted_content"]` asks for the encrypted reasoning of the
   reasoning items: there are none to carry it (nothing is stored, and reasoning is
   returned as text when a model writes it). Other `include` values are refused.
-- `reasoning` items sent back with the conversation are accepted and not given to the
-  model: chat templates drop earlier turns' reasoning.
+- `reasoning` items sent back with the conversation: their `reasoning_text` content is
+  the next assistant turn's `reasoning_content`, which the chat template places (a tool
+  loop's current turn, in Qwen3's) or drops; summaries and encrypted content are left
+  out (a summary is not the thinking; nothing here is encrypted).
 - Tools: function tools are offered to the model; a `namespace` group's function tools
   too, each named `<namespace>__<name>` to the model and answered as a `function_call`
   with the tool's `name` and its `namespace`, as the API reference defines them. A hosted
@@ -101,12 +103,23 @@ class FunctionCallOutputItem(Body):
 
 
 class ReasoningItem(Body):
-    """An earlier answer's reasoning, sent back with the conversation: accepted, and not
-    given to the model (chat templates drop earlier turns' reasoning)."""
+    """An earlier answer's reasoning, sent back with the conversation: its `reasoning_text`
+    content is the next assistant turn's reasoning_content (the template places it or
+    drops it); a summary is not the thinking, and is left out."""
 
     type: Literal["reasoning"]
     summary: list[Any] = Field(default_factory=list)
+    content: list[Any] | None = None
     encrypted_content: Text | None = None
+
+    def text(self) -> str:
+        return "".join(
+            part["text"]
+            for part in self.content or []
+            if isinstance(part, dict)
+            and part.get("type") == "reasoning_text"
+            and isinstance(part.get("text"), str)
+        )
 
 
 Item = Annotated[
@@ -329,13 +342,20 @@ class ResponsesRequest(Body):
             out.append({"role": "system", "content": self.instructions})
         if isinstance(self.input, str):
             return [*out, {"role": "user", "content": self.input}]
+        thought = ""  # a reasoning item's, for the assistant turn that follows it
         for item in self.input:
+            if isinstance(item, ReasoningItem):
+                thought += item.text()
+                continue
             if isinstance(item, MessageItem):
                 out.append({"role": item.role, "content": _parts(item.content)})
             elif isinstance(item, FunctionCallOutputItem):
                 out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
             elif isinstance(item, FunctionCallItem):
                 _add_call(out, item)
+            if thought and out[-1]["role"] == "assistant":
+                out[-1]["reasoning_content"] = thought
+            thought = ""
         return out
 
     def chat_body(self) -> dict[str, Any]:

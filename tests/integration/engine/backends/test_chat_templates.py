@@ -25,6 +25,13 @@ INLINE = (
 )
 IN_FILE = INLINE.replace("Say: ", "Tell: ")
 HI = [{"role": "user", "content": "hi"}]
+#: a template that places an assistant turn's reasoning before its text, as Qwen3's does
+#: for a tool loop's turns
+PLACES_THINKING = (
+    "{% for m in messages %}<|{{ m['role'] }}|>"
+    "{% if m.get('reasoning_content') %}<think>{{ m['reasoning_content'] }}</think>{% endif %}"
+    "{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 #: a template that knows tools and has the model write Mistral's calls
 MISTRAL = "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}{% endif %}[TOOL_CALLS]"
 WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {}}}
@@ -56,6 +63,8 @@ def server(
              "options": {**options, "chat_template": INLINE}},
             {"id": f"file-{backend}", "path": str(path),
              "options": {**options, "chat_template": str(template_file)}},
+            {"id": f"think-{backend}", "path": str(path),
+             "options": {**options, "chat_template": PLACES_THINKING}},
         ]  # fmt: skip
     env = {"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     folder = tmp_path_factory.mktemp("chat-templates")
@@ -218,3 +227,21 @@ def test_the_backends_know_a_prompt_that_opens_reasoning(
     structured.prepare(seq, instance)
     assert seq.opened and seq.constraint is not None and seq.reasoning is None
     instance.release(seq)
+
+
+@pytest.mark.parametrize("model", ["think-hf", "think-gguf"])
+@pytest.mark.parametrize("name", ["reasoning_content", "reasoning"])
+def test_an_earlier_turns_reasoning_reaches_the_template(
+    server: Server, model: str, name: str
+) -> None:
+    """Sent back on its assistant turn, under either name, a turn's thinking is placed by
+    the template, so the next prompt holds what the model wrote (and can reuse it)."""
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello", name: "They greet me."},
+        {"role": "user", "content": "bye"},
+    ]
+    tokenized = post(server, "/tokenize", model=model, messages=messages)
+    assert tokenized.status_code == 200, tokenized.text
+    text = post(server, "/detokenize", model=model, tokens=tokenized.json()["tokens"])
+    assert "<|assistant|><think>They greet me.</think>hello" in text.json()["prompt"]

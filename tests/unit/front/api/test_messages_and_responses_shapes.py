@@ -392,7 +392,9 @@ def test_thinking_and_effort_reach_the_templates_switch(
     assert chat_request(req.chat_body(), anthropic_request.RENAMES).reasoning_effort == effort
 
 
-def test_earlier_thinking_blocks_are_accepted_and_not_given_to_the_model() -> None:
+def test_earlier_thinking_blocks_are_their_turns_reasoning_for_the_template() -> None:
+    """A thinking block's text goes to the template with its turn (which places it or
+    drops it); a redacted one carries nothing readable."""
     req = _messages({"messages": [
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": [
@@ -400,9 +402,48 @@ def test_earlier_thinking_blocks_are_accepted_and_not_given_to_the_model() -> No
             {"type": "redacted_thinking", "data": "opaque"},
             {"type": "text", "text": "b"}]},
         {"role": "user", "content": "c"},
+        {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"},
+                                          {"type": "text", "text": "d"}]},
+        {"role": "user", "content": "e"},
     ]})  # fmt: skip
     chat = chat_request(req.chat_body(), anthropic_request.RENAMES)
-    assert [m.text() for m in chat.messages] == ["a", "b", "c"]
+    assert [m.text() for m in chat.messages] == ["a", "b", "c", "d", "e"]
+    sent = [m.for_template().get("reasoning_content") for m in chat.messages]
+    assert sent == [None, "hmm", None, None, None]
+
+
+def test_earlier_reasoning_items_are_the_next_turns_reasoning_for_the_template() -> None:
+    """Codex sends a turn's reasoning item before its message or call: its text goes with
+    that assistant turn; a summary is not the thinking."""
+    req = _responses({"input": [
+        {"type": "message", "role": "user", "content": "a"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}],
+         "content": [{"type": "reasoning_text", "text": "hmm"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "only a summary"}]},
+        {"type": "message", "role": "assistant", "content": "b"},
+        {"type": "message", "role": "user", "content": "c"},
+    ]})  # fmt: skip
+    chat = chat_request(req.chat_body(), responses_request.RENAMES)
+    sent = [(m.role, m.for_template().get("reasoning_content")) for m in chat.messages]
+    assert sent == [
+        ("user", None), ("assistant", "hmm"), ("tool", None), ("assistant", None), ("user", None)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["reasoning_content", "reasoning"])
+def test_a_chat_turns_reasoning_under_either_name_reaches_the_template(name: str) -> None:
+    turns = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b", name: "hmm"},
+        {"role": "user", "content": "c"},
+    ]
+    chat = chat_request({"model": "m", "messages": turns}, [])
+    assert chat.messages[1].for_template()["reasoning_content"] == "hmm"
+    wrong = {"model": "m", "messages": [{"role": "user", "content": "a", name: "hmm"}]}
+    with pytest.raises(InvalidRequest, match="only an assistant message has reasoning_content"):
+        chat_request(wrong, [])
 
 
 def test_message_start_carries_the_admitted_prompts_tokens() -> None:
