@@ -36,11 +36,19 @@ RUN_SECONDS = 50.0
 SMOL_CONTEXT = 8192
 
 
-def tool_loop(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """A fake model that calls the tool once, then says what it printed."""
+def tool_loop(name: str, arguments: dict[str, Any], think: bool = False) -> dict[str, Any]:
+    """A fake model that calls the tool once, then says what it printed; thinking first
+    in each turn, as Qwen3 does, if `think`."""
     call = "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-    return {"script": [call, "The tool said: {tool_result}"], "script_token_chars": 8,
-            "tool_format": "hermes"}  # fmt: skip
+    answer = "The tool said: {tool_result}"
+    if think:
+        call, answer = f"<think>\n{THOUGHT}\n</think>\n\n{call}", f"<think>Done.</think>{answer}"
+    return {"script": [call, answer], "script_token_chars": 8, "tool_format": "hermes",
+            **({"reasoning_format": "think"} if think else {})}  # fmt: skip
+
+
+#: what a thinking tool loop thinks before its call
+THOUGHT = "The user wants the command run; I call the shell tool."
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +64,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
          "options": tool_loop("exec_command", {"cmd": command})},
         {"id": "opencode-loop", "format": "fake",
          "options": tool_loop("bash", {"command": command})},
+        # the same loops from a model that thinks before it acts
+        {"id": "claude-think", "format": "fake",
+         "options": tool_loop("Bash", {"command": command}, think=True)},
+        {"id": "codex-think", "format": "fake",
+         "options": tool_loop("exec_command", {"cmd": command}, think=True)},
+        {"id": "opencode-think", "format": "fake",
+         "options": tool_loop("bash", {"command": command}, think=True)},
         {"id": "smol", "path": str(smol)},
     ]  # fmt: skip
     with running(tmp_path_factory.mktemp("agents"), models, tmp_path_factory.mktemp("c")) as srv:
@@ -83,6 +98,28 @@ def test_codex_runs_a_tool_and_answers_with_its_output(server: Server, tmp_path:
 
 def test_opencode_runs_a_tool_and_answers_with_its_output(server: Server, tmp_path: Path) -> None:
     done = succeeded(agents.opencode(server.url, tmp_path, "opencode-loop", ASK, RUN_SECONDS))
+    assert f"The tool said: {MARK}" in done.output, done.describe()
+
+
+# -- a model that thinks before it acts ---------------------------------------------------------
+# Each agent gets the thinking in its API's shape (a thinking block, a reasoning item,
+# reasoning_content), must not take it for the answer or for a call, and sends it back
+# with the conversation in its next request, which must be accepted.
+
+
+def test_claude_code_runs_a_tool_with_a_model_that_thinks(server: Server, tmp_path: Path) -> None:
+    done = succeeded(agents.claude(server.url, tmp_path, "claude-think", ASK, RUN_SECONDS))
+    assert agents.claude_result(done)["result"] == f"The tool said: {MARK}", done.describe()
+
+
+def test_codex_runs_a_tool_with_a_model_that_thinks(server: Server, tmp_path: Path) -> None:
+    answer = succeeded(agents.codex(server.url, tmp_path, "codex-think", ASK, RUN_SECONDS)).output
+    assert answer.startswith("The tool said: ") and MARK in answer, answer
+    assert THOUGHT not in answer
+
+
+def test_opencode_runs_a_tool_with_a_model_that_thinks(server: Server, tmp_path: Path) -> None:
+    done = succeeded(agents.opencode(server.url, tmp_path, "opencode-think", ASK, RUN_SECONDS))
     assert f"The tool said: {MARK}" in done.output, done.describe()
 
 

@@ -239,6 +239,7 @@ def test_a_context_that_fills_ends_with_length_and_the_text_so_far(
         "completion_tokens": room,
         "total_tokens": CONTEXT,
         "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
 

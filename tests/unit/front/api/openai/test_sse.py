@@ -61,6 +61,7 @@ def test_closing_with_usage_adds_a_usage_chunk_then_done() -> None:
         "completion_tokens": 6,
         "total_tokens": 10,
         "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
     }
     assert done == "[DONE]"
 
