@@ -95,6 +95,8 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
     source = str(template or "") if knows_tools(template) else ""
     if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
         return "qwen3_coder"
+    if "<tool_call>" in source and "<arg_key>" in source:
+        return "glm45"
     if "[TOOL_CALLS]" in source:
         return "mistral"
     if "<|python_tag|>" in source or "ipython" in source:

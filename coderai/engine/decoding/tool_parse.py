@@ -8,6 +8,8 @@ Formats (the body of a call is a JSON object {"name": ..., "arguments": {...}}):
 - hermes: `<tool_call>BODY</tool_call>`, repeated (Hermes, Qwen 2/2.5/3, and our fallback);
 - qwen3_coder: `<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function>
   </tool_call>`, repeated (Qwen3-Coder, Qwen3.5, Qwen3.6; read by xml_call.py);
+- glm45: `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...
+  </tool_call>`, repeated (GLM-4.5, GLM-4.6; read by glm_call.py);
 - mistral: `[TOOL_CALLS][BODY, BODY, ...]`;
 - llama3: the output starts with BODY (key "parameters"), after an optional
   `<|python_tag|>`; several are separated by `;`;
@@ -26,11 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coderai.engine.decoding.call_delta import CallDelta
+from coderai.engine.decoding.glm_call import GlmCall
 from coderai.engine.decoding.xml_call import XmlCall, parameter_types
 
-FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder")
+FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45")
 #: the formats whose calls are in <tool_call></tool_call> tags
-_TAGGED = ("hermes", "qwen3_coder")
+_TAGGED = ("hermes", "qwen3_coder", "glm45")
+#: the formats whose values are raw text, typed by the tools' schemas
+_TYPED = ("qwen3_coder", "glm45")
 #: the keys a body's arguments may be under
 _ARGUMENT_KEYS = ("arguments", "parameters")
 _WHITESPACE = " \t\r\n"
@@ -195,7 +200,7 @@ class ToolCallParser:
         self.mode = mode
         self.format = fmt
         #: a format whose values are not JSON types them by the tools' schemas
-        self._schemas = parameter_types(tools) if fmt == "qwen3_coder" else {}
+        self._schemas = parameter_types(tools) if fmt in _TYPED else {}
         #: parallel_tool_calls false: the output ends with its first call
         self.single = single
         #: calls ended, and whether any call began (the finish reason is then tool_calls)
@@ -331,6 +336,9 @@ class ToolCallParser:
     def _begin(self, out: Parsed, level: int) -> None:
         if self.format == "qwen3_coder":
             self._body = XmlCall(self.calls, self._schemas)
+            return
+        if self.format == "glm45":
+            self._body = GlmCall(self.calls, self._schemas)
             return
         self._body = _Body(self.calls, level)
 

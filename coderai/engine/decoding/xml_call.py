@@ -114,6 +114,8 @@ class XmlCall:
     deltas out as its name and parameters end; `done` after `</function>`."""
 
     level = 1
+    #: the template writes a newline after each value's opening tag and before its end
+    newlines = True
 
     def __init__(self, index: int, schemas: dict[str, dict[str, Any]]) -> None:
         self.index = index
@@ -203,7 +205,7 @@ class XmlCall:
 
     def _parameter(self, raw: str, out: list[CallDelta]) -> None:
         schema = self.schemas.get(self.name, {}).get(self._key)
-        value = typed(_value_text(raw), schema)
+        value = typed(_value_text(raw) if self.newlines else raw, schema)
         piece = json.dumps(self._key) + ": " + json.dumps(value, ensure_ascii=False)
         out.append(CallDelta(self.index, "", ("{" if not self._count else ", ") + piece))
         self._count += 1

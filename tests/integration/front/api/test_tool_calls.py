@@ -28,6 +28,13 @@ MISTRAL = "[TOOL_CALLS]" + json.dumps(
     [{"name": "get_weather", "arguments": ARGS}, {"name": "get_time", "arguments": {"zone": "UTC"}}]
 )
 LLAMA3 = "<|python_tag|>" + json.dumps({"name": "get_weather", "parameters": ARGS})
+#: GLM-4.5's calls: the name, then key and value tags (typed by the schema, as Qwen's)
+GLM45 = (
+    "Let me check.<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+    f"<arg_value>{ARGS['city']}</arg_value>\n<arg_key>days</arg_key>\n"
+    f"<arg_value>{ARGS['days']}</arg_value>\n</tool_call><tool_call>get_time\n"
+    "<arg_key>zone</arg_key>\n<arg_value>UTC</arg_value>\n</tool_call>"
+)
 #: Qwen3-Coder's XML calls: values raw (typed by the tool's schema: days is an integer)
 QWEN3_CODER = (
     "Let me check.<tool_call>\n<function=get_weather>\n<parameter=city>\n"
@@ -97,6 +104,7 @@ def server(
         _scripted("mistral", MISTRAL, "mistral"),
         _scripted("llama3", LLAMA3, "llama3"),
         _scripted("qwen3_coder", QWEN3_CODER, "qwen3_coder"),
+        _scripted("glm45", GLM45, "glm45"),
         _scripted("plain", "Just text, <tool no call.", "hermes"),
         {"id": "tiny-hf", "path": str(hf)},
         {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
@@ -147,6 +155,7 @@ def _streamed(client: openai.OpenAI, model: str, **extra: Any) -> tuple[str, dic
         ("mistral", "", ["get_weather", "get_time"]),
         ("llama3", "", ["get_weather"]),
         ("qwen3_coder", "Let me check.", ["get_weather", "get_time"]),
+        ("glm45", "Let me check.", ["get_weather", "get_time"]),
     ],
 )
 def test_auto_calls_in_each_format_streamed_and_whole(
