@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from coderai.bus.messages import Job
+from coderai.engine.decoding.marked_calls import MARKERS
 from coderai.engine.decoding.reasoning import END, REASONING_FORMATS, START
 from coderai.engine.decoding.tool_parse import FORMATS
 from coderai.errors import ConfigError, JobError
@@ -97,6 +98,12 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
         return "qwen3_coder"
     if "<tool_call>" in source and "<arg_key>" in source:
         return "glm45"
+    if MARKERS["kimi_k2"].section in source:
+        return "kimi_k2"
+    # DeepSeek-V3 and R1 write `function`, the name and fenced JSON between the same
+    # markers: not this format
+    if MARKERS["deepseek_v31"].section in source and "```json" not in source:
+        return "deepseek_v31"
     if "[TOOL_CALLS]" in source:
         return "mistral"
     if "<|python_tag|>" in source or "ipython" in source:

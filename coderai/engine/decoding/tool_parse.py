@@ -10,6 +10,8 @@ Formats (the body of a call is a JSON object {"name": ..., "arguments": {...}}):
   </tool_call>`, repeated (Qwen3-Coder, Qwen3.5, Qwen3.6; read by xml_call.py);
 - glm45: `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...
   </tool_call>`, repeated (GLM-4.5, GLM-4.6; read by glm_call.py);
+- deepseek_v31 and kimi_k2: a section of calls between special-token markers, each a
+  name and its JSON arguments (read by marked_calls.py);
 - mistral: `[TOOL_CALLS][BODY, BODY, ...]`;
 - llama3: the output starts with BODY (key "parameters"), after an optional
   `<|python_tag|>`; several are separated by `;`;
@@ -29,9 +31,10 @@ from typing import Any
 
 from coderai.engine.decoding.call_delta import CallDelta
 from coderai.engine.decoding.glm_call import GlmCall
+from coderai.engine.decoding.marked_calls import MARKERS, MarkedCalls
 from coderai.engine.decoding.xml_call import XmlCall, parameter_types
 
-FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45")
+FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45", *MARKERS)
 #: the formats whose calls are in <tool_call></tool_call> tags
 _TAGGED = ("hermes", "qwen3_coder", "glm45")
 #: the formats whose values are raw text, typed by the tools' schemas
@@ -208,7 +211,7 @@ class ToolCallParser:
         self.called = False
         self._held = ""
         self._started = False  # any non-whitespace seen (llama3 calls start the output)
-        self._body: _Body | XmlCall | None = None
+        self._body: _Body | XmlCall | MarkedCalls | None = None
         self._after = False  # a hermes body ended: its closing tag may follow
         if mode == "calls":
             self._body = _Body(0, 2)
@@ -284,7 +287,10 @@ class ToolCallParser:
             self._after = False
         if self.format == "llama3":
             return self._llama3(data, i, out)
-        marker = "<tool_call>" if self.format in _TAGGED else "[TOOL_CALLS]"
+        if self.format in MARKERS:
+            marker = MARKERS[self.format].section
+        else:
+            marker = "<tool_call>" if self.format in _TAGGED else "[TOOL_CALLS]"
         if self.calls:  # whitespace between calls, or after the last, is not content
             head = rest.lstrip(_WHITESPACE)
             if not head or (marker.startswith(head) and len(head) < len(marker)):
@@ -340,6 +346,9 @@ class ToolCallParser:
         if self.format == "glm45":
             self._body = GlmCall(self.calls, self._schemas)
             return
+        if self.format in MARKERS:
+            self._body = MarkedCalls(self.calls, MARKERS[self.format])
+            return
         self._body = _Body(self.calls, level)
 
     def finish(self) -> Parsed:
@@ -347,7 +356,8 @@ class ToolCallParser:
         held = self._held
         out = Parsed(content="" if self._after or (self.calls and not held.strip()) else held)
         self._held = ""
-        if isinstance(self._body, XmlCall):  # its arguments are closed (a JSON body's not)
+        if isinstance(self._body, XmlCall | MarkedCalls):
+            # an XML call's arguments are closed (a JSON body's, as a marked one's, not)
             self._body.finish(out.calls)
             self.calls, self._body = self._body.index, None
             self.called = self.called or bool(out.calls)

@@ -18,6 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletionToolParam
 
 from coderai.defaults import embedded_gguf
+from coderai.engine.decoding.marked_calls import MARKERS
 from tests.support.json_prefix import is_json_prefix
 from tests.support.server import Server, openai_client, running
 
@@ -34,6 +35,17 @@ GLM45 = (
     f"<arg_value>{ARGS['city']}</arg_value>\n<arg_key>days</arg_key>\n"
     f"<arg_value>{ARGS['days']}</arg_value>\n</tool_call><tool_call>get_time\n"
     "<arg_key>zone</arg_key>\n<arg_value>UTC</arg_value>\n</tool_call>"
+)
+#: DeepSeek-V3.1's and Kimi-K2's sections of calls between special-token markers
+V31, KIMI = MARKERS["deepseek_v31"], MARKERS["kimi_k2"]
+DEEPSEEK_V31 = (
+    f"Let me check.{V31.section}{V31.begin}get_weather{V31.sep}{json.dumps(ARGS)}{V31.end}"
+    f'{V31.begin}get_time{V31.sep}{{"zone": "UTC"}}{V31.end}{V31.section_end}'
+)
+KIMI_K2 = (
+    f"Let me check.{KIMI.section}{KIMI.begin}functions.get_weather:0{KIMI.sep}"
+    f"{json.dumps(ARGS)}{KIMI.end}{KIMI.begin}functions.get_time:1{KIMI.sep}"
+    f'{{"zone": "UTC"}}{KIMI.end}{KIMI.section_end}'
 )
 #: Qwen3-Coder's XML calls: values raw (typed by the tool's schema: days is an integer)
 QWEN3_CODER = (
@@ -105,6 +117,8 @@ def server(
         _scripted("llama3", LLAMA3, "llama3"),
         _scripted("qwen3_coder", QWEN3_CODER, "qwen3_coder"),
         _scripted("glm45", GLM45, "glm45"),
+        _scripted("deepseek_v31", DEEPSEEK_V31, "deepseek_v31"),
+        _scripted("kimi_k2", KIMI_K2, "kimi_k2"),
         _scripted("plain", "Just text, <tool no call.", "hermes"),
         {"id": "tiny-hf", "path": str(hf)},
         {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
@@ -156,6 +170,8 @@ def _streamed(client: openai.OpenAI, model: str, **extra: Any) -> tuple[str, dic
         ("llama3", "", ["get_weather"]),
         ("qwen3_coder", "Let me check.", ["get_weather", "get_time"]),
         ("glm45", "Let me check.", ["get_weather", "get_time"]),
+        ("deepseek_v31", "Let me check.", ["get_weather", "get_time"]),
+        ("kimi_k2", "Let me check.", ["get_weather", "get_time"]),
     ],
 )
 def test_auto_calls_in_each_format_streamed_and_whole(
