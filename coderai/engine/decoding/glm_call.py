@@ -34,7 +34,18 @@ class GlmCall(XmlCall):
     def feed(self, ch: str, out: list[CallDelta]) -> None:
         state = self._state
         self._buffer.append(ch)
-        text = "".join(self._buffer)
+        if state in ("key", "value"):  # a value may be long: only a `>` may end it
+            end = END_KEY if state == "key" else END_VALUE
+            if ch != ">" or "".join(self._buffer[-len(end) :]) != end:
+                return
+            word, self._buffer = "".join(self._buffer[: -len(end)]), []
+            if state == "key":
+                self._key, self._state = word.strip(_WHITESPACE), "before value"
+            else:
+                self._parameter(word, out)
+                self._state = "between"
+            return
+        text = "".join(self._buffer)  # a name or a tag: short
         if state == "head":  # the name, up to the end of its line or a tag
             if text.strip(_WHITESPACE) == "" and ch in _WHITESPACE:
                 self._buffer = []
@@ -44,17 +55,6 @@ class GlmCall(XmlCall):
                 return
             if ch == "\n" or text.endswith(("<", END_CALL)):
                 self._named(text, out)
-            return
-        if state in ("key", "value"):
-            end = END_KEY if state == "key" else END_VALUE
-            if not text.endswith(end):
-                return
-            word, self._buffer = text[: -len(end)], []
-            if state == "key":
-                self._key, self._state = word.strip(_WHITESPACE), "before value"
-            else:
-                self._parameter(word, out)
-                self._state = "between"
             return
         # between tags: whitespace, then the one expected
         if not text.strip(_WHITESPACE):

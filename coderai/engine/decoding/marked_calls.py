@@ -81,7 +81,9 @@ class MarkedCalls:
         #: "between" (calls), "name", "arguments"
         self._state = "between"
         self._buffer = ""
-        self._sent = False  # the open call's first delta (its name) went out
+        #: text read after the section ended without its marker, to be read again by
+        #: the caller (as content)
+        self.rest = ""
 
     def feed(self, ch: str, out: list[CallDelta]) -> None:
         self._buffer += ch
@@ -89,7 +91,7 @@ class MarkedCalls:
         if self._state == "name":
             if self._buffer.endswith(m.sep):
                 out.append(CallDelta(self.index, _name(self._buffer[: -len(m.sep)], m.kimi_ids)))
-                self._buffer, self._state, self._sent = "", "arguments", True
+                self._buffer, self._state = "", "arguments"
             return
         if self._state == "arguments":
             if self._buffer.endswith(m.end):
@@ -113,7 +115,9 @@ class MarkedCalls:
         elif head == m.section_end:
             self.done = True
         elif not (m.begin.startswith(head) or m.section_end.startswith(head)):
-            self.done = True  # not a call: the section ends here
+            # not a call: the section ends here, and the text is read again after it
+            self.rest, self._buffer = head, ""
+            self.done = True
 
     def _arguments(self, text: str, out: list[CallDelta]) -> None:
         if text and out and out[-1].index == self.index:
@@ -124,8 +128,11 @@ class MarkedCalls:
     def finish(self, out: list[CallDelta]) -> None:
         """The output ended inside the section: a call whose name was read ends with the
         arguments it had (as a JSON body cut off does, not closed)."""
-        if self._state == "arguments":
-            self._arguments(self._buffer, out)
+        if self._state == "arguments":  # less an end marker begun
+            text = self._buffer
+            cut = next((n for n in range(len(self.m.end) - 1, 0, -1)
+                        if text.endswith(self.m.end[:n])), 0)  # fmt: skip
+            self._arguments(text[: len(text) - cut], out)
             self.index += 1
         elif self._state == "name" and self._buffer.strip(_WHITESPACE):
             out.append(CallDelta(self.index, _name(self._buffer, self.m.kimi_ids), ""))

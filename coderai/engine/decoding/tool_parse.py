@@ -249,7 +249,7 @@ class ToolCallParser:
                     break
                 if self._body.done:
                     self.calls = self._body.index if self._body.level else 1
-                    rest = self._body.rest if isinstance(self._body, XmlCall) else ""
+                    rest = self._body.rest if isinstance(self._body, XmlCall | MarkedCalls) else ""
                     self._body = None
                     self._after = self.format in _TAGGED and self.mode == "auto"
                     if self.done:

@@ -79,3 +79,25 @@ def test_the_formats_are_found_in_their_templates() -> None:
     assert tool_format(template + "```json", {}) == "hermes"
     kimi = f"{{{{ tools }}}}{MARKERS['kimi_k2'].section}"
     assert tool_format(kimi, {}) == "kimi_k2"
+
+
+@pytest.mark.parametrize("fmt", list(MARKERS))
+@pytest.mark.parametrize("after", ["Done.", "<|foo bar"])
+def test_text_after_a_section_left_open_is_content(fmt: str, after: str) -> None:
+    """A section that ends without its marker: what follows its last call is read again
+    as content, not lost."""
+    m = MARKERS[fmt]
+    text = f"{m.section}{m.begin}{ids(fmt, 'read', 0)}{m.sep}{{}}{m.end}{after}"
+    for pieces in cuts(text):
+        content, calls = run(ToolCallParser("auto", fmt), pieces)
+        assert content == after and [c["name"] for c in calls] == ["read"]
+    content, calls = run(ToolCallParser("auto", fmt), [f"{m.section}Hello"])
+    assert content == "Hello" and calls == []
+
+
+@pytest.mark.parametrize("fmt", list(MARKERS))
+def test_a_call_cut_off_in_its_end_marker_keeps_its_arguments_only(fmt: str) -> None:
+    m = MARKERS[fmt]
+    text = f"{m.section}{m.begin}{ids(fmt, 'read', 0)}{m.sep}" + '{"a": 1}' + m.end[:-3]
+    _, calls = run(ToolCallParser("auto", fmt), [text])
+    assert calls == [{"name": "read", "arguments": '{"a": 1}'}]
