@@ -17,6 +17,7 @@ A VALUE is raw text where the argument is a string, else its JSON (the template 
 from __future__ import annotations
 
 from coderai.engine.decoding.call_delta import CallDelta
+from coderai.engine.decoding.marker import begun
 from coderai.engine.decoding.xml_call import XmlCall
 
 KEY, END_KEY = "<arg_key>", "</arg_key>"
@@ -62,19 +63,12 @@ class GlmCall(XmlCall):
             return
         head = text.lstrip(_WHITESPACE)
         wanted = (VALUE,) if state == "before value" else (KEY, END_CALL)
-        if head in wanted:
-            self._buffer = []
-            if head == KEY:
-                self._state = "key"
-            elif head == VALUE:
-                self._state = "value"
-            else:
-                self._close(out)
-        elif not any(w.startswith(head) for w in wanted):
-            # no tag where one must be: the call ends with what it had, and the text is
-            # read again after it
-            self._buffer = []
-            self.rest = head
+        found = self._tag(head, wanted, out)
+        if found == KEY:
+            self._state = "key"
+        elif found == VALUE:
+            self._state = "value"
+        elif found == END_CALL:
             self._close(out)
 
     def _named(self, text: str, out: list[CallDelta]) -> None:
@@ -100,8 +94,6 @@ class GlmCall(XmlCall):
             if self.done:
                 return
         elif self._state == "value":
-            cut = next((n for n in range(len(END_VALUE) - 1, 0, -1)
-                        if text.endswith(END_VALUE[:n])), 0)  # fmt: skip
-            self._parameter(text[: len(text) - cut], out)
+            self._parameter(text[: len(text) - begun(text, END_VALUE)], out)
         self._buffer = []
         self._close(out)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coderai.engine.decoding.call_delta import CallDelta
+from coderai.engine.decoding.marker import begun
 
 _WHITESPACE = " \t\r\n"
 
@@ -130,9 +131,7 @@ class MarkedCalls:
         arguments it had (as a JSON body cut off does, not closed)."""
         if self._state == "arguments":  # less an end marker begun
             text = self._buffer
-            cut = next((n for n in range(len(self.m.end) - 1, 0, -1)
-                        if text.endswith(self.m.end[:n])), 0)  # fmt: skip
-            self._arguments(text[: len(text) - cut], out)
+            self._arguments(text[: len(text) - begun(text, self.m.end)], out)
             self.index += 1
         elif self._state == "name" and self._buffer.strip(_WHITESPACE):
             out.append(CallDelta(self.index, _name(self._buffer, self.m.kimi_ids), ""))

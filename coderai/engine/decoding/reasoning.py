@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coderai.engine.decoding.marker import begun
+
 #: the catalogue option `reasoning_format`'s values: `think` for <think>...</think>,
 #: `none` for a model whose output is all answer
 REASONING_FORMATS = ("think", "none")
@@ -37,14 +39,6 @@ def opens_reasoning(prompt: str) -> bool:
 class Split:
     reasoning: str = ""
     content: str = ""
-
-
-def _held_tail(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that could grow into `marker`."""
-    for keep in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-keep:]):
-            return keep
-    return 0
 
 
 class ReasoningSplitter:
@@ -92,7 +86,7 @@ class ReasoningSplitter:
             if at < 0:
                 # held: what may grow into </think>, and the whitespace before it (the
                 # reasoning's own end is not part of it)
-                keep = _held_tail(data, END)
+                keep = begun(data, END)
                 body = data[: len(data) - keep].rstrip(_WHITESPACE)
                 out.reasoning = body
                 self._held = data[len(body) :]

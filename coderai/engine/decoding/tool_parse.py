@@ -32,6 +32,7 @@ from typing import Any
 from coderai.engine.decoding.call_delta import CallDelta
 from coderai.engine.decoding.glm_call import GlmCall
 from coderai.engine.decoding.marked_calls import MARKERS, MarkedCalls
+from coderai.engine.decoding.marker import begun
 from coderai.engine.decoding.xml_call import XmlCall, parameter_types
 
 FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45", *MARKERS)
@@ -303,12 +304,11 @@ class ToolCallParser:
             out.content += rest[:at]
             self._begin(out, 1 if self.format in _TAGGED else 2)
             return i + at + len(marker)
-        # hold a tail that could grow into the marker
-        for keep in range(min(len(marker) - 1, len(rest)), 0, -1):
-            if marker.startswith(rest[-keep:]):
-                out.content += rest[:-keep]
-                self._held = rest[-keep:]
-                return -1
+        keep = begun(rest, marker)  # a tail that could grow into the marker is held
+        if keep:
+            out.content += rest[:-keep]
+            self._held = rest[-keep:]
+            return -1
         out.content += rest
         return len(data)
 

@@ -30,6 +30,7 @@ import math
 from typing import Any
 
 from coderai.engine.decoding.call_delta import CallDelta
+from coderai.engine.decoding.marker import begun
 
 FUNCTION, PARAMETER = "<function=", "<parameter="
 END_FUNCTION, END_PARAMETER = "</function>", "</parameter>"
@@ -166,30 +167,34 @@ class XmlCall:
             # not this format (a JSON body, as Hermes writes it): the caller reads it so
             self.other = tag
             return
-        if tag in wanted:
-            self._buffer = []
-            if tag == FUNCTION:
-                self._state = "name"
-            elif tag == PARAMETER:
-                self._state = "key"
-            else:
-                self._close(out)
-        elif not any(w.startswith(tag) for w in wanted):
-            # text between parameters that is no tag (`</function>` left out): the call
-            # ends here, its arguments closed, and the text is read again as what follows
-            # the call (a `</tool_call>`, or content)
-            self._buffer = []
-            self.rest = tag
+        found = self._tag(tag, wanted, out)
+        if found == FUNCTION:
+            self._state = "name"
+        elif found == PARAMETER:
+            self._state = "key"
+        elif found == END_FUNCTION:
             self._close(out)
+
+    def _tag(self, head: str, wanted: tuple[str, ...], out: list[CallDelta]) -> str | None:
+        """The tag `head` is, of those `wanted` where one must come next; None while it may
+        still become one. Text that cannot (a closing tag left out) ends the call with the
+        arguments it had, and is read again as what follows it (its closing tag, or
+        content)."""
+        if head in wanted:
+            self._buffer = []
+            return head
+        if not any(w.startswith(head) for w in wanted):
+            self._buffer = []
+            self.rest = head
+            self._close(out)
+        return None
 
     def finish(self, out: list[CallDelta]) -> None:
         """The output ended inside the call: a value being read is taken as it stands
         (less a closing tag begun), and the arguments are closed."""
         text = "".join(self._buffer)
         if self._state == "value":
-            cut = next((n for n in range(len(END_PARAMETER) - 1, 0, -1)
-                        if text.endswith(END_PARAMETER[:n])), 0)  # fmt: skip
-            self._parameter(text[: len(text) - cut], out)
+            self._parameter(text[: len(text) - begun(text, END_PARAMETER)], out)
         elif self._state == "name" and text.strip():
             self.name = text.strip()
             out.append(CallDelta(self.index, self.name, ""))

@@ -23,7 +23,7 @@ from coderai.front.api.openai.reply import dumps
 from coderai.front.api.stream_io import Advance, Preamble, Refuse, open_stream, relay
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
-from coderai.front.dispatch.output import CallPiece, Collected, Piece
+from coderai.front.dispatch.output import CallPiece, Collected, Piece, texts_and_calls
 from coderai.front.metrics import Metrics
 
 
@@ -49,29 +49,6 @@ class EventTemplate:
             encoded = encode_basestring(value) if isinstance(value, str) else str(value)
             out += encoded.encode() + part
         return out
-
-
-def texts_and_calls(items: list[str | Piece]) -> list[str | Piece]:
-    """Items in order with runs of text merged into one string, and runs of reasoning
-    into one piece, so that a client that lagged gets one delta for what waited, not
-    one per token."""
-    out: list[str | Piece] = []
-    for item in items:
-        text, calls = (item, None) if isinstance(item, str) else (item.text, item.calls)
-        if not isinstance(item, str) and item.reasoning:
-            last = out[-1] if out else None
-            if isinstance(last, Piece) and last.reasoning:
-                last.reasoning += item.reasoning
-            else:
-                out.append(Piece(reasoning=item.reasoning))
-        if text:
-            if out and isinstance(out[-1], str):
-                out[-1] += text
-            else:
-                out.append(text)
-        if calls:
-            out.append(Piece(calls=calls))
-    return out
 
 
 def render(

@@ -105,6 +105,29 @@ def pieces(delta: object) -> list[Piece]:
     return [piece(delta)]
 
 
+def texts_and_calls(items: list[str | Piece]) -> list[str | Piece]:
+    """Items in order with runs of text merged into one string, and runs of reasoning
+    into one piece, so that a client that lagged gets one delta for what waited, not
+    one per token."""
+    out: list[str | Piece] = []
+    for item in items:
+        text, calls = (item, None) if isinstance(item, str) else (item.text, item.calls)
+        if not isinstance(item, str) and item.reasoning:
+            last = out[-1] if out else None
+            if isinstance(last, Piece) and last.reasoning:
+                last.reasoning += item.reasoning
+            else:
+                out.append(Piece(reasoning=item.reasoning))
+        if text:
+            if out and isinstance(out[-1], str):
+                out[-1] += text
+            else:
+                out.append(text)
+        if calls:
+            out.append(Piece(calls=calls))
+    return out
+
+
 @dataclass
 class Collected:
     """A whole response's output: its text, its reasoning, its calls, and its tokens'

@@ -75,16 +75,10 @@ class StreamTemplate:
     def content(self, text: str) -> bytes:
         return self._prefix + encode_basestring(text).encode() + self._suffix
 
-    def piece(self, reasoning: str, text: str) -> bytes:
+    def reasoning(self, text: str) -> bytes:
         """A chat event with reasoning, under both names clients read (DeepSeek's
-        `reasoning_content`, and `reasoning`), and the content that came with it."""
-        delta: dict[str, Any] = {}
-        if reasoning:
-            delta = reasoning_delta(reasoning)
-        if text:
-            delta["content"] = text
-        if not delta:
-            return b""
+        `reasoning_content`, and `reasoning`)."""
+        delta = reasoning_delta(text)
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         event = {**self._head, "choices": [choice]}
         if self._include_usage:

@@ -33,7 +33,7 @@ from coderai.front.api.openai.reply import StreamTemplate, error_event
 from coderai.front.api.stream_io import Preamble, chunk, progress_comment
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
-from coderai.front.dispatch.output import Piece
+from coderai.front.dispatch.output import Piece, texts_and_calls
 from coderai.front.metrics import Metrics
 
 
@@ -41,11 +41,11 @@ class TextStream:
     """One plain-text stream's content events: rendered, framed and timed, whichever path
     writes them. Its `last` write time is the one both paths share for the ITL metric."""
 
-    __slots__ = ("_itl", "_piece", "_protocol", "_render", "_writer", "last")
+    __slots__ = ("_itl", "_protocol", "_reasoning", "_render", "_writer", "last")
 
     def __init__(self, template: StreamTemplate, request: web.Request, metrics: Metrics) -> None:
         self._render = template.content
-        self._piece = template.piece
+        self._reasoning = template.reasoning
         self._protocol = request.protocol
         self._writer = request.writer
         # bound once: the histogram's observe is the one metric call per event
@@ -58,12 +58,13 @@ class TextStream:
         return self._render(text)
 
     def items(self, items: list[str | Piece]) -> bytes:
-        """The events of texts and pieces (a reasoning model's output), in order."""
+        """The events of texts and pieces (a reasoning model's output), in order: runs of
+        each merged, so a client that lagged gets one event for what waited, not one per
+        token (as on the translated APIs)."""
         self._written(time.monotonic())
         return b"".join(
-            self._render(item) if isinstance(item, str) else self._piece(item.reasoning, item.text)
-            for item in items
-            if item
+            self._render(item) if isinstance(item, str) else self._reasoning(item.reasoning)
+            for item in texts_and_calls(items)
         )
 
     def offer(self, text: str) -> bool:

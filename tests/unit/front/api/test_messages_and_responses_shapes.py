@@ -12,11 +12,11 @@ from coderai.bus.messages import Done, Prompt
 from coderai.errors import ContextLengthExceeded, EngineFailed, InvalidRequest, ModelNotFound
 from coderai.front.api.anthropic import reply as anthropic_reply
 from coderai.front.api.anthropic import request as anthropic_request
-from coderai.front.api.event_relay import EventTemplate, texts_and_calls
+from coderai.front.api.event_relay import EventTemplate
 from coderai.front.api.responses import reply as responses_reply
 from coderai.front.api.responses import request as responses_request
 from coderai.front.api.translation import chat_request, validate
-from coderai.front.dispatch.output import CallPiece, Collected, Piece
+from coderai.front.dispatch.output import CallPiece, Collected, Piece, texts_and_calls
 from tests.support.sse import named_events
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -514,3 +514,12 @@ def test_a_namespaced_call_is_answered_with_its_namespace_and_read_back() -> Non
         {"type": "function_call_output", "call_id": "c1", "output": "found"}]})  # fmt: skip
     messages = chat_request(again.chat_body(), responses_request.RENAMES).messages
     assert messages[1].for_template()["tool_calls"][0]["function"]["name"] == "mcp__lookup"
+
+
+def test_runs_of_reasoning_merge_as_runs_of_text_do() -> None:
+    """What waited for a lagging client leaves as one event per run, on every API's
+    stream (the plain chat path's too: text_relay.TextStream.items)."""
+    items: list[str | Piece] = [
+        Piece(reasoning="th"), Piece(reasoning="ink"), Piece(text="a", reasoning="!"), "b"
+    ]  # fmt: skip
+    assert texts_and_calls(items) == [Piece(reasoning="think!"), "ab"]
