@@ -476,8 +476,13 @@ class Scheduler:
             if parts.reasoning:
                 delta["reasoning"] = parts.reasoning
         if seq.parser is not None:
+            before = seq.parser.thinking
             parsed = structured.read(seq, text, end)
             text = parsed.content
+            if parsed.reasoning:  # a reader of channels (harmony) splits reasoning itself
+                delta["reasoning"] = parsed.reasoning
+            if token and (before or seq.parser.thinking):
+                seq.reasoning_tokens += 1
             if parsed.calls:
                 delta["calls"] = [[d.index, d.name, d.arguments] for d in parsed.calls]
         if entries:

@@ -36,19 +36,39 @@ RUN_SECONDS = 50.0
 SMOL_CONTEXT = 8192
 
 
-def tool_loop(name: str, arguments: dict[str, Any], think: bool = False) -> dict[str, Any]:
-    """A fake model that calls the tool once, then says what it printed; thinking first
-    in each turn, as Qwen3 does, if `think`."""
-    call = "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+def tool_loop(name: str, arguments: dict[str, Any], fmt: str = "") -> dict[str, Any]:
+    """A fake model that calls the tool once, then says what it printed. With `fmt` it
+    thinks first in each turn and calls in that model family's own format: `hermes`
+    (Qwen3: <think> and JSON calls), `qwen3_coder` (<think> and XML calls) or `harmony`
+    (gpt-oss's channels)."""
     answer = "The tool said: {tool_result}"
-    if think:
+    body = json.dumps({"name": name, "arguments": arguments})
+    call = f"<tool_call>\n{body}\n</tool_call>"
+    if fmt == "qwen3_coder":
+        values = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in arguments.items())
+        call = f"<tool_call>\n<function={name}>\n{values}</function>\n</tool_call>"
+    if fmt == "harmony":
+        call = (
+            f"<|channel|>analysis<|message|>{THOUGHT}<|end|><|start|>assistant<|channel|>"
+            f"commentary to=functions.{name} <|constrain|>json<|message|>"
+            f"{json.dumps(arguments)}<|call|>"
+        )
+        answer = (
+            "<|channel|>analysis<|message|>Done.<|end|><|start|>assistant<|channel|>final"
+            f"<|message|>{answer}<|return|>"
+        )
+        return {"script": [call, answer], "script_token_chars": 8, "tool_format": "harmony",
+                "reasoning_format": "harmony"}  # fmt: skip
+    if fmt:
         call, answer = f"<think>\n{THOUGHT}\n</think>\n\n{call}", f"<think>Done.</think>{answer}"
-    return {"script": [call, answer], "script_token_chars": 8, "tool_format": "hermes",
-            **({"reasoning_format": "think"} if think else {})}  # fmt: skip
+    return {"script": [call, answer], "script_token_chars": 8, "tool_format": fmt or "hermes",
+            **({"reasoning_format": "think"} if fmt else {})}  # fmt: skip
 
 
 #: what a thinking tool loop thinks before its call
 THOUGHT = "The user wants the command run; I call the shell tool."
+#: the call formats of the thinking loops: Qwen3's, Qwen3-Coder's and gpt-oss's
+THINKING_FORMATS = ["hermes", "qwen3_coder", "harmony"]
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +84,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
          "options": tool_loop("exec_command", {"cmd": command})},
         {"id": "opencode-loop", "format": "fake",
          "options": tool_loop("bash", {"command": command})},
-        # the same loops from a model that thinks before it acts
-        {"id": "claude-think", "format": "fake",
-         "options": tool_loop("Bash", {"command": command}, think=True)},
-        {"id": "codex-think", "format": "fake",
-         "options": tool_loop("exec_command", {"cmd": command}, think=True)},
+        # the same loops from a model that thinks before it acts, in each family's format
+        *({"id": f"claude-think-{fmt}", "format": "fake",
+           "options": tool_loop("Bash", {"command": command}, fmt)} for fmt in THINKING_FORMATS),
+        *({"id": f"codex-think-{fmt}", "format": "fake",
+           "options": tool_loop("exec_command", {"cmd": command}, fmt)}
+          for fmt in THINKING_FORMATS),
         {"id": "opencode-think", "format": "fake",
-         "options": tool_loop("bash", {"command": command}, think=True)},
+         "options": tool_loop("bash", {"command": command}, "hermes")},
         {"id": "smol", "path": str(smol)},
     ]  # fmt: skip
     with running(tmp_path_factory.mktemp("agents"), models, tmp_path_factory.mktemp("c")) as srv:
@@ -107,13 +128,35 @@ def test_opencode_runs_a_tool_and_answers_with_its_output(server: Server, tmp_pa
 # with the conversation in its next request, which must be accepted.
 
 
-def test_claude_code_runs_a_tool_with_a_model_that_thinks(server: Server, tmp_path: Path) -> None:
-    done = succeeded(agents.claude(server.url, tmp_path, "claude-think", ASK, RUN_SECONDS))
-    assert agents.claude_result(done)["result"] == f"The tool said: {MARK}", done.describe()
+@pytest.mark.parametrize("fmt", THINKING_FORMATS)
+def test_claude_code_runs_a_tool_with_a_model_that_thinks(
+    server: Server, tmp_path: Path, fmt: str
+) -> None:
+    launch = agents.claude_launch(server.url, f"claude-think-{fmt}", ASK, "stream-json")
+    done = succeeded(agents.run(*launch, home=tmp_path, timeout=RUN_SECONDS))
+    events = [json.loads(line) for line in done.output.splitlines() if line.strip()]
+    blocks = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]]
+    # the thinking is shown as thinking, then the shell tool runs, then the answer
+    thoughts = [b["thinking"] for b in blocks if b["type"] == "thinking"]
+    assert THOUGHT in thoughts, done.describe()
+    assert [b["name"] for b in blocks if b["type"] == "tool_use"] == ["Bash"], done.describe()
+    assert events[-1]["result"] == f"The tool said: {MARK}", done.describe()
 
 
-def test_codex_runs_a_tool_with_a_model_that_thinks(server: Server, tmp_path: Path) -> None:
-    answer = succeeded(agents.codex(server.url, tmp_path, "codex-think", ASK, RUN_SECONDS)).output
+@pytest.mark.parametrize("fmt", THINKING_FORMATS)
+def test_codex_runs_a_tool_with_a_model_that_thinks(
+    server: Server, tmp_path: Path, fmt: str
+) -> None:
+    argv, env = agents.codex_launch(server.url, tmp_path, f"codex-think-{fmt}", ASK)
+    done = succeeded(agents.run([*argv[:2], "--json", *argv[2:]], env, home=tmp_path,
+                                timeout=RUN_SECONDS))  # fmt: skip
+    items = [json.loads(line).get("item", {}) for line in done.output.splitlines()
+             if line.startswith("{")]  # fmt: skip
+    kinds = {item.get("type"): item for item in items}
+    # its reasoning item, the command it ran, and the answer that carries its output
+    assert THOUGHT in [i.get("text") for i in items if i.get("type") == "reasoning"], done.output
+    assert MARK in kinds["command_execution"]["aggregated_output"], done.output
+    answer = kinds["agent_message"]["text"]
     assert answer.startswith("The tool said: ") and MARK in answer, answer
     assert THOUGHT not in answer
 

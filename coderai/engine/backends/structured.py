@@ -14,6 +14,7 @@ from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
 from coderai.engine.decoding.constraint import Constraint
+from coderai.engine.decoding.harmony import HarmonyReader
 from coderai.engine.decoding.reasoning import ReasoningSplitter, Split
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
 from coderai.errors import JobError
@@ -41,6 +42,11 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
     try:
         if job.response_format:
             seq.constraint = _constraint(instance, grammar.response_grammar(job.response_format))
+        # gpt-oss: one reader splits its channels into reasoning, content and calls
+        harmony = job.kind == JobKind.CHAT and "harmony" in (
+            instance.tool_format,
+            instance.reasoning_format,
+        )
         if not job.tools or job.tool_choice == "none":
             pass
         elif job.tool_choice == "required":
@@ -52,17 +58,23 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
             seq.constraint = _constraint(
                 instance, grammar.named_grammar(_tool(job.tools, job.tool_name))
             )
+        elif harmony:
+            seq.parser = HarmonyReader(calls=True, single=not job.parallel_tool_calls)
         else:
             single = not job.parallel_tool_calls
             seq.parser = ToolCallParser(
                 "auto", instance.tool_format, single=single, tools=job.tools
             )
             seq.render_special = True
+        if harmony and seq.parser is None and seq.constraint is None:
+            seq.parser = HarmonyReader(calls=False)  # its reasoning is still read apart
+        seq.render_special = seq.render_special or isinstance(seq.parser, HarmonyReader)
     except grammar.GrammarError as exc:
         raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None
     # a grammar from the first token (a required call, a response format) writes no
     # thinking, even where the template opened it
-    if job.kind == JobKind.CHAT and instance.reasoning_format == "think" and seq.constraint is None:
+    think = instance.reasoning_format == "think" and not isinstance(seq.parser, HarmonyReader)
+    if job.kind == JobKind.CHAT and think and seq.constraint is None:
         seq.reasoning = ReasoningSplitter(inside=seq.opened)
     if job.logprobs:
         seq.logprobs = []

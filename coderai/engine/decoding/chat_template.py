@@ -59,9 +59,10 @@ def no_template() -> JobError:
     )
 
 
-#: gpt-oss's template takes three levels; the APIs name more
-_HARMONY_LEVELS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
-                   "xhigh": "high", "max": "high"}  # fmt: skip
+#: gpt-oss's template takes three levels; the APIs name more. It cannot stop reasoning:
+#: `none` asks for the least it does
+_HARMONY_LEVELS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium",
+                   "high": "high", "xhigh": "high", "max": "high"}  # fmt: skip
 
 
 def reasoning_switches(job: Job, template: str | None) -> dict[str, Any]:
@@ -94,6 +95,8 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
             raise JobError(f"tool_format must be one of {', '.join(FORMATS)}", kind="bad_model")
         return str(chosen)
     source = str(template or "") if knows_tools(template) else ""
+    if _is_harmony(source):
+        return "harmony"
     if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
         return "qwen3_coder"
     if "<tool_call>" in source and "<arg_key>" in source:
@@ -114,7 +117,8 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
 def reasoning_format(template: str | None, options: dict[str, Any]) -> str:
     """How the model writes its reasoning (reasoning.REASONING_FORMATS): the catalogue
     entry's `reasoning_format` option, or `think` where its template knows `<think>`, else
-    `none` (its output is all answer). DeepSeek-R1's own template names only `</think>`."""
+    `none` (its output is all answer); `harmony` for gpt-oss's channels. DeepSeek-R1's own
+    template names only `</think>`."""
     chosen = options.get("reasoning_format")
     if chosen is not None:
         if chosen not in REASONING_FORMATS:
@@ -123,7 +127,14 @@ def reasoning_format(template: str | None, options: dict[str, Any]) -> str:
             )
         return str(chosen)
     source = str(template or "")
+    if _is_harmony(source):
+        return "harmony"
     return "think" if START in source or END in source else "none"
+
+
+def _is_harmony(source: str) -> bool:
+    """gpt-oss's template writes messages in channels (harmony.py)."""
+    return "<|channel|>" in source and "<|message|>" in source
 
 
 def _arguments(text: Any) -> Any:
@@ -184,11 +195,51 @@ def _fallback(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def harmony_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as gpt-oss's template takes them. It reads an earlier turn's reasoning as
+    `thinking`, renders one call per assistant message (harmony has no parallel calls:
+    each call is a turn, its result follows it), names a result by the call before it, and
+    refuses a call message with both content and thinking (it would write either as the
+    same analysis message: they are joined)."""
+    results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
+    placed: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "tool":
+            if id(message) not in placed:  # a result whose call is not in the history
+                placed.add(id(message))
+                out.append(message)
+            continue
+        message = dict(message)
+        if message.get("reasoning_content"):
+            message["thinking"] = message["reasoning_content"]
+        calls = message.get("tool_calls") or []
+        if message["role"] != "assistant" or not calls:
+            out.append(message)
+            continue
+        if message.get("content") and message.get("thinking"):
+            message["thinking"] = f"{message['thinking']}\n\n{message['content']}"
+            message["content"] = ""
+        for n, call in enumerate(calls):
+            turn = {**message, "tool_calls": [call]}
+            if n:  # the reasoning and text came before the first call
+                turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+            out.append(turn)
+            result = results.get(call.get("id"))
+            if result is not None and id(result) not in placed:
+                placed.add(id(result))
+                out.append(result)
+    return out
+
+
 def template_input(job: Job, template: str | None) -> tuple[list[dict[str, Any]], list[Any] | None]:
     """(messages, tools) for the template."""
     if knows_tools(template):
         mistral = "[TOOL_CALLS]" in str(template)
-        return [_native(m, mistral) for m in job.messages], (job.tools or None)
+        native = [_native(m, mistral) for m in job.messages]
+        if _is_harmony(str(template)):
+            native = harmony_turns(native)
+        return native, (job.tools or None)
     messages: list[dict[str, Any]] = []
     for message in job.messages:
         rewritten = _fallback(message)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from coderai.engine.decoding.marker import begun
 
 #: the catalogue option `reasoning_format`'s values: `think` for <think>...</think>,
-#: `none` for a model whose output is all answer
-REASONING_FORMATS = ("think", "none")
+#: `harmony` for gpt-oss's analysis channel (read by harmony.py), `none` for a model whose
+#: output is all answer
+REASONING_FORMATS = ("think", "harmony", "none")
 START, END = "<think>", "</think>"
 _WHITESPACE = " \t\r\n"
 

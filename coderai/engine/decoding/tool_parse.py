@@ -35,7 +35,8 @@ from coderai.engine.decoding.marked_calls import MARKERS, MarkedCalls
 from coderai.engine.decoding.marker import begun
 from coderai.engine.decoding.xml_call import XmlCall, parameter_types
 
-FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45", *MARKERS)
+#: every call format a model may write; harmony's is read by harmony.py, with its reasoning
+FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45", *MARKERS, "harmony")
 #: the formats whose calls are in <tool_call></tool_call> tags
 _TAGGED = ("hermes", "qwen3_coder", "glm45")
 #: the formats whose values are raw text, typed by the tools' schemas
@@ -51,6 +52,8 @@ class Parsed:
 
     content: str = ""
     calls: list[CallDelta] = field(default_factory=list)
+    #: reasoning (only a reader of a format whose channels carry it: harmony.py)
+    reasoning: str = ""
     #: a call body began: the text of it read so far (a lazy grammar starts from here)
     began: str | None = None
 
@@ -227,6 +230,9 @@ class ToolCallParser:
     @property
     def in_call(self) -> bool:
         return self._body is not None
+
+    #: what it reads is never reasoning (a splitter took that out before it)
+    thinking = False
 
     def feed(self, text: str) -> Parsed:
         out = Parsed()

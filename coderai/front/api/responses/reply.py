@@ -87,10 +87,15 @@ def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> di
             "content": content}  # fmt: skip
 
 
-def reasoning_item(item_id: str, status: str, text: str | None) -> dict[str, Any]:
-    """A reasoning model's thinking, as its text (no summary: the model writes none)."""
+def reasoning_item(
+    item_id: str, status: str, text: str | None, summary: bool = False
+) -> dict[str, Any]:
+    """A reasoning model's thinking, as its text. A local model writes no summary of it:
+    asked for one (`reasoning.summary`), the client gets the thinking itself as the
+    summary too, since agents (Codex) show a summary and not the raw text."""
     content = [] if text is None else [{"type": "reasoning_text", "text": text}]
-    return {"type": "reasoning", "id": item_id, "status": status, "summary": [],
+    summarized = [{"type": "summary_text", "text": text}] if summary and text is not None else []
+    return {"type": "reasoning", "id": item_id, "status": status, "summary": summarized,
             "content": content}  # fmt: skip
 
 
@@ -111,11 +116,13 @@ def _text_status(done: Done) -> str:
     return "incomplete" if done.finish_reason == FinishReason.LENGTH else "completed"
 
 
-def whole(start: dict[str, Any], got: Collected, done: Done, names: Names) -> dict[str, Any]:
+def whole(
+    start: dict[str, Any], got: Collected, done: Done, names: Names, summary: bool = False
+) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     thought = got.reasoning()
     if thought:
-        output.append(reasoning_item(new_id("rs"), "completed", thought))
+        output.append(reasoning_item(new_id("rs"), "completed", thought, summary))
     text, calls = got.content(), got.calls()
     if text or not calls:
         output.append(message_item(new_id("msg"), _text_status(done), [output_text(text)]))
@@ -126,16 +133,19 @@ def whole(start: dict[str, Any], got: Collected, done: Done, names: Names) -> di
 class ResponseStream:
     """The events of one streamed response, each with its sequence number:
     response.created and .in_progress; per output item, output_item.added, then for a
-    reasoning model's thinking reasoning_text.delta… and .done, for the text
-    content_part.added, output_text.delta…, output_text.done and content_part.done, or
+    reasoning model's thinking reasoning_text.delta… and .done (and, asked for a summary,
+    reasoning_summary_part.added, reasoning_summary_text.delta… and .done and
+    reasoning_summary_part.done), for the text content_part.added, output_text.delta…,
+    output_text.done and content_part.done, or
     for a call function_call_arguments.delta… and .done, then output_item.done; and
     response.completed (or .incomplete, cut by max_output_tokens)."""
 
     _TEXT, _SEQ = "\x00coderai-text\x00", "\x00coderai-seq\x00"
 
-    def __init__(self, start: dict[str, Any], names: Names) -> None:
+    def __init__(self, start: dict[str, Any], names: Names, summary: bool = False) -> None:
         self.start = start
         self.names = names
+        self.summary = summary
         self.seq = 0
         #: the items done, in order; the open one, what it holds so far, and its call
         self.output: list[dict[str, Any]] = []
@@ -164,9 +174,17 @@ class ResponseStream:
         out = b""
         if self._item is None or self._item["type"] != "reasoning":
             out += self._open(reasoning_item(new_id("rs"), "in_progress", None))
+            if self.summary:
+                out += self._event({"type": "response.reasoning_summary_part.added",
+                                    **self._where(), "summary_index": 0,
+                                    "part": {"type": "summary_text", "text": ""}})  # fmt: skip
         self._held.append(text)
-        return out + self._event({"type": "response.reasoning_text.delta", **self._where(),
-                                  "content_index": 0, "delta": text})  # fmt: skip
+        out += self._event({"type": "response.reasoning_text.delta", **self._where(),
+                            "content_index": 0, "delta": text})  # fmt: skip
+        if self.summary:
+            out += self._event({"type": "response.reasoning_summary_text.delta",
+                                **self._where(), "summary_index": 0, "delta": text})  # fmt: skip
+        return out
 
     def _where(self) -> dict[str, Any]:
         assert self._item is not None
@@ -212,7 +230,13 @@ class ResponseStream:
         if self._item["type"] == "reasoning":
             out = self._event({"type": "response.reasoning_text.done", **where,
                                "content_index": 0, "text": held})  # fmt: skip
-            item = reasoning_item(self._item["id"], "completed", held)
+            if self.summary:
+                part = {"type": "summary_text", "text": held}
+                out += self._event({"type": "response.reasoning_summary_text.done", **where,
+                                    "summary_index": 0, "text": held})  # fmt: skip
+                out += self._event({"type": "response.reasoning_summary_part.done", **where,
+                                    "summary_index": 0, "part": part})  # fmt: skip
+            item = reasoning_item(self._item["id"], "completed", held, self.summary)
         elif self._item["type"] == "message":
             part = output_text(held)
             out = self._event({"type": "response.output_text.done", **where, "content_index": 0,

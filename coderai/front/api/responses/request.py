@@ -13,8 +13,10 @@ is sent back on the response, as OpenAI does.
 
 What coding agents send by default (Codex on every request), and how it is honoured:
 - `reasoning.effort` goes to a reasoning model's chat-template switch where it has one
-  (`none` turns thinking off); `reasoning.summary` asks for summaries of reasoning items.
-  A model that writes no reasoning yields no reasoning items, which satisfies both.
+  (`none` turns thinking off); `reasoning.summary` asks for summaries of reasoning items:
+  a local model writes none, so the thinking itself is given as its summary too (Codex
+  shows a summary, not the raw text). A model that writes no reasoning yields no
+  reasoning items, which satisfies both.
 - `include: ["reasoning.encrypted_content"]` asks for the encrypted reasoning of the
   reasoning items: there are none to carry it (nothing is stored, and reasoning is
   returned as text when a model writes it). Other `include` values are refused.
@@ -439,6 +441,12 @@ class ResponsesRequest(Body):
             if isinstance(tool, NamespaceTool)
             for f in tool.functions()
         }
+
+    def summarized(self) -> bool:
+        """Whether reasoning items are to carry a summary (reply.reasoning_item)."""
+        return self.reasoning is not None and bool(
+            self.reasoning.summary or self.reasoning.generate_summary
+        )
 
     def reasoning_echo(self) -> dict[str, Any] | None:
         if self.reasoning is None:

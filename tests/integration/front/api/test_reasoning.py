@@ -21,6 +21,20 @@ THOUGHT = "The user asks about Paris. I could write <tool_call>{} here, but not 
 CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
 THINKER = f"<think>\n{THOUGHT}\n</think>\n\nIt is sunny in Paris."
 CALLER = f"<think>\n{THOUGHT}\n</think>\n\nLet me check.<tool_call>\n{CALL}\n</tool_call>"
+#: the same, as gpt-oss writes it: harmony's analysis channel, a preamble, a call
+HARMONY_THINKER = (
+    f"<|channel|>analysis<|message|>{THOUGHT}<|end|><|start|>assistant<|channel|>final"
+    "<|message|>It is sunny in Paris.<|return|>"
+)
+HARMONY_CALLER = (
+    f"<|channel|>analysis<|message|>{THOUGHT}<|end|><|start|>assistant<|channel|>commentary"
+    "<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary"
+    ' to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+HARMONY_OPTIONS = {"tool_format": "harmony", "reasoning_format": "harmony"}
+HARMONY_OPTIONS = {"tool_format": "harmony", "reasoning_format": "harmony"}
+THINKERS = ["thinker", "gpt-oss-thinker"]
+CALLERS = ["caller", "gpt-oss-caller"]
 TOOLS: list[Any] = [
     {
         "type": "function",
@@ -42,6 +56,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     models = [
         _scripted("thinker", THINKER, reasoning_format="think"),
         _scripted("caller", CALLER, reasoning_format="think"),
+        _scripted("gpt-oss-thinker", HARMONY_THINKER, **HARMONY_OPTIONS),
+        _scripted("gpt-oss-caller", HARMONY_CALLER, **HARMONY_OPTIONS),
         _scripted("plain", THINKER),  # a model that does not reason: its text as written
     ]
     cache = tmp_path_factory.mktemp("cache")
@@ -68,27 +84,31 @@ def _streamed(oai: openai.OpenAI, model: str, **extra: Any) -> dict[str, Any]:
     return got
 
 
+@pytest.mark.parametrize("model", THINKERS)
 @pytest.mark.parametrize("stream", [False, True])
-def test_thinking_comes_apart_from_the_answer(oai: openai.OpenAI, stream: bool) -> None:
+def test_thinking_comes_apart_from_the_answer(oai: openai.OpenAI, stream: bool, model: str) -> None:
     if stream:
-        got = _streamed(oai, "thinker")
+        got = _streamed(oai, model)
         reasoning, also, content = got["reasoning_content"], got["reasoning"], got["content"]
     else:
-        message = _ask(oai, "thinker").choices[0].message
+        message = _ask(oai, model).choices[0].message
         reasoning = _extra(message, "reasoning_content")
         also, content = _extra(message, "reasoning"), message.content
     assert reasoning == also == THOUGHT
     assert content == "It is sunny in Paris."
 
 
+@pytest.mark.parametrize("model", CALLERS)
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_call_written_while_thinking_is_no_call(oai: openai.OpenAI, stream: bool) -> None:
+def test_a_call_written_while_thinking_is_no_call(
+    oai: openai.OpenAI, stream: bool, model: str
+) -> None:
     if stream:
-        got = _streamed(oai, "caller", tools=TOOLS)
+        got = _streamed(oai, model, tools=TOOLS)
         reasoning, content, names = got["reasoning_content"], got["content"], got["calls"]
         finish = got["finish"]
     else:
-        choice = _ask(oai, "caller", tools=TOOLS).choices[0]
+        choice = _ask(oai, model, tools=TOOLS).choices[0]
         reasoning, content = _extra(choice.message, "reasoning_content"), choice.message.content
         names = [c.function.name for c in choice.message.tool_calls or []]
         finish = choice.finish_reason
@@ -114,15 +134,18 @@ ASK: Any = [{"role": "user", "content": "Weather in Paris?"}]
 WEATHER: Any = {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}
 
 
-def test_messages_carry_the_thinking_as_a_thinking_block(claude: anthropic.Anthropic) -> None:
-    whole = claude.messages.create(model="caller", max_tokens=200, tools=[WEATHER], messages=ASK)
+@pytest.mark.parametrize("model", CALLERS)
+def test_messages_carry_the_thinking_as_a_thinking_block(
+    claude: anthropic.Anthropic, model: str
+) -> None:
+    whole = claude.messages.create(model=model, max_tokens=200, tools=[WEATHER], messages=ASK)
     assert [b.type for b in whole.content] == ["thinking", "text", "tool_use"]
     thinking = whole.content[0]
     assert thinking.type == "thinking" and thinking.thinking == THOUGHT
     assert thinking.signature == ""  # nothing to sign locally (anthropic/reply.py)
     assert whole.content[1].type == "text" and whole.content[1].text == "Let me check."
 
-    with claude.messages.stream(model="caller", max_tokens=200, tools=[WEATHER], messages=ASK) as s:
+    with claude.messages.stream(model=model, max_tokens=200, tools=[WEATHER], messages=ASK) as s:
         events: list[Any] = list(s)
         final = s.get_final_message()
     starts = [e.content_block.type for e in events if e.type == "content_block_start"]
@@ -137,15 +160,16 @@ def test_messages_carry_the_thinking_as_a_thinking_block(claude: anthropic.Anthr
 # -- OpenAI's Responses API: reasoning items ---------------------------------------------------
 
 
-def test_responses_carry_the_thinking_as_a_reasoning_item(oai: openai.OpenAI) -> None:
-    whole = oai.responses.create(model="thinker", input="Weather in Paris?")
+@pytest.mark.parametrize("model", THINKERS)
+def test_responses_carry_the_thinking_as_a_reasoning_item(oai: openai.OpenAI, model: str) -> None:
+    whole = oai.responses.create(model=model, input="Weather in Paris?")
     assert [item.type for item in whole.output] == ["reasoning", "message"]
     reasoning = whole.output[0]
     assert reasoning.type == "reasoning" and reasoning.content is not None
     assert [c.text for c in reasoning.content] == [THOUGHT]
     assert whole.output_text == "It is sunny in Paris."
 
-    events = list(oai.responses.create(model="thinker", input="Weather?", stream=True))
+    events = list(oai.responses.create(model=model, input="Weather?", stream=True))
     deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
     assert "".join(deltas) == THOUGHT
     done = [e for e in events if e.type == "response.reasoning_text.done"]
@@ -157,10 +181,41 @@ def test_responses_carry_the_thinking_as_a_reasoning_item(oai: openai.OpenAI) ->
     assert numbers == list(range(len(events)))
 
 
-def test_the_usage_counts_the_thinking_tokens(oai: openai.OpenAI) -> None:
+def test_asked_for_a_summary_the_reasoning_item_carries_the_thinking_as_it(
+    oai: openai.OpenAI,
+) -> None:
+    """A local model writes no summary: the thinking is its own (Codex shows only these)."""
+    whole = oai.responses.create(model="thinker", input="Weather?", reasoning={"summary": "auto"})
+    item = whole.output[0]
+    assert item.type == "reasoning" and [s.text for s in item.summary] == [THOUGHT]
+    assert item.content is not None and [c.text for c in item.content] == [THOUGHT]
+    plain = oai.responses.create(model="thinker", input="Weather?").output[0]
+    assert plain.type == "reasoning" and not plain.summary
+
+    events = list(
+        oai.responses.create(
+            model="thinker", input="Weather?", stream=True, reasoning={"summary": "detailed"}
+        )
+    )
+    kinds = [e.type for e in events]
+    assert kinds.index("response.reasoning_summary_part.added") < kinds.index(
+        "response.reasoning_summary_part.done"
+    )
+    deltas = [e.delta for e in events if e.type == "response.reasoning_summary_text.delta"]
+    assert "".join(deltas) == THOUGHT
+    done = [e.text for e in events if e.type == "response.reasoning_summary_text.done"]
+    assert done == [THOUGHT]
+    final = events[-1]
+    assert final.type == "response.completed"
+    item = final.response.output[0]
+    assert item.type == "reasoning" and [s.text for s in item.summary] == [THOUGHT]
+
+
+@pytest.mark.parametrize("model", THINKERS)
+def test_the_usage_counts_the_thinking_tokens(oai: openai.OpenAI, model: str) -> None:
     """Tokens read while thinking (or that open or close it) are reasoning_tokens, part of
     the completion tokens; a model that does not reason spends none."""
-    thought = _ask(oai, "thinker").usage
+    thought = _ask(oai, model).usage
     assert thought is not None and thought.completion_tokens_details is not None
     spent = thought.completion_tokens_details.reasoning_tokens or 0
     # the answer's tokens (3 characters each) are not reasoning
@@ -170,11 +225,11 @@ def test_the_usage_counts_the_thinking_tokens(oai: openai.OpenAI) -> None:
     assert plain is not None and plain.completion_tokens_details is not None
     assert plain.completion_tokens_details.reasoning_tokens == 0
 
-    chunks = list(_ask(oai, "thinker", stream=True, stream_options={"include_usage": True}))
+    chunks = list(_ask(oai, model, stream=True, stream_options={"include_usage": True}))
     streamed = chunks[-1].usage
     assert streamed is not None and streamed.completion_tokens_details is not None
     assert streamed.completion_tokens_details.reasoning_tokens == spent
 
-    response = oai.responses.create(model="thinker", input="Weather?")
+    response = oai.responses.create(model=model, input="Weather?")
     assert response.usage is not None
     assert response.usage.output_tokens_details.reasoning_tokens == spent

@@ -54,6 +54,15 @@ QWEN3_CODER = (
     "</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n"
     "</parameter>\n</function>\n</tool_call>"
 )
+#: gpt-oss's harmony channels: reasoning, a preamble, then a call per message (addressed
+#: after the channel, and after the role as its template writes one)
+HARMONY = (
+    "<|channel|>analysis<|message|>Weather, then time.<|end|><|start|>assistant"
+    "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant<|channel|>"
+    f"commentary to=functions.get_weather <|constrain|>json<|message|>{json.dumps(ARGS)}"
+    "<|call|><|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>"
+    '{"zone": "UTC"}<|call|>'
+)
 
 WEATHER: ChatCompletionToolParam = {
     "type": "function",
@@ -119,6 +128,7 @@ def server(
         _scripted("glm45", GLM45, "glm45"),
         _scripted("deepseek_v31", DEEPSEEK_V31, "deepseek_v31"),
         _scripted("kimi_k2", KIMI_K2, "kimi_k2"),
+        _scripted("harmony", HARMONY, "harmony"),
         _scripted("plain", "Just text, <tool no call.", "hermes"),
         {"id": "tiny-hf", "path": str(hf)},
         {"id": "tiny-gguf", "path": str(gguf), "options": {"kv_cache": "f32"}},
@@ -172,6 +182,7 @@ def _streamed(client: openai.OpenAI, model: str, **extra: Any) -> tuple[str, dic
         ("glm45", "Let me check.", ["get_weather", "get_time"]),
         ("deepseek_v31", "Let me check.", ["get_weather", "get_time"]),
         ("kimi_k2", "Let me check.", ["get_weather", "get_time"]),
+        ("harmony", "Let me check.", ["get_weather", "get_time"]),
     ],
 )
 def test_auto_calls_in_each_format_streamed_and_whole(

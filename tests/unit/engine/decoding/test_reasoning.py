@@ -96,5 +96,5 @@ def test_which_models_reason() -> None:
     assert reasoning_format("{{ content.split('</think>')[-1] }}", {}) == "think"
     assert reasoning_format(None, {"reasoning_format": "think"}) == "think"
     assert reasoning_format("<think>", {"reasoning_format": "none"}) == "none"
-    with pytest.raises(JobError, match="reasoning_format must be one of think, none"):
-        reasoning_format(None, {"reasoning_format": "harmony"})
+    with pytest.raises(JobError, match="reasoning_format must be one of think, harmony, none"):
+        reasoning_format(None, {"reasoning_format": "xml"})
