@@ -283,6 +283,9 @@ class Job(Message):
     #: ("minimal", "low", "medium", "high", "xhigh", "max"), given to its chat template's
     #: switch where it has one (engine/chat_template.py); a model without one ignores it
     reasoning_effort: str = ""
+    #: the reasoning tokens after which a reasoning model's thinking is ended by forcing
+    #: its end marker (-1: no budget; engine/structured.py)
+    thinking_budget: int = -1
 
 
 @dataclass(frozen=True, slots=True)

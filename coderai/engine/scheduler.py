@@ -485,6 +485,8 @@ class Scheduler:
                 seq.reasoning_tokens += 1
             if parsed.calls:
                 delta["calls"] = [[d.index, d.name, d.arguments] for d in parsed.calls]
+        if token and seq.job.thinking_budget >= 0 and not seq.forced:
+            structured.budget(seq)
         if entries:
             delta["logprobs"] = entries
         if not delta:

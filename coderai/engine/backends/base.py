@@ -78,6 +78,9 @@ class Sequence:
     reasoning_tokens: int = 0
     constraint: Any = None
     lazy: bool = False
+    #: token ids the next steps must choose, in order, whatever the logits say (a thinking
+    #: budget's end marker: structured.budget); each backend takes them from the front
+    forced: list[int] = field(default_factory=list)
     render_special: bool = False
     logprobs: list[Any] | None = None
     #: characters of text already sent for the entries still held in `logprobs`
@@ -239,6 +242,11 @@ class ModelInstance(abc.ABC):
     def detokenize(self, ids: list[int]) -> str:
         """The text of token ids, special tokens included."""
         raise JobError("this model cannot detokenize", kind="unsupported")
+
+    def marker_ids(self, text: str) -> list[int]:
+        """The token ids of a marker the model writes (`</think>`), special tokens parsed
+        as such; [] for a model that cannot say."""
+        return []
 
 
 class Backend(abc.ABC):

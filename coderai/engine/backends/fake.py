@@ -212,6 +212,9 @@ class FakeInstance(ModelInstance):
     def detokenize(self, ids: list[int]) -> str:
         return bytes_text(ids, "tokens")
 
+    def marker_ids(self, text: str) -> list[int]:
+        return list(text.encode())
+
     def embed(self, inputs: EmbeddingInputs) -> tuple[list[list[float]], int]:
         """With embedding_dims set: a unit vector per input, a pure function of its tokens
         (the bytes of a text), so that a test or the soak can check what it got."""
@@ -236,6 +239,14 @@ class FakeInstance(ModelInstance):
             if n == self.fail_after:
                 out.append(JobError(f"fake model failed after {n} tokens", kind="model_error"))
                 continue
+            if seq.forced:  # a forced marker: one token of its own, then the script goes on
+                piece = bytes(seq.forced).decode("utf-8", errors="replace")
+                seq.forced.clear()
+                if self.script is not None:
+                    seq.state.insert(n, piece)
+                else:
+                    out.append(piece)
+                    continue
             if self.script is not None:
                 out.append(seq.state[n] if n < len(seq.state) else END)
                 continue

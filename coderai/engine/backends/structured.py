@@ -14,8 +14,8 @@ from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
 from coderai.engine.decoding.constraint import Constraint
-from coderai.engine.decoding.harmony import HarmonyReader
-from coderai.engine.decoding.reasoning import ReasoningSplitter, Split
+from coderai.engine.decoding.harmony import ENDS, HarmonyReader
+from coderai.engine.decoding.reasoning import END, ReasoningSplitter, Split
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
 from coderai.errors import JobError
 
@@ -76,8 +76,25 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
     think = instance.reasoning_format == "think" and not isinstance(seq.parser, HarmonyReader)
     if job.kind == JobKind.CHAT and think and seq.constraint is None:
         seq.reasoning = ReasoningSplitter(inside=seq.opened)
+        if seq.opened and job.thinking_budget == 0:  # no thinking at all: it ends at once
+            seq.forced = instance.marker_ids(END)
     if job.logprobs:
         seq.logprobs = []
+
+
+def budget(seq: Sequence) -> None:
+    """A thinking budget spent: the reasoning model's end marker is forced (`</think>`, or
+    harmony's `<|end|>`, after which it writes its next message's header itself; one
+    that opens another analysis is ended again, at once). A model that does not reason
+    is asked nothing."""
+    if isinstance(seq.reasoning, ReasoningSplitter):
+        thinking, marker = seq.reasoning.reasoning, END
+    elif isinstance(seq.parser, HarmonyReader):
+        thinking, marker = seq.parser.thinking, ENDS[0]
+    else:
+        return
+    if thinking and seq.reasoning_tokens >= seq.job.thinking_budget and seq.instance:
+        seq.forced = seq.instance.marker_ids(marker)
 
 
 def split(seq: Sequence, text: str, end: bool = False) -> Split:
@@ -97,9 +114,11 @@ def read(seq: Sequence, text: str, end: bool = False) -> Parsed:
     where the model began a call."""
     parser: ToolCallParser = seq.parser
     out = parser.feed(text) if text else Parsed()
-    if end:
+    if end:  # what the parser held: text, a call's last arguments, a reader's reasoning
         tail = parser.finish()
         out.content += tail.content
+        out.reasoning += tail.reasoning
+        out.calls += tail.calls
     if out.began is not None and seq.constraint is None and seq.instance is not None:
         try:
             _begin_lazy(seq, seq.instance, out.began)

@@ -200,14 +200,14 @@ def harmony_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     `thinking`, renders one call per assistant message (harmony has no parallel calls:
     each call is a turn, its result follows it), names a result by the call before it, and
     refuses a call message with both content and thinking (it would write either as the
-    same analysis message: they are joined)."""
-    results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
+    same analysis message: they are joined). A call's result is the first of the tool
+    messages right after its turn with its id (clients that number ids reuse them)."""
     placed: set[int] = set()
     out: list[dict[str, Any]] = []
-    for message in messages:
+    for i, message in enumerate(messages):
         if message["role"] == "tool":
-            if id(message) not in placed:  # a result whose call is not in the history
-                placed.add(id(message))
+            if i not in placed:  # a result whose call is not in the history
+                placed.add(i)
                 out.append(message)
             continue
         message = dict(message)
@@ -225,11 +225,24 @@ def harmony_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if n:  # the reasoning and text came before the first call
                 turn = {"role": "assistant", "content": "", "tool_calls": [call]}
             out.append(turn)
-            result = results.get(call.get("id"))
-            if result is not None and id(result) not in placed:
-                placed.add(id(result))
-                out.append(result)
+            result = _result_of(messages, i, call.get("id"), placed)
+            if result is not None:
+                placed.add(result)
+                out.append(messages[result])
     return out
+
+
+def _result_of(
+    messages: list[dict[str, Any]], turn: int, call_id: Any, placed: set[int]
+) -> int | None:
+    """The index of the first unplaced result of a call among the tool messages that
+    follow its turn."""
+    for k in range(turn + 1, len(messages)):
+        if messages[k]["role"] != "tool":
+            return None
+        if k not in placed and messages[k].get("tool_call_id") == call_id:
+            return k
+    return None
 
 
 def template_input(job: Job, template: str | None) -> tuple[list[dict[str, Any]], list[Any] | None]:

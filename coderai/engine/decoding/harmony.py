@@ -6,9 +6,12 @@ The model writes messages, each a header then a body:
 - `analysis`: reasoning (the client's `reasoning_content`, thinking blocks, reasoning
   items);
 - `final`, and `commentary` addressed to nobody (a preamble the user may read): content;
-- any message addressed to a tool (`to=functions.NAME`, after the role or after the
+- any message addressed to a function (`to=functions.NAME`, after the role or after the
   channel, often with `<|constrain|>json`): a call of NAME whose body is its arguments'
-  JSON, streamed as call deltas as it is written.
+  JSON, streamed as call deltas as it is written. The prompt ends with
+  `<|start|>assistant`, so a first message addressed after its role begins ` to=`. A
+  message to one of gpt-oss's built-in tools (`browser.search`, `python`), which were
+  never offered, is no call: it is read by its channel.
 A body ends at `<|end|>`, `<|call|>` or `<|return|>` (the last two end the turn: a backend
 stops there on its own, since they are end-of-generation tokens). Output that does not
 begin as a header (a model whose template was misread) is content throughout.
@@ -31,27 +34,30 @@ ENDS = ("<|end|>", "<|call|>", "<|return|>")
 #: a header longer than this is not one: what was held is content
 _LONGEST_HEADER = 512
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+_FUNCTIONS = "functions."
+#: the prompt ends with `<|start|>assistant`: a first message addressed after its role
+#: begins with the recipient
+_ADDRESSED = "to="
 _WHITESPACE = " \t\r\n"
 
 
 def _header_kind(header: str, calls: bool) -> tuple[str, str]:
     """(kind, tool name) of a message from its header: "reasoning", "content" or
-    "call"."""
+    "call". Only a function is called: a message to one of gpt-oss's built-in tools
+    (`browser.search`, `python`), which were never offered, is read by its channel."""
     found = _RECIPIENT.search(header)
-    if found is not None:
-        recipient = found.group(1)
-        if calls:
-            return "call", recipient.removeprefix("functions.")
-        return "content", ""  # no tools were offered: what it wrote is shown, not run
+    if found is not None and found.group(1).startswith(_FUNCTIONS) and calls:
+        return "call", found.group(1).removeprefix(_FUNCTIONS)
     channel = header.split(CHANNEL, 1)[1] if CHANNEL in header else ""
     name = channel.strip(_WHITESPACE).split(" ", 1)[0].split("<|", 1)[0]
     return ("reasoning" if name == "analysis" else "content"), ""
 
 
-def _may_be_header(text: str) -> bool:
-    """Whether text read where a header is due can still be one."""
+def _may_be_header(text: str, first: bool = False) -> bool:
+    """Whether text read where a header is due can still be one (the output's first may
+    open with its recipient)."""
     head = text.lstrip(_WHITESPACE)
-    for opening in (START, CHANNEL):
+    for opening in (START, CHANNEL, _ADDRESSED) if first else (START, CHANNEL):
         if head.startswith(opening) or opening.startswith(head):
             return len(head) <= _LONGEST_HEADER
     return False
@@ -75,6 +81,7 @@ class HarmonyReader:
         self.called = False
         #: which kinds were written already (a second message of one is set apart)
         self._written: set[str] = set()
+        self._opened = False  # a message began
 
     @property
     def thinking(self) -> bool:
@@ -97,9 +104,10 @@ class HarmonyReader:
                 out.content += data
                 break
             if self.state == "header":
+                first = not self._opened
                 at = data.find(MESSAGE)
-                if at < 0 or not _may_be_header(data[:at]):
-                    if _may_be_header(data):
+                if at < 0 or not _may_be_header(data[:at], first):
+                    if _may_be_header(data, first):
                         self._held = data  # not yet known
                         break
                     self.state = "plain"  # not harmony's: all of it is content
@@ -111,6 +119,7 @@ class HarmonyReader:
         return out
 
     def _open(self, header: str, out: Parsed) -> None:
+        self._opened = True
         self.kind, name = _header_kind(header, self._calls)
         self.state = "body"
         if self.kind == "call":
@@ -158,6 +167,6 @@ class HarmonyReader:
         if self.state == "body":
             self._put(held, out)
             self._close()
-        elif self.state == "plain" or not _may_be_header(held):
+        elif self.state == "plain" or not _may_be_header(held, not self._opened):
             out.content = held
         return out

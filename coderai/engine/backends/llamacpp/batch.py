@@ -315,6 +315,9 @@ class LlamaCppBatchInstance(ModelInstance):
     def _encode(self, text: str) -> list[int]:
         return list(self.model.tokenize(text.encode(), False, False))
 
+    def marker_ids(self, text: str) -> list[int]:
+        return list(self.model.tokenize(text.encode(), False, True))
+
     def tokenize(self, job: Job) -> tuple[list[int], int]:
         return self.prompt_tokens(Sequence(job=as_prompt_job(job))), self.n_ctx
 
@@ -884,7 +887,7 @@ class LlamaCppBatchInstance(ModelInstance):
         rooms: list[tuple[_Slot, int]] = []
         for slot in decoding:
             seq = slot.seq
-            if seq.constraint is not None or seq.logprobs is not None:
+            if seq.constraint is not None or seq.logprobs is not None or seq.forced:
                 continue
             room = min(
                 DRAFT_MOST,
@@ -999,7 +1002,11 @@ class LlamaCppBatchInstance(ModelInstance):
             if slot.draft:
                 produced[slot] = self._verify(slot, index)
                 continue
-            chosen = slot.sampler.sample(self.ctx, index)
+            if seq.forced:  # a thinking budget's end marker: chosen whatever the logits say
+                chosen = seq.forced.pop(0)
+                slot.sampler.accept(chosen)
+            else:
+                chosen = slot.sampler.sample(self.ctx, index)
             if seq.constraint is not None:
                 structured.sampled(seq, chosen)
             if logprobs is not None and seq.logprobs is not None:

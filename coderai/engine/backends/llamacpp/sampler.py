@@ -71,6 +71,11 @@ class SamplerChain:
         stateful stages see it)."""
         return int(self._lib.llama_sampler_sample(self.chain, ctx, index))
 
+    def accept(self, token: int) -> None:
+        """A token chosen without sampling (a forced one): the stateful stages (penalties)
+        count it as they count a sampled one."""
+        self._lib.llama_sampler_accept(self.chain, token)
+
     def close(self) -> None:
         if self.chain is not None:
             self._lib.llama_sampler_free(self.chain)

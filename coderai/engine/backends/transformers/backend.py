@@ -247,6 +247,10 @@ class TransformersInstance(ModelInstance):
         text: str = self.tokenizer.decode(known_ids(ids, self.vocabulary, "tokens"))
         return text
 
+    def marker_ids(self, text: str) -> list[int]:
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)
+        return ids
+
     def start(self, seq: Sequence) -> None:
         ids = self.prompt_ids(seq.job, seq)
         if not ids:
@@ -340,7 +344,9 @@ class TransformersInstance(ModelInstance):
         out = []
         for i, seq in enumerate(seqs):
             job = seq.job
-            if job.temperature <= 0:
+            if seq.forced:  # a thinking budget's end marker: chosen whatever the logits say
+                token = seq.forced.pop(0)
+            elif job.temperature <= 0:
                 token = int(greedy[i])
             else:
                 token = choose_token(rows[i], job, seq.state.generator)

@@ -14,8 +14,9 @@ A `tool_result` marked `is_error` reaches the model with its content prefixed "E
 
 What coding agents send by default (Claude Code on every request), and how it is honoured:
 - `thinking`: `disabled` turns a reasoning model's thinking off where its chat template
-  has a switch; `enabled` (with its `budget_tokens`) and `adaptive` leave it on. A model
-  that does not reason satisfies all three by writing no thinking blocks.
+  has a switch; `enabled` and `adaptive` leave it on, and `enabled`'s `budget_tokens` ends
+  the thinking after that many tokens by forcing its end marker (Job.thinking_budget). A
+  model that does not reason satisfies all three by writing no thinking blocks.
 - `output_config.effort` goes to the template's reasoning switch (Job.reasoning_effort),
   where the model has one; a model without one is asked nothing by it.
 - `context_management` edits that clear thinking blocks: the thinking blocks a request
@@ -414,6 +415,8 @@ class CountTokensRequest(Body):
         effort = self.reasoning_effort()
         if effort is not None:
             body["reasoning_effort"] = effort
+        if self.thinking is not None and self.thinking.budget_tokens is not None:
+            body["thinking_token_budget"] = self.thinking.budget_tokens
         fmt = self.output_config.format if self.output_config else None
         if fmt is not None:
             schema = {"name": "output", "schema": fmt.json_schema, "strict": True}

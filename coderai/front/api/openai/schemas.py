@@ -321,6 +321,9 @@ class ChatRequest(_Sampling):
     #: given to the chat template's reasoning switch, where the model's template has one;
     #: a model that does not reason is asked nothing by it
     reasoning_effort: Effort | None = None
+    #: vLLM's name: a reasoning model's thinking ends after this many tokens (its end
+    #: marker is forced); a model that does not reason is asked nothing by it
+    thinking_token_budget: int | None = Field(None, ge=0, le=2**31 - 1)
 
     def check(self) -> None:
         super().check()

@@ -65,6 +65,8 @@ def server(
              "options": {**options, "chat_template": str(template_file)}},
             {"id": f"think-{backend}", "path": str(path),
              "options": {**options, "chat_template": PLACES_THINKING}},
+            {"id": f"opens-{backend}", "path": str(path),
+             "options": {**options, "chat_template": OPENS_THINK}},
         ]  # fmt: skip
     env = {"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     folder = tmp_path_factory.mktemp("chat-templates")
@@ -245,3 +247,43 @@ def test_an_earlier_turns_reasoning_reaches_the_template(
     assert tokenized.status_code == 200, tokenized.text
     text = post(server, "/detokenize", model=model, tokens=tokenized.json()["tokens"])
     assert "<|assistant|><think>They greet me.</think>hello" in text.json()["prompt"]
+
+
+def _usage(response: httpx.Response) -> tuple[int, int, dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    body = response.json()
+    usage = body["usage"]
+    spent = usage["completion_tokens_details"]["reasoning_tokens"]
+    return spent, usage["completion_tokens"], body["choices"][0]["message"]
+
+
+@pytest.mark.parametrize("backend", ["hf", "gguf"])
+def test_a_thinking_budget_forces_the_end_of_thinking_on_a_real_model(
+    server: Server, backend: str
+) -> None:
+    """The prompt opens `<think>` and the random tiny model never closes it: without a
+    budget every token is thinking; with one, `</think>` is forced once it is spent (its
+    tokens counted as thinking: they close it), and what follows is the answer."""
+    model = f"opens-{backend}"
+    marker = post(server, "/tokenize", model=model, prompt="</think>")
+    assert marker.status_code == 200, marker.text
+    plain = post(server, "/tokenize", model=model, prompt="")
+    marker_tokens = len(marker.json()["tokens"]) - len(plain.json()["tokens"])  # less a BOS
+    ask = {"model": model, "messages": HI, "max_tokens": 16, "temperature": 0}
+
+    spent, total, message = _usage(post(server, "/v1/chat/completions", **ask))
+    assert spent == total == 16 and not message["content"]
+
+    budget = 5
+    body = {**ask, "thinking_token_budget": budget}
+    spent, total, message = _usage(post(server, "/v1/chat/completions", **body))
+    assert spent == budget + marker_tokens and total == 16
+    assert message["reasoning_content"]
+    # nothing after the forced marker is taken for thinking
+    assert message["content"] is None or "</think>" not in message["content"]
+
+    # a budget of nothing: the marker from the first token, no thinking text
+    spent, _, message = _usage(
+        post(server, "/v1/chat/completions", **{**ask, "thinking_token_budget": 0})
+    )
+    assert spent == marker_tokens and not message.get("reasoning_content")

@@ -31,6 +31,8 @@ HARMONY_CALLER = (
     "<|message|>Let me check.<|end|><|start|>assistant<|channel|>commentary"
     ' to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
 )
+LONG_THOUGHT = "ab" * 700
+LONG_THINKER = f"<think>{LONG_THOUGHT}</think>Answer."
 HARMONY_OPTIONS = {"tool_format": "harmony", "reasoning_format": "harmony"}
 HARMONY_OPTIONS = {"tool_format": "harmony", "reasoning_format": "harmony"}
 THINKERS = ["thinker", "gpt-oss-thinker"]
@@ -58,6 +60,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         _scripted("caller", CALLER, reasoning_format="think"),
         _scripted("gpt-oss-thinker", HARMONY_THINKER, **HARMONY_OPTIONS),
         _scripted("gpt-oss-caller", HARMONY_CALLER, **HARMONY_OPTIONS),
+        # a thought of one token per character, longer than the least budget Messages takes
+        _scripted("long-thinker", LONG_THINKER, reasoning_format="think", script_token_chars=1),
         _scripted("plain", THINKER),  # a model that does not reason: its text as written
     ]
     cache = tmp_path_factory.mktemp("cache")
@@ -233,3 +237,47 @@ def test_the_usage_counts_the_thinking_tokens(oai: openai.OpenAI, model: str) ->
     response = oai.responses.create(model=model, input="Weather?")
     assert response.usage is not None
     assert response.usage.output_tokens_details.reasoning_tokens == spent
+
+
+# -- a thinking budget -------------------------------------------------------------------------
+# The fake model writes its script whatever it is told; a forced end marker is a token of
+# its own in it, as a real model's is (tests/integration/engine/backends/
+# test_chat_templates.py forces it on the real backends).
+
+
+def test_a_thinking_budget_ends_the_thinking_by_forcing_its_end(
+    claude: anthropic.Anthropic, oai: openai.OpenAI
+) -> None:
+    budget = 1024  # the least Anthropic's API takes
+    whole = claude.messages.create(
+        model="long-thinker",
+        max_tokens=4096,
+        thinking={"type": "enabled", "budget_tokens": budget},
+        messages=ASK,
+    )
+    # the token that opens <think> is thinking's first: budget - 1 of the thought follow,
+    # then the forced </think>; the model then goes on with its script, as answer
+    thought = LONG_THOUGHT[: budget - 1]
+    assert [b.type for b in whole.content] == ["thinking", "text"]
+    assert whole.content[0].type == "thinking" and whole.content[0].thinking == thought
+    rest = LONG_THINKER[len("<think>") + len(thought) :]
+    assert whole.content[1].type == "text" and whole.content[1].text == rest
+
+    # on chat completions, vLLM's field; a budget the thinking fits in changes nothing
+    cut = _ask(oai, "thinker", extra_body={"thinking_token_budget": 3})
+    usage, message = cut.usage, cut.choices[0].message
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 3 + 1  # and the marker's
+    assert THOUGHT.startswith(_extra(message, "reasoning_content"))
+    roomy = _ask(oai, "thinker", extra_body={"thinking_token_budget": 1000}).choices[0].message
+    assert _extra(roomy, "reasoning_content") == THOUGHT
+    assert roomy.content == "It is sunny in Paris."
+    # a model that does not reason is asked nothing by a budget
+    plain = _ask(oai, "plain", extra_body={"thinking_token_budget": 0}).choices[0].message
+    assert plain.content == THINKER
+
+
+@pytest.mark.parametrize("budget", [-1, 2**31])
+def test_a_budget_out_of_range_is_a_400_naming_it(oai: openai.OpenAI, budget: int) -> None:
+    with pytest.raises(openai.BadRequestError, match="thinking_token_budget"):
+        _ask(oai, "thinker", extra_body={"thinking_token_budget": budget})

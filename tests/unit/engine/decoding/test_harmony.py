@@ -263,3 +263,55 @@ def test_the_template_gets_earlier_reasoning_and_calls_it_can_render() -> None:
     a_result = rendered.index("<|start|>functions.a to=assistant")
     b_call = rendered.index("to=functions.b<|")
     assert a_result < b_call < rendered.index("<|start|>functions.b to=assistant")
+
+
+@pytest.mark.parametrize("cut", range(3))
+def test_a_first_message_addressed_after_its_role_is_a_call(cut: int) -> None:
+    """The prompt ends with `<|start|>assistant`: the output opens with the recipient."""
+    text = ' to=functions.ls<|channel|>commentary json<|message|>{"path": "."}<|call|>'
+    got = read(cuts(text)[cut])
+    assert got["calls"] == [{"name": "ls", "arguments": '{"path": "."}'}] and got["called"]
+    assert got["content"] == ""
+
+
+def test_a_message_to_a_built_in_tool_is_read_by_its_channel() -> None:
+    text = (
+        "<|channel|>analysis to=browser.search code<|message|>{}<|call|>"
+        "<|start|>assistant<|channel|>commentary to=python<|message|>print(1)<|call|>"
+    )
+    got = read(list(text))
+    assert got["calls"] == [] and not got["called"]
+    assert (got["reasoning"], got["content"]) == ("{}", "print(1)")
+
+
+def test_reused_call_ids_keep_each_result_after_its_own_call() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [call("call_0", "a")]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "R1"},
+        {"role": "assistant", "content": "", "tool_calls": [call("call_0", "b")]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "R2"},
+    ]
+    turns = harmony_turns(messages)
+    assert [t.get("content") if t["role"] == "tool" else t["role"] for t in turns] == [
+        "user", "assistant", "R1", "assistant", "R2"
+    ]  # fmt: skip
+
+
+def test_what_a_reader_holds_at_the_end_reaches_the_client() -> None:
+    """At the end of the output (max_tokens, a stop string) a reader gives back what it
+    held: reasoning that might have been an end marker, a cut-off call's closing brace."""
+    from coderai.engine.backends import structured
+    from coderai.engine.backends.base import Sequence
+    from coderai.engine.decoding.tool_parse import ToolCallParser
+
+    seq = Sequence(Job(1, {}, "chat"))
+    seq.parser = HarmonyReader()
+    got = structured.read(seq, "<|channel|>analysis<|message|>compare a <")
+    assert got.reasoning == "compare a "
+    assert structured.read(seq, "", end=True).reasoning == "<"
+
+    seq.parser = ToolCallParser("auto", "qwen3_coder")
+    text = "<tool_call>\n<function=ls>\n<parameter=path>\n.\n"
+    arguments = "".join(d.arguments for d in structured.read(seq, text, end=True).calls)
+    assert json.loads(arguments) == {"path": "."}
