@@ -37,13 +37,13 @@ CONTEXT = 512
 
 
 def build(
-    out: Path, seed: int = 0, fim: bool = False, chat_template: bool = True
+    out: Path, seed: int = 0, fim: bool = False, chat_template: bool | str = True
 ) -> tuple[Path, Path]:
     """Write <out>/hf (transformers folder) and <out>/tiny.gguf; return both paths. With
     `fim`, the variant whose vocabulary also has FIM_TOKENS (special tokens, named in the
     GGUF's metadata as its fill-in-the-middle tokens); its weights differ from the plain
     model's. Without `chat_template`, neither the tokenizer nor the GGUF has one (as base
-    models ship)."""
+    models ship); given as text, both carry that template (a model family's)."""
     hf = out / "hf"
     gguf_path = out / "tiny.gguf"
     specials = SPECIAL_TOKENS + FIM_TOKENS if fim else SPECIAL_TOKENS
@@ -125,7 +125,7 @@ def build_recurrent(out: Path, seed: int = 0) -> Path:
     return path
 
 
-def _tokenizer(specials: list[str], chat_template: bool) -> Any:
+def _tokenizer(specials: list[str], chat_template: bool | str) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -143,7 +143,7 @@ def _tokenizer(specials: list[str], chat_template: bool) -> Any:
         tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
     )
     if chat_template:
-        fast.chat_template = CHAT_TEMPLATE
+        fast.chat_template = CHAT_TEMPLATE if chat_template is True else chat_template
     return fast
 
 
