@@ -165,7 +165,7 @@ DEEPSEEK_V31 = Family(
     "think",
     [
         "<tool_call>",  # the fallback prompt's way, in the system prompt and the call
-        f"<\uff5cAssistant\uff5c></think>",
+        "<\uff5cAssistant\uff5c></think>",
         "<tool_response>\nSunny\n</tool_response>",
     ],
     opens=True,
@@ -235,7 +235,8 @@ GPT_OSS = Family(
         "Reasoning: medium",
         "type get_weather",
         "<|channel|>analysis<|message|>The user wants the weather.<|end|>",
-        '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>',
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+        '{"city": "Paris"}<|call|>',
         '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"Sunny"',
     ],
 )
