@@ -485,7 +485,7 @@ class Scheduler:
                 seq.reasoning_tokens += 1
             if parsed.calls:
                 delta["calls"] = [[d.index, d.name, d.arguments] for d in parsed.calls]
-        if token and seq.job.thinking_budget >= 0 and not seq.forced:
+        if token and seq.job.thinking_budget >= 0:
             structured.budget(seq)
         if entries:
             delta["logprobs"] = entries

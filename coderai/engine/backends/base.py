@@ -81,6 +81,8 @@ class Sequence:
     #: token ids the next steps must choose, in order, whatever the logits say (a thinking
     #: budget's end marker: structured.budget); each backend takes them from the front
     forced: list[int] = field(default_factory=list)
+    #: how many times its thinking budget forced an end (structured.budget)
+    budget_forced: int = 0
     render_special: bool = False
     logprobs: list[Any] | None = None
     #: characters of text already sent for the entries still held in `logprobs`

@@ -14,7 +14,7 @@ from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
 from coderai.engine.decoding.constraint import Constraint
-from coderai.engine.decoding.harmony import ENDS, HarmonyReader
+from coderai.engine.decoding.harmony import ENDS, MESSAGE, HarmonyReader
 from coderai.engine.decoding.reasoning import END, ReasoningSplitter, Split
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
 from coderai.errors import JobError
@@ -78,23 +78,46 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
         seq.reasoning = ReasoningSplitter(inside=seq.opened)
         if seq.opened and job.thinking_budget == 0:  # no thinking at all: it ends at once
             seq.forced = instance.marker_ids(END)
+            seq.budget_forced = 1
     if job.logprobs:
         seq.logprobs = []
 
 
+#: harmony's way out of thinking when another analysis follows a forced end: the answer
+_HARMONY_FINAL = f"{ENDS[0]}<|start|>assistant<|channel|>final{MESSAGE}"
+
+
 def budget(seq: Sequence) -> None:
-    """A thinking budget spent: the reasoning model's end marker is forced (`</think>`, or
-    harmony's `<|end|>`, after which it writes its next message's header itself; one
-    that opens another analysis is ended again, at once). A model that does not reason
-    is asked nothing."""
+    """A thinking budget spent: the reasoning model's end marker is forced, once
+    (`</think>`), whatever the logits say. Harmony's `<|end|>` lets gpt-oss write its next
+    message's header itself (it may call a tool); if it opens another analysis, or has no
+    tool to call, the final channel is forced too. A model that does not reason, or whose
+    marker never shows in its text, is not forced again."""
+    if seq.forced or seq.constraint is not None:
+        return
     if isinstance(seq.reasoning, ReasoningSplitter):
-        thinking, marker = seq.reasoning.reasoning, END
+        if seq.budget_forced or not seq.reasoning.reasoning:
+            return
+        marker = END
     elif isinstance(seq.parser, HarmonyReader):
-        thinking, marker = seq.parser.thinking, ENDS[0]
+        if seq.budget_forced >= 2 or not seq.parser.thinking:
+            return
+        marker = ENDS[0] if not seq.budget_forced and seq.parser.offers_calls else _HARMONY_FINAL
     else:
         return
-    if thinking and seq.reasoning_tokens >= seq.job.thinking_budget and seq.instance:
+    if seq.reasoning_tokens >= seq.job.thinking_budget and seq.instance is not None:
         seq.forced = seq.instance.marker_ids(marker)
+        seq.budget_forced += 1
+
+
+def may_draft(seq: Sequence) -> bool:
+    """Whether a draft may run ahead of the sequence: not while a thinking budget may be
+    reached within it (the budget is checked a token at a time)."""
+    if seq.forced:
+        return False
+    if seq.job.thinking_budget < 0:
+        return True
+    return isinstance(seq.reasoning, ReasoningSplitter) and seq.reasoning.state == "after"
 
 
 def split(seq: Sequence, text: str, end: bool = False) -> Split:

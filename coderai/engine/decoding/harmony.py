@@ -69,7 +69,8 @@ class HarmonyReader:
     content."""
 
     def __init__(self, calls: bool = True, single: bool = False) -> None:
-        self._calls = calls
+        #: whether a message to a function is a call (tools were offered)
+        self.offers_calls = calls
         #: parallel_tool_calls false: the output ends with its first call
         self.single = single
         #: "header" (a message's header is due) or "body"; "plain" once the output is
@@ -120,7 +121,7 @@ class HarmonyReader:
 
     def _open(self, header: str, out: Parsed) -> None:
         self._opened = True
-        self.kind, name = _header_kind(header, self._calls)
+        self.kind, name = _header_kind(header, self.offers_calls)
         self.state = "body"
         if self.kind == "call":
             self.called = True

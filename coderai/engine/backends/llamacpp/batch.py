@@ -887,7 +887,9 @@ class LlamaCppBatchInstance(ModelInstance):
         rooms: list[tuple[_Slot, int]] = []
         for slot in decoding:
             seq = slot.seq
-            if seq.constraint is not None or seq.logprobs is not None or seq.forced:
+            if seq.constraint is not None or seq.logprobs is not None:
+                continue
+            if not structured.may_draft(seq):  # a forced marker, or a budget to watch
                 continue
             room = min(
                 DRAFT_MOST,

@@ -277,6 +277,19 @@ def test_a_thinking_budget_ends_the_thinking_by_forcing_its_end(
     assert plain.content == THINKER
 
 
+def test_a_harmony_budget_ends_the_analysis_in_the_final_channel(oai: openai.OpenAI) -> None:
+    """No tools offered: the forced end opens the final channel, so gpt-oss answers
+    instead of opening another analysis."""
+    cut = _ask(oai, "gpt-oss-thinker", extra_body={"thinking_token_budget": 3})
+    usage, message = cut.usage, cut.choices[0].message
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 3 + 1  # and the marker's
+    reasoning = _extra(message, "reasoning_content")
+    assert reasoning and THOUGHT.startswith(reasoning) and reasoning != THOUGHT
+    # the rest of the script is in the final channel now: the answer, then its own final
+    assert message.content == f"{THOUGHT[len(reasoning) :]}\n\nIt is sunny in Paris."
+
+
 @pytest.mark.parametrize("budget", [-1, 2**31])
 def test_a_budget_out_of_range_is_a_400_naming_it(oai: openai.OpenAI, budget: int) -> None:
     with pytest.raises(openai.BadRequestError, match="thinking_token_budget"):
