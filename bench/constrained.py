@@ -3,7 +3,7 @@ and without llguidance's mask, on both backends, in alternating rounds (A B A B 
 one run. The engine's own instances are driven in this process, so the figures are the
 model's step plus the constraint's work (mask, apply, advance), nothing of HTTP.
 
-    python bench/constrained.py [--model PATH] [--tokens 96] [--rounds 5]
+    python bench/constrained.py [--model PATH] [--tokens 96] [--rounds 5] [--parsing-only]
 
 Like with like: both sides decode the same prompt for `tokens` steps; the constrained side
 writes a JSON array of at least 64 short strings (it cannot end before `tokens`), the free
@@ -12,11 +12,19 @@ wrote (the token counts are in the result). Prompt reading is excluded: the cloc
 at the first token. What this does not show: a schema with large alternations (anyOf over
 many tools) costs more per mask; the first use of a model builds llguidance's view of its
 vocabulary (timed separately).
+
+Then what reading each output format costs the engine a token while it streams
+(`parse_costs`): the same raw text of each format (prose, then reasoning or calls in that
+format's markup), in the same 4-character pieces, through the scheduler's own delta step
+(`Scheduler._emit`: stop sequences aside, the reasoning splitter or harmony reader, the
+call parser, the delta map), against that same text sent as plain text (no parser: the
+path a model without reasoning or tools takes). No model: the figure is the reading alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -126,6 +134,87 @@ def measure(backend: str, path: str, tokens: int, rounds: int) -> dict[str, Any]
     }
 
 
+#: each format's raw output after PROSE: (tool_format, reasoning_format, text)
+_ARGS = json.dumps({"path": "src/app.py", "line": 42, "text": "print('hello, world')"})
+_V31 = "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>"
+FORMATS: dict[str, tuple[str, str, str]] = {
+    "hermes": ("hermes", "none", f'<tool_call>\n{{"name": "edit", "arguments": {_ARGS}}}\n</tool_call>'),
+    "mistral": ("mistral", "none", f'[TOOL_CALLS][{{"name": "edit", "arguments": {_ARGS}}}]'),
+    "qwen3_coder": ("qwen3_coder", "none", "<tool_call>\n<function=edit>\n<parameter=path>\n"
+                    "src/app.py\n</parameter>\n<parameter=line>\n42\n</parameter>\n"
+                    "</function>\n</tool_call>"),
+    "glm45": ("glm45", "none", "<tool_call>edit\n<arg_key>path</arg_key>\n<arg_value>src/app.py"
+              "</arg_value>\n<arg_key>line</arg_key>\n<arg_value>42</arg_value>\n</tool_call>"),
+    "deepseek_v31": ("deepseek_v31", "none", f"{_V31}edit<\uff5ctool\u2581sep\uff5c>{_ARGS}"
+                     "<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>"),
+    "kimi_k2": ("kimi_k2", "none", "<|tool_calls_section_begin|><|tool_call_begin|>functions.edit:0"
+                f"<|tool_call_argument_begin|>{_ARGS}<|tool_call_end|><|tool_calls_section_end|>"),
+    "think": ("hermes", "think", "<think>\n{prose}\n</think>\n\nDone."),
+    "harmony": ("harmony", "harmony", "<|channel|>analysis<|message|>{prose}<|end|><|start|>"
+                f"assistant<|channel|>commentary to=functions.edit <|constrain|>json<|message|>"
+                f"{_ARGS}<|call|>"),
+}  # fmt: skip
+PROSE = (
+    "The function reads the file, then the loop walks its lines and keeps those that match;"
+    " nothing is written until the end, so a failure leaves the file as it was. "
+) * 8
+PIECE_CHARS = 4
+TOOL = {"type": "function", "function": {"name": "edit", "parameters": {"type": "object",
+        "properties": {"path": {"type": "string"}, "line": {"type": "integer"},
+                       "text": {"type": "string"}}}}}  # fmt: skip
+
+
+def _stream(fmt: str, parsed: bool, pieces: list[str]) -> float:
+    """Seconds for one pass of the pieces through Scheduler._emit."""
+    import asyncio
+
+    from coderai.bus.messages import Job
+    from coderai.engine.backends import structured
+    from coderai.engine.backends.base import Sequence
+    from coderai.engine.backends.fake import FakeBackend, FakeInstance
+    from coderai.engine.outbox import Outbox
+    from coderai.engine.scheduler import Scheduler
+
+    tool_format, reasoning_format, _ = FORMATS[fmt]
+    loop = asyncio.new_event_loop()
+    scheduler = Scheduler({"fake": FakeBackend()}, Outbox(loop), slots=1)
+    job = Job(1, {}, "chat", messages=[{"role": "user", "content": "go"}], tools=[TOOL],
+              tool_choice="auto" if parsed else "none")  # fmt: skip
+    seq = Sequence(job)
+    options = {"tool_format": tool_format, "reasoning_format": reasoning_format}
+    instance = FakeInstance(options if parsed else {})
+    seq.instance = instance
+    structured.prepare(seq, instance)
+    emit, deltas = scheduler._emit, scheduler._deltas
+    began = time.perf_counter()
+    for piece in pieces:
+        emit(seq, piece)
+        if len(deltas) > 256:  # what the scheduler's publishing takes away
+            deltas.clear()
+    emit(seq, "", end=True, token=False)
+    spent = time.perf_counter() - began
+    loop.close()
+    return spent
+
+
+def parse_costs(rounds: int) -> list[dict[str, Any]]:
+    out = []
+    for fmt, (_, _, markup) in FORMATS.items():
+        text = PROSE + markup.replace("{prose}", PROSE)
+        pieces = [text[i : i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
+        _stream(fmt, True, pieces)  # warm-up
+        plain, parsed = [], []
+        for _ in range(rounds):
+            plain.append(_stream(fmt, False, pieces))
+            parsed.append(_stream(fmt, True, pieces))
+        plain_us = 1e6 * statistics.median(plain) / len(pieces)
+        parsed_us = 1e6 * statistics.median(parsed) / len(pieces)
+        out.append({"format": fmt, "tokens": len(pieces), "plain_us": round(plain_us, 2),
+                    "parsed_us": round(parsed_us, 2),
+                    "extra_us": round(parsed_us - plain_us, 2)})  # fmt: skip
+    return out
+
+
 def main() -> None:
     from coderai.defaults import embedded_gguf
 
@@ -134,14 +223,21 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / "constrained.json")
+    parser.add_argument("--parsing-only", action="store_true",
+                        help="measure the formats' reading only; keep the saved decode rows")  # fmt: skip
     args = parser.parse_args()
+    parsing = parse_costs(max(args.rounds, 9))
+    if args.parsing_only:
+        saved = json.loads(args.out.read_text())
+        save({**saved, "parsing": parsing, "parsing_rounds": max(args.rounds, 9)}, args.out)
+        return
     results = [
         measure(backend, args.model, args.tokens, args.rounds)
         for backend in ("llama.cpp", "transformers")
     ]
     save(
         {"model": Path(args.model).name, "tokens": args.tokens, "rounds": args.rounds,
-         "results": results},
+         "results": results, "parsing": parsing, "parsing_rounds": max(args.rounds, 9)},
         args.out,
     )  # fmt: skip
 
