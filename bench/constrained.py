@@ -138,7 +138,8 @@ def measure(backend: str, path: str, tokens: int, rounds: int) -> dict[str, Any]
 _ARGS = json.dumps({"path": "src/app.py", "line": 42, "text": "print('hello, world')"})
 _V31 = "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>"
 FORMATS: dict[str, tuple[str, str, str]] = {
-    "hermes": ("hermes", "none", f'<tool_call>\n{{"name": "edit", "arguments": {_ARGS}}}\n</tool_call>'),
+    "hermes": ("hermes", "none",
+               f'<tool_call>\n{{"name": "edit", "arguments": {_ARGS}}}\n</tool_call>'),
     "mistral": ("mistral", "none", f'[TOOL_CALLS][{{"name": "edit", "arguments": {_ARGS}}}]'),
     "qwen3_coder": ("qwen3_coder", "none", "<tool_call>\n<function=edit>\n<parameter=path>\n"
                     "src/app.py\n</parameter>\n<parameter=line>\n42\n</parameter>\n"
@@ -223,8 +224,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / "constrained.json")
-    parser.add_argument("--parsing-only", action="store_true",
-                        help="measure the formats' reading only; keep the saved decode rows")  # fmt: skip
+    parser.add_argument(
+        "--parsing-only",
+        action="store_true",
+        help="measure the formats' reading only; keep the saved decode rows",
+    )
     args = parser.parse_args()
     parsing = parse_costs(max(args.rounds, 9))
     if args.parsing_only:
