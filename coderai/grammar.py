@@ -7,11 +7,13 @@ either a Hugging Face tokenizer or a llama.cpp vocabulary, and is what llama.cpp
 vLLM's own grammar support use. Its mask costs about 70 µs a token on SmolLM2's 49k
 vocabulary here (bench/constrained.py measures the whole cost).
 
-Constraints that hold from the first token (a response_format, tool_choice "required" or a
-named tool) use compact JSON: a small model under a grammar that allows free whitespace
-can spend its whole budget on newlines. A call the model starts on its own (tool_choice
-"auto") is constrained lazily, from where it began, and has already chosen its spacing, so
-its grammar allows a little whitespace between tokens.
+Constraints that hold from the first token (a response_format; tool_choice "required" or
+a named tool where no grammar of the model's own call format can be built: engine/
+decoding/call_grammar.py writes those) use compact JSON: a small model under a grammar
+that allows free whitespace can spend its whole budget on newlines. A call the model
+starts on its own (tool_choice "auto") is constrained lazily, from where it began, and
+has already chosen its spacing, so its grammar allows a little whitespace between
+tokens.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ def _lark(lark: str) -> str:
     import llguidance
 
     return str(llguidance.LLMatcher.grammar_from_lark(lark))
+
+
+def lark_grammar(lark: str) -> str:
+    """A grammar from llguidance's Lark text (engine/decoding/call_grammar.py writes it)."""
+    return _lark(lark)
 
 
 def response_grammar(response_format: dict[str, Any]) -> str:

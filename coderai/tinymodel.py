@@ -37,18 +37,23 @@ CONTEXT = 512
 
 
 def build(
-    out: Path, seed: int = 0, fim: bool = False, chat_template: bool | str = True
+    out: Path,
+    seed: int = 0,
+    fim: bool = False,
+    chat_template: bool | str = True,
+    context: int = CONTEXT,
 ) -> tuple[Path, Path]:
     """Write <out>/hf (transformers folder) and <out>/tiny.gguf; return both paths. With
     `fim`, the variant whose vocabulary also has FIM_TOKENS (special tokens, named in the
     GGUF's metadata as its fill-in-the-middle tokens); its weights differ from the plain
     model's. Without `chat_template`, neither the tokenizer nor the GGUF has one (as base
-    models ship); given as text, both carry that template (a model family's)."""
+    models ship); given as text, both carry that template (a model family's). `context`:
+    the positions it takes (more for a family's long markup)."""
     hf = out / "hf"
     gguf_path = out / "tiny.gguf"
     specials = SPECIAL_TOKENS + FIM_TOKENS if fim else SPECIAL_TOKENS
     tokenizer = _tokenizer(specials, chat_template)
-    model = _model(tokenizer, seed, specials)
+    model = _model(tokenizer, seed, specials, context)
     hf.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(hf)
     tokenizer.save_pretrained(hf)
@@ -147,7 +152,7 @@ def _tokenizer(specials: list[str], chat_template: bool | str) -> Any:
     return fast
 
 
-def _model(tokenizer: Any, seed: int, specials: list[str]) -> Any:
+def _model(tokenizer: Any, seed: int, specials: list[str], context: int = CONTEXT) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -158,7 +163,7 @@ def _model(tokenizer: Any, seed: int, specials: list[str]) -> Any:
         num_hidden_layers=LAYERS,
         num_attention_heads=HEADS,
         num_key_value_heads=KV_HEADS,
-        max_position_embeddings=CONTEXT,
+        max_position_embeddings=context,
         initializer_range=0.5,
         tie_word_embeddings=False,
         rms_norm_eps=1e-5,

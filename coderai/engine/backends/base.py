@@ -78,6 +78,8 @@ class Sequence:
     reasoning_tokens: int = 0
     constraint: Any = None
     lazy: bool = False
+    #: its constraint is a call in the model's own format (reasoning free before it)
+    own_format: bool = False
     #: token ids the next steps must choose, in order, whatever the logits say (a thinking
     #: budget's end marker: structured.budget); each backend takes them from the front
     forced: list[int] = field(default_factory=list)

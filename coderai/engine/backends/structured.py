@@ -13,6 +13,7 @@ from typing import Any
 from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
+from coderai.engine.decoding.call_grammar import OWN_FORMATS, own_grammar
 from coderai.engine.decoding.constraint import Constraint
 from coderai.engine.decoding.harmony import ENDS, MESSAGE, HarmonyReader
 from coderai.engine.decoding.reasoning import END, ReasoningSplitter, Split
@@ -49,6 +50,8 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
         )
         if not job.tools or job.tool_choice == "none":
             pass
+        elif job.tool_choice in ("required", "function") and _own_format(seq, instance):
+            pass  # the call in the model's own format, its reasoning first
         elif job.tool_choice == "required":
             seq.parser = ToolCallParser("calls")
             text = grammar.required_grammar(job.tools, job.parallel_tool_calls)
@@ -74,7 +77,8 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
     # a grammar from the first token (a required call, a response format) writes no
     # thinking, even where the template opened it
     think = instance.reasoning_format == "think" and not isinstance(seq.parser, HarmonyReader)
-    if job.kind == JobKind.CHAT and think and seq.constraint is None:
+    free = seq.constraint is None or seq.own_format
+    if job.kind == JobKind.CHAT and think and free:
         seq.reasoning = ReasoningSplitter(inside=seq.opened)
         if seq.opened and job.thinking_budget == 0:  # no thinking at all: it ends at once
             seq.forced = instance.marker_ids(END)
@@ -87,14 +91,50 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
 _HARMONY_FINAL = f"{ENDS[0]}<|start|>assistant<|channel|>final{MESSAGE}"
 
 
+def _own_format(seq: Sequence, instance: ModelInstance) -> bool:
+    """A required or named call under a grammar of the model's own call format (its
+    reasoning free before it), read by that format's parser; False where the model
+    cannot be given one (the JSON grammar then writes the call)."""
+    job = seq.job
+    tokenizer = instance.grammar_tokenizer()
+    if tokenizer is None or instance.tool_format not in OWN_FORMATS:
+        return False
+    required = job.tool_choice == "required"
+    tools = job.tools if required else [_tool(job.tools, job.tool_name)]
+    parallel = required and job.parallel_tool_calls
+    harmony = "harmony" in (instance.tool_format, instance.reasoning_format)
+    think = "harmony" if harmony else ""
+    if instance.reasoning_format == "think":
+        think = "opened" if seq.opened else "think"
+
+    def special(marker: str) -> int | None:
+        ids = instance.marker_ids(marker)
+        return ids[0] if len(ids) == 1 and tokenizer.is_special_token(ids[0]) else None
+
+    text = own_grammar(tools, instance.tool_format, special, parallel, think)
+    try:
+        constraint = Constraint(tokenizer, grammar.lark_grammar(text))
+    except JobError as exc:  # a grammar of ours it cannot take: the JSON one writes the call
+        log.warning("job %d: no grammar in the model's own format: %s", job.job_id, exc.message)
+        return False
+    seq.constraint, seq.own_format = constraint, True
+    if harmony:
+        seq.parser = HarmonyReader(calls=True, single=not parallel)
+    else:
+        seq.parser = ToolCallParser("auto", instance.tool_format, single=not parallel,
+                                    tools=job.tools)  # fmt: skip
+    seq.render_special = True
+    return True
+
+
 def budget(seq: Sequence) -> None:
     """A thinking budget spent: the reasoning model's end marker is forced, once
     (`</think>`), whatever the logits say. Harmony's `<|end|>` lets gpt-oss write its next
     message's header itself (it may call a tool); if it opens another analysis, or has no
     tool to call, the final channel is forced too. A model that does not reason, or whose
     marker never shows in its text, is not forced again."""
-    if seq.forced or seq.constraint is not None:
-        return
+    if seq.forced or (seq.constraint is not None and not seq.own_format):
+        return  # a JSON grammar from the first token: no thinking under it
     if isinstance(seq.reasoning, ReasoningSplitter):
         if seq.budget_forced or not seq.reasoning.reasoning:
             return

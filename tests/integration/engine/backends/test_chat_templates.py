@@ -208,7 +208,8 @@ def test_the_backends_know_a_prompt_that_opens_reasoning(
     """The template says the model reasons, and its prompt ends inside `<think>`: the
     backend says so as it renders the prompt, and what the model writes is reasoning
     until `</think>`. Without the template's think, a sequence splits nothing; under a
-    grammar from the first token (a required call) it splits nothing either."""
+    JSON grammar from the first token (a response format) it splits nothing either; a
+    required call's grammar lets it think first."""
     from coderai.engine.backends import structured
     from coderai.engine.backends.base import Sequence
 
@@ -223,8 +224,17 @@ def test_the_backends_know_a_prompt_that_opens_reasoning(
             assert structured.split(seq, "some words", end=True).reasoning == "some words"
         instance.release(seq)
     instance = loaded(bare_models, backend, OPENS_THINK)
+    # a required call, under the grammar of the model's own format, comes after thinking
     job = Job(2, {}, "chat", messages=HI, tools=[WEATHER], tool_choice="required")
     seq = Sequence(job)
+    seq.instance = instance
+    instance.start(seq)
+    structured.prepare(seq, instance)
+    assert seq.opened and seq.own_format and seq.constraint is not None
+    assert seq.reasoning is not None and seq.reasoning.reasoning
+    instance.release(seq)
+    # a response format's JSON from the first token: no thinking under it
+    seq = Sequence(Job(3, {}, "chat", messages=HI, response_format={"type": "json_object"}))
     instance.start(seq)
     structured.prepare(seq, instance)
     assert seq.opened and seq.constraint is not None and seq.reasoning is None

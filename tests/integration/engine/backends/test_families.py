@@ -6,21 +6,31 @@ transformers' template engines. The templates: tests/support/families.py."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from coderai.bus.messages import Job, ModelSpec
+from coderai.engine.backends import structured
 from coderai.engine.backends.base import LoadProgress, Sequence
-from coderai.tinymodel import CONTEXT, build
+from coderai.engine.decoding.harmony import HarmonyReader
+from coderai.engine.decoding.tool_parse import ToolCallParser
+from coderai.tinymodel import build
 from tests.support.families import CONVERSATION, FAMILIES, WEATHER
+from tests.support.server import Server, running
+
+#: the families' markup in the tiny vocabulary's tokens (about one a character) needs room
+WINDOW = 1536
 
 
 @pytest.fixture(scope="module")
 def family_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     return {
-        name: build(tmp_path_factory.mktemp(name), chat_template=family.template)
+        name: build(tmp_path_factory.mktemp(name), chat_template=family.template, context=WINDOW)
         for name, family in FAMILIES.items()
     }
 
@@ -34,7 +44,7 @@ def load(paths: tuple[Path, Path], backend: str) -> Any:
         return TransformersBackend().load(
             ModelSpec("t", str(hf), "transformers", {}), LoadProgress()
         )
-    spec = ModelSpec("t", str(gguf), "gguf", {"n_ctx": CONTEXT, "kv_cache": "f32"})
+    spec = ModelSpec("t", str(gguf), "gguf", {"n_ctx": WINDOW, "kv_cache": "f32"})
     return LlamaCppBackend().load(spec, LoadProgress())
 
 
@@ -64,3 +74,97 @@ def test_a_model_of_each_family_is_read_and_prompted_in_its_own_format(
         assert seq.opened is family.opens  # the output starts inside its reasoning
     finally:
         instance.release(seq)
+    # a required call is constrained in the family's own format, read by its own reader
+    seq = Sequence(Job(3, {}, "chat", messages=CONVERSATION, tools=[WEATHER],
+                       tool_choice="required", max_tokens=1))  # fmt: skip
+    seq.instance = instance
+    instance.start(seq)
+    try:
+        structured.prepare(seq, instance)
+        assert seq.own_format and seq.constraint is not None
+        reader = seq.parser
+        if family.tool_format == "harmony":
+            assert isinstance(reader, HarmonyReader)
+        else:
+            assert isinstance(reader, ToolCallParser) and reader.format == family.tool_format
+            assert reader.mode == "auto"
+        assert (seq.reasoning is not None) is (family.reasoning_format == "think")
+    finally:
+        instance.release(seq)
+
+
+# -- a required or named call, in each family's own format -------------------------------------
+#: arguments a random model cannot make endless: an enum, a bounded integer, no other key
+SHORT = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"enum": ["Paris", "Rome"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 9},
+            },
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+OTHER = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def server(
+    family_models: dict[str, tuple[Path, Path]], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    models = [
+        {"id": f"{name}-{backend}", "path": str(hf if backend == "hf" else gguf),
+         "options": {} if backend == "hf" else {"n_ctx": WINDOW, "kv_cache": "f32"}}
+        for name, (hf, gguf) in family_models.items() for backend in ("gguf", "hf")
+    ]  # fmt: skip
+    cache = tmp_path_factory.mktemp("cache")
+    with running(tmp_path_factory.mktemp("families"), models, cache) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("backend", ["gguf", "hf"])
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_a_forced_call_is_written_in_the_familys_own_format(
+    server: Server, name: str, backend: str, choice: str
+) -> None:
+    """Under the grammar of its own format (its reasoning, if any, cut short by a budget
+    so that the random model gets to the call), the tiny model's call is read by that
+    format's parser, which reads no other: a valid call of the tool asked for."""
+    tool_choice: Any = "required"
+    if choice == "named":
+        tool_choice = {"type": "function", "function": {"name": "get_weather"}}
+    body = {
+        "model": f"{name}-{backend}",
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [SHORT, OTHER] if choice == "named" else [SHORT],
+        "tool_choice": tool_choice,
+        "parallel_tool_calls": False,
+        "thinking_token_budget": 2,
+        "max_tokens": 400,
+        "temperature": 0,
+    }
+    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    choice_out = response.json()["choices"][0]
+    assert choice_out["finish_reason"] == "tool_calls", json.dumps(choice_out)
+    calls = choice_out["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    arguments = json.loads(calls[0]["function"]["arguments"])
+    assert arguments["city"] in ("Paris", "Rome") and 1 <= arguments["days"] <= 9

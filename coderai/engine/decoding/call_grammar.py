@@ -1,0 +1,212 @@
+"""Grammars that make a model call a tool in its own format: tool_choice "required" (one
+call or more; one with parallel_tool_calls false) and a named tool (that one, once),
+written as the model's chat template taught it (tool_parse.FORMATS), not in a format
+foreign to it. The call parser of that format then reads the output as it would read a
+call the model chose to make.
+
+A reasoning model may think first: `<think>...</think>` (or, where its prompt opened the
+block, from the first token to `</think>`), or harmony's analysis message; what it thinks
+is free text, and the calls follow. Values in the XML formats (qwen3_coder, glm45) are
+typed by the tool's schema: a string is free text up to its closing tag, an enum one of
+its values, anything else JSON valid against its schema.
+
+Markers the vocabulary holds as special tokens (gpt-oss's `<|channel|>`, DeepSeek's and
+Kimi's call markers) are written as token references (`<[id]>`): a special token is no
+text, so a string could never match it. The rest are strings. Grammars are llguidance's
+Lark (coderai/grammar.py has the JSON-schema side).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from coderai.engine.decoding.marked_calls import MARKERS
+
+#: the id of a marker that is one special token of the model's vocabulary, else None
+SpecialOf = Callable[[str], int | None]
+#: the formats a grammar is written for (all of tool_parse.FORMATS)
+OWN_FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45", *MARKERS, "harmony")
+#: JSON as models write it in their calls: spaces after separators, bounded
+_SPACED = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,12}"}
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~/")
+
+
+def _string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _regex(text: str) -> str:
+    return "".join("\\" + ch if ch in _REGEX_META else ch for ch in text).replace("\n", "\\n")
+
+
+class _Writer:
+    """Collects the rules of one grammar."""
+
+    def __init__(self, special: SpecialOf) -> None:
+        self.special = special
+        self.rules: list[str] = []
+        self._count = 0
+
+    def name(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}_{self._count}"
+
+    def marker(self, text: str, before: str = "") -> str:
+        """A marker, after some text. Text and a text marker are one string: a lexer
+        that took the text alone while a longer string could still match (a parameter
+        that may follow) would not go back."""
+        token = self.special(text)
+        if token is None:
+            return _string(before + text)
+        return f"{_string(before)} <[{token}]>" if before else f"<[{token}]>"
+
+    def until(self, end: str) -> str:
+        """Free text, then `end` (a marker)."""
+        token = self.special(end)
+        if token is not None:  # a special token cannot be in text: it ends it
+            return f"/(.|\\n)*/ <[{token}]>"
+        rule = self.name("text")
+        self.rules.append(f"{rule}[lazy]: /(.|\\n)*{_regex(end)}/")
+        return rule
+
+    def json(self, schema: dict[str, Any]) -> str:
+        return f"%json {json.dumps({**schema, 'x-guidance': _SPACED})}"
+
+
+def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
+    params = tool.get("function", {}).get("parameters")
+    return params if isinstance(params, dict) else {"type": "object"}
+
+
+def _value(w: _Writer, schema: Any, defs: dict[str, Any], end: str) -> str:
+    """A parameter's value in an XML format, then `end`."""
+    if not isinstance(schema, dict):
+        return w.until(end)
+    choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+        return "(" + " | ".join(_string(c) for c in choices) + ") " + _string(end)
+    if schema.get("type") == "string" or schema == {}:
+        return w.until(end)
+    with_defs = {**schema, "$defs": defs} if defs else schema
+    return f"{w.json(with_defs)} {_string(end)}"
+
+
+def _xml_call(w: _Writer, tool: dict[str, Any], fmt: str) -> str:
+    """One call of a tool in qwen3_coder's or glm45's markup."""
+    name = tool["function"]["name"]
+    params = _parameters(tool)
+    defs = {**params.get("definitions", {}), **params.get("$defs", {})}
+    properties = params.get("properties")
+    required = set(params.get("required", []))
+    parts: list[str] = []
+    if isinstance(properties, dict):
+        for key, schema in properties.items():
+            if fmt == "qwen3_coder":
+                head, end = f"<parameter={key}>\n", "\n</parameter>\n"
+            else:
+                head, end = f"\n<arg_key>{key}</arg_key>\n<arg_value>", "</arg_value>"
+            part = f"{_string(head)} {_value(w, schema, defs, end)}"
+            parts.append(f"({part})" if key in required else f"({part})?")
+    else:  # no schema of its parameters: any, as text
+        key_rule = w.name("key")
+        w.rules.append(f"{key_rule}: /[^>\\n<]+/")
+        if fmt == "qwen3_coder":
+            text = w.until("\n</parameter>\n")
+            parts.append(f'("<parameter=" {key_rule} ">\\n" {text})*')
+        else:
+            text = w.until("</arg_value>")
+            parts.append(f'("\\n<arg_key>" {key_rule} "</arg_key>\\n<arg_value>" {text})*')
+    body = " ".join(parts)
+    if fmt == "qwen3_coder":
+        function = _string(f"\n<function={name}>\n")
+        close = w.marker("</tool_call>", "</function>\n")
+        return f"{w.marker('<tool_call>')} {function} {body} {close}"
+    return f"{w.marker('<tool_call>')} {_string(name)} {body} {w.marker('</tool_call>', chr(10))}"
+
+
+def _json_call(w: _Writer, tools: list[dict[str, Any]], key: str) -> str:
+    from coderai.grammar import call_schema
+
+    return w.json(call_schema(tools, key))
+
+
+def _one_call(w: _Writer, tools: list[dict[str, Any]], fmt: str) -> str:
+    """A rule for one call of any of the tools, in the format's markup."""
+    rule = w.name("call")
+    if fmt == "hermes":
+        body = f'{w.marker("<tool_call>")} "\\n" {_json_call(w, tools, "arguments")} '
+        body += w.marker("</tool_call>", "\n")
+    elif fmt == "llama3":
+        body = _json_call(w, tools, "parameters")
+    elif fmt in ("qwen3_coder", "glm45"):
+        body = " | ".join(f"({_xml_call(w, tool, fmt)})" for tool in tools)
+    elif fmt in MARKERS:
+        m = MARKERS[fmt]
+        options = []
+        for tool in tools:
+            name = tool["function"]["name"]
+            label = f"functions.{name}:" if fmt == "kimi_k2" else name
+            index = " /[0-9]{1,3}/" if fmt == "kimi_k2" else ""
+            options.append(f"({w.marker(m.begin)} {_string(label)}{index} {w.marker(m.sep)} "
+                           f"{w.json(_parameters(tool))} {w.marker(m.end)})")  # fmt: skip
+        body = " | ".join(options)
+    elif fmt == "harmony":
+        options = [
+            f"({_string(' to=functions.' + t['function']['name'] + ' ')} "
+            f'{w.marker("<|constrain|>")} "json" {w.marker("<|message|>")} '
+            f"{w.json(_parameters(t))} {w.marker('<|call|>')})"
+            for t in tools
+        ]
+        body = f'{w.marker("<|channel|>")} "commentary" (' + " | ".join(options) + ")"
+    else:
+        raise ValueError(f"no grammar for the call format {fmt!r}")
+    w.rules.append(f"{rule}: {body}")
+    return rule
+
+
+def own_grammar(
+    tools: list[dict[str, Any]],
+    fmt: str,
+    special: SpecialOf,
+    parallel: bool = True,
+    think: str = "",
+) -> str:
+    """Lark text: the output is the model's reasoning, if it reasons (`think`: "think",
+    "opened" where its prompt opened the block, "harmony", or ""), then one call of one of
+    `tools` in format `fmt`, or several (`parallel`; harmony's turn holds one)."""
+    w = _Writer(special)
+    if fmt == "mistral":  # one array of calls
+        from coderai.grammar import call_schema, with_defs
+
+        one = call_schema(tools)
+        items = {k: v for k, v in one.items() if k != "$defs"}
+        array = with_defs({"type": "array", "items": items, "minItems": 1}, one)
+        if not parallel:
+            array["maxItems"] = 1
+        return _start(w, f"{w.marker('[TOOL_CALLS]')} {w.json(array)}", think)
+    call = _one_call(w, tools, fmt)
+    if fmt in MARKERS:  # one section, its calls inside
+        m = MARKERS[fmt]
+        many = f"{call}+" if parallel else call
+        calls = f"{w.marker(m.section)} {many} {w.marker(m.section_end)}"
+    elif parallel and fmt != "harmony":
+        separator = '"; "' if fmt == "llama3" else '"\\n"'
+        calls = f"{call} ({separator} {call})*"
+    else:
+        calls = call
+    return _start(w, calls, think)
+
+
+def _start(w: _Writer, calls: str, think: str) -> str:
+    start = calls
+    if think == "think":
+        start = f"({w.marker('<think>')} {w.until('</think>')} /[ \\t\\r\\n]{{0,4}}/)? {calls}"
+    elif think == "opened":
+        start = f"{w.until('</think>')} /[ \\t\\r\\n]{{0,4}}/ {calls}"
+    elif think == "harmony":
+        analysis = (f'{w.marker("<|channel|>")} "analysis" {w.marker("<|message|>")} '
+                    f'{w.until("<|end|>")} {w.marker("<|start|>")} "assistant"')  # fmt: skip
+        start = f"({analysis})? {calls}"
+    return "\n".join([f"start: {start}", *w.rules]) + "\n"
