@@ -17,6 +17,7 @@ from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError
 from coderai.front.api.event_relay import EventTemplate, render, sse
 from coderai.front.api.openai.choices import call_id
+from coderai.front.api.responses.reasoning_copy import PLAIN, Shown, seal
 from coderai.front.api.responses.request import ResponsesRequest
 from coderai.front.api.stream_io import progress_comment
 from coderai.front.dispatch.output import CallPiece, Collected, Piece
@@ -88,15 +89,19 @@ def message_item(item_id: str, status: str, content: list[dict[str, Any]]) -> di
 
 
 def reasoning_item(
-    item_id: str, status: str, text: str | None, summary: bool = False
+    item_id: str, status: str, text: str | None, shown: Shown = PLAIN
 ) -> dict[str, Any]:
     """A reasoning model's thinking, as its text. A local model writes no summary of it:
     asked for one (`reasoning.summary`), the client gets the thinking itself as the
-    summary too, since agents (Codex) show a summary and not the raw text."""
+    summary too, since agents (Codex) show a summary and not the raw text; asked for its
+    encrypted content, a copy of it (reasoning_copy.py)."""
     content = [] if text is None else [{"type": "reasoning_text", "text": text}]
-    summarized = [{"type": "summary_text", "text": text}] if summary and text is not None else []
-    return {"type": "reasoning", "id": item_id, "status": status, "summary": summarized,
-            "content": content}  # fmt: skip
+    summary = [{"type": "summary_text", "text": text}] if shown.summary and text is not None else []
+    item: dict[str, Any] = {"type": "reasoning", "id": item_id, "status": status,
+                            "summary": summary, "content": content}  # fmt: skip
+    if shown.copy:
+        item["encrypted_content"] = None if text is None else seal(text)
+    return item
 
 
 #: the model's name of each namespaced function: (namespace, name)
@@ -117,12 +122,12 @@ def _text_status(done: Done) -> str:
 
 
 def whole(
-    start: dict[str, Any], got: Collected, done: Done, names: Names, summary: bool = False
+    start: dict[str, Any], got: Collected, done: Done, names: Names, shown: Shown = PLAIN
 ) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     thought = got.reasoning()
     if thought:
-        output.append(reasoning_item(new_id("rs"), "completed", thought, summary))
+        output.append(reasoning_item(new_id("rs"), "completed", thought, shown))
     text, calls = got.content(), got.calls()
     if text or not calls:
         output.append(message_item(new_id("msg"), _text_status(done), [output_text(text)]))
@@ -142,10 +147,11 @@ class ResponseStream:
 
     _TEXT, _SEQ = "\x00coderai-text\x00", "\x00coderai-seq\x00"
 
-    def __init__(self, start: dict[str, Any], names: Names, summary: bool = False) -> None:
+    def __init__(self, start: dict[str, Any], names: Names, shown: Shown = PLAIN) -> None:
         self.start = start
         self.names = names
-        self.summary = summary
+        self.shown = shown
+        self.summary = shown.summary
         self.seq = 0
         #: the items done, in order; the open one, what it holds so far, and its call
         self.output: list[dict[str, Any]] = []
@@ -236,7 +242,7 @@ class ResponseStream:
                                     "summary_index": 0, "text": held})  # fmt: skip
                 out += self._event({"type": "response.reasoning_summary_part.done", **where,
                                     "summary_index": 0, "part": part})  # fmt: skip
-            item = reasoning_item(self._item["id"], "completed", held, self.summary)
+            item = reasoning_item(self._item["id"], "completed", held, self.shown)
         elif self._item["type"] == "message":
             part = output_text(held)
             out = self._event({"type": "response.output_text.done", **where, "content_index": 0,

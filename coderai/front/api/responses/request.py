@@ -18,12 +18,13 @@ What coding agents send by default (Codex on every request), and how it is honou
   shows a summary, not the raw text). A model that writes no reasoning yields no
   reasoning items, which satisfies both.
 - `include: ["reasoning.encrypted_content"]` asks for the encrypted reasoning of the
-  reasoning items: there are none to carry it (nothing is stored, and reasoning is
-  returned as text when a model writes it). Other `include` values are refused.
+  reasoning items: each carries a copy of its thinking there, not encrypted (nothing is
+  stored or secret here: reasoning_copy.py), which is read back when it returns without
+  its text. Other `include` values are refused.
 - `reasoning` items sent back with the conversation: their `reasoning_text` content is
   the next assistant turn's `reasoning_content`, which the chat template places (a tool
-  loop's current turn, in Qwen3's) or drops; summaries and encrypted content are left
-  out (a summary is not the thinking; nothing here is encrypted).
+  loop's current turn, in Qwen3's) or drops; summaries, and encrypted content not ours,
+  are left out (a summary is not the thinking).
 - Tools: function tools are offered to the model; a `namespace` group's function tools
   too, each named `<namespace>__<name>` to the model and answered as a `function_call`
   with the tool's `name` and its `namespace`, as the API reference defines them. A hosted
@@ -40,6 +41,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from coderai.errors import InvalidRequest
 from coderai.front.api.openai.schemas import Effort, Text, TokenCount
+from coderai.front.api.responses.reasoning_copy import Shown, unseal
 from coderai.front.api.translation import Body, asks_nothing
 
 #: OpenAI's rule for a function's name
@@ -106,8 +108,9 @@ class FunctionCallOutputItem(Body):
 
 class ReasoningItem(Body):
     """An earlier answer's reasoning, sent back with the conversation: its `reasoning_text`
-    content is the next assistant turn's reasoning_content (the template places it or
-    drops it); a summary is not the thinking, and is left out."""
+    content (or, without it, the copy of ours in `encrypted_content`) is the next
+    assistant turn's reasoning_content (the template places it or drops it); a summary is
+    not the thinking, and is left out."""
 
     type: Literal["reasoning"]
     summary: list[Any] = Field(default_factory=list)
@@ -115,13 +118,15 @@ class ReasoningItem(Body):
     encrypted_content: Text | None = None
 
     def text(self) -> str:
-        return "".join(
+        written = "".join(
             part["text"]
             for part in self.content or []
             if isinstance(part, dict)
             and part.get("type") == "reasoning_text"
             and isinstance(part.get("text"), str)
         )
+        # a client that sends back only the copy it asked for gets the thinking back
+        return written or unseal(self.encrypted_content or "")
 
 
 Item = Annotated[
@@ -442,11 +447,12 @@ class ResponsesRequest(Body):
             for f in tool.functions()
         }
 
-    def summarized(self) -> bool:
-        """Whether reasoning items are to carry a summary (reply.reasoning_item)."""
-        return self.reasoning is not None and bool(
+    def shown(self) -> Shown:
+        """What reasoning items carry besides their text (reply.reasoning_item)."""
+        summary = self.reasoning is not None and bool(
             self.reasoning.summary or self.reasoning.generate_summary
         )
+        return Shown(summary=summary, copy="reasoning.encrypted_content" in self.include)
 
     def reasoning_echo(self) -> dict[str, Any] | None:
         if self.reasoning is None:

@@ -53,7 +53,7 @@ class ResponsesRoutes:
         dispatcher = self.serving.dispatcher
         try:
             if req.stream:
-                renderer = ResponseStream(start, req.namespaces(), req.summarized())
+                renderer = ResponseStream(start, req.namespaces(), req.shown())
                 return await event_relay.stream(
                     request,
                     dispatcher,
@@ -67,9 +67,7 @@ class ResponsesRoutes:
             if isinstance(job.outcome, CoderaiError):
                 return error_response(job.outcome, job.served_by)
             assert job.outcome is not None
-            body = responses_reply.whole(
-                start, got, job.outcome, req.namespaces(), req.summarized()
-            )
+            body = responses_reply.whole(start, got, job.outcome, req.namespaces(), req.shown())
             headers[ENGINE_HEADER] = job.served_by or FRONT
             return web.json_response(body, headers=headers)
         finally:

@@ -213,6 +213,22 @@ def test_asked_for_a_summary_the_reasoning_item_carries_the_thinking_as_it(
     assert final.type == "response.completed"
     item = final.response.output[0]
     assert item.type == "reasoning" and [s.text for s in item.summary] == [THOUGHT]
+    assert item.encrypted_content is None  # not asked for
+
+    # asked for its copy, as Codex asks: whole and streamed, a copy that reads back
+    from coderai.front.api.responses.reasoning_copy import unseal
+
+    copied = oai.responses.create(
+        model="thinker", input="Weather?", include=["reasoning.encrypted_content"]
+    ).output[0]
+    assert copied.type == "reasoning" and unseal(copied.encrypted_content or "") == THOUGHT
+    streamed = list(
+        oai.responses.create(
+            model="thinker", input="W?", stream=True, include=["reasoning.encrypted_content"]
+        )
+    )
+    ended = [e.item for e in streamed if e.type == "response.output_item.done"]
+    assert ended[0].type == "reasoning" and unseal(ended[0].encrypted_content or "") == THOUGHT
 
 
 @pytest.mark.parametrize("model", THINKERS)

@@ -432,6 +432,27 @@ def test_earlier_reasoning_items_are_the_next_turns_reasoning_for_the_template()
     ]  # fmt: skip
 
 
+def test_a_reasoning_items_copy_carries_its_thinking_back_without_its_text() -> None:
+    """Asked for with include, the copy in encrypted_content is ours to read back (a client
+    may send only it); a copy not ours (one OpenAI encrypted) is left out."""
+    from coderai.front.api.responses.reasoning_copy import Shown, seal
+
+    item = responses_reply.reasoning_item("rs_1", "completed", "hmm", Shown(copy=True))
+    assert item["encrypted_content"] == seal("hmm") != "hmm"
+    assert "encrypted_content" not in responses_reply.reasoning_item("rs_1", "completed", "hmm")
+    req = _responses({"input": [
+        {"type": "message", "role": "user", "content": "a"},
+        {"type": "reasoning", "summary": [], "encrypted_content": item["encrypted_content"]},
+        {"type": "message", "role": "assistant", "content": "b"},
+        {"type": "message", "role": "user", "content": "c"},
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAAABo-openai-sealed"},
+        {"type": "message", "role": "assistant", "content": "d"},
+    ]})  # fmt: skip
+    chat = chat_request(req.chat_body(), responses_request.RENAMES)
+    sent = [m.for_template().get("reasoning_content") for m in chat.messages]
+    assert sent == [None, "hmm", None, None]
+
+
 @pytest.mark.parametrize("name", ["reasoning_content", "reasoning"])
 def test_a_chat_turns_reasoning_under_either_name_reaches_the_template(name: str) -> None:
     turns = [
