@@ -292,6 +292,13 @@ def test_a_thinking_budget_forces_the_end_of_thinking_on_a_real_model(
     # nothing after the forced marker is taken for thinking
     assert message["content"] is None or "</think>" not in message["content"]
 
+    # log-probabilities cover every completion token, the thinking's and the marker's too
+    with_logprobs = post(server, "/v1/chat/completions", **body, logprobs=True)
+    assert with_logprobs.status_code == 200, with_logprobs.text
+    entries = with_logprobs.json()["choices"][0]["logprobs"]["content"]
+    assert len(entries) == total
+    assert "".join(e["token"] for e in entries[budget : budget + marker_tokens]) == "</think>"
+
     # a budget of nothing: the marker from the first token, no thinking text
     spent, _, message = _usage(
         post(server, "/v1/chat/completions", **{**ask, "thinking_token_budget": 0})

@@ -310,3 +310,12 @@ def test_a_harmony_budget_ends_the_analysis_in_the_final_channel(oai: openai.Ope
 def test_a_budget_out_of_range_is_a_400_naming_it(oai: openai.OpenAI, budget: int) -> None:
     with pytest.raises(openai.BadRequestError, match="thinking_token_budget"):
         _ask(oai, "thinker", extra_body={"thinking_token_budget": budget})
+
+
+def test_a_stop_sequence_matches_inside_the_thinking_too(oai: openai.OpenAI) -> None:
+    """Stop sequences are matched on everything the model writes, its thinking included
+    (as vLLM's): the output ends there, the thinking cut where the sequence began."""
+    choice = _ask(oai, "thinker", stop=["Paris"]).choices[0]
+    assert choice.finish_reason == "stop"
+    assert _extra(choice.message, "reasoning_content") == THOUGHT[: THOUGHT.index("Paris")]
+    assert not choice.message.content
