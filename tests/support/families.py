@@ -25,6 +25,9 @@ class Family:
     rendered: list[str] = field(default_factory=list)
     #: whether its generation prompt opens the reasoning (the output starts inside it)
     opens: bool = False
+    #: the tags its calls and its thinking are between, read from what it renders
+    call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>")
+    think_tags: tuple[str, str] = ("<think>", "</think>")
 
 
 #: ChatML turns, as Qwen's templates write them
@@ -241,6 +244,32 @@ GPT_OSS = Family(
     ],
 )
 
+#: a family no code here knows: JSON calls and thinking between tags of its own, which
+#: are read from what its template renders (template_probe.py)
+NOVEL = Family(
+    "{% if tools %}<|system|>Tools: {{ tools | tojson }}\nCall one as "
+    '<|act|>{"name": ..., "arguments": ...}<|/act|>{% endif %}'
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|result|>{{ m.content }}<|/result|>"
+    "{% elif m.role == 'assistant' %}<|bot|>"
+    "{% if m.reasoning_content %}<|ponder|>{{ m.reasoning_content }}<|/ponder|>{% endif %}"
+    "{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}<|act|>\n"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
+    "<|/act|>{% endfor %}<|eot|>"
+    "{% else %}<|{{ m.role }}|>{{ m.content }}<|eot|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|bot|>{% endif %}",
+    "hermes",
+    "think",
+    [
+        "<|ponder|>The user wants the weather.<|/ponder|>",
+        '<|act|>\n{"name": "get_weather", "arguments": {"city": "Paris"}}<|/act|>',
+        "<|result|>Sunny<|/result|>",
+    ],
+    call_tags=("<|act|>", "<|/act|>"),
+    think_tags=("<|ponder|>", "<|/ponder|>"),
+)
+
 FAMILIES = {
     "qwen3": QWEN3,
     "qwen3_coder": QWEN3_CODER,
@@ -251,6 +280,7 @@ FAMILIES = {
     "deepseek_r1": DEEPSEEK_R1,
     "kimi_k2": KIMI_K2,
     "gpt_oss": GPT_OSS,
+    "novel": NOVEL,
 }
 
 WEATHER = {

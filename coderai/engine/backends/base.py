@@ -222,6 +222,10 @@ class ModelInstance(abc.ABC):
     tool_format: str = "hermes"
     #: how it writes its reasoning (reasoning.REASONING_FORMATS), for chat jobs
     reasoning_format: str = "none"
+    #: the tags of its Hermes-like calls and of its thinking, where its template teaches
+    #: tags of its own (template_probe.py)
+    call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>")
+    think_tags: tuple[str, str] = ("<think>", "</think>")
 
     def grammar_tokenizer(self) -> Any:
         """llguidance's view of the vocabulary (built once, on first use), or None for a

@@ -16,7 +16,7 @@ from coderai.engine.backends.base import ModelInstance, Sequence
 from coderai.engine.decoding.call_grammar import OWN_FORMATS, own_grammar
 from coderai.engine.decoding.constraint import Constraint
 from coderai.engine.decoding.harmony import ENDS, MESSAGE, HarmonyReader
-from coderai.engine.decoding.reasoning import END, ReasoningSplitter, Split
+from coderai.engine.decoding.reasoning import ReasoningSplitter, Split
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
 from coderai.errors import JobError
 
@@ -66,7 +66,11 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
         else:
             single = not job.parallel_tool_calls
             seq.parser = ToolCallParser(
-                "auto", instance.tool_format, single=single, tools=job.tools
+                "auto",
+                instance.tool_format,
+                single=single,
+                tools=job.tools,
+                tags=instance.call_tags,
             )
             seq.render_special = True
         if harmony and seq.parser is None and seq.constraint is None:
@@ -79,9 +83,9 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
     think = instance.reasoning_format == "think" and not isinstance(seq.parser, HarmonyReader)
     free = seq.constraint is None or seq.own_format
     if job.kind == JobKind.CHAT and think and free:
-        seq.reasoning = ReasoningSplitter(inside=seq.opened)
+        seq.reasoning = ReasoningSplitter(inside=seq.opened, tags=instance.think_tags)
         if seq.opened and job.thinking_budget == 0:  # no thinking at all: it ends at once
-            seq.forced = instance.marker_ids(END)
+            seq.forced = instance.marker_ids(seq.reasoning.end)
             seq.budget_forced = 1
     if job.logprobs:
         seq.logprobs = []
@@ -111,18 +115,19 @@ def _own_format(seq: Sequence, instance: ModelInstance) -> bool:
         ids = instance.marker_ids(marker)
         return ids[0] if len(ids) == 1 and tokenizer.is_special_token(ids[0]) else None
 
-    text = own_grammar(tools, instance.tool_format, special, parallel, think)
     try:
+        text = own_grammar(tools, instance.tool_format, special, parallel, think,
+                           instance.call_tags, instance.think_tags)  # fmt: skip
         constraint = Constraint(tokenizer, grammar.lark_grammar(text))
-    except JobError as exc:  # a grammar of ours it cannot take: the JSON one writes the call
-        log.warning("job %d: no grammar in the model's own format: %s", job.job_id, exc.message)
+    except Exception as exc:  # a grammar of ours it cannot take: the JSON one writes the call
+        log.warning("job %d: no grammar in the model's own format: %s", job.job_id, exc)
         return False
     seq.constraint, seq.own_format = constraint, True
     if harmony:
         seq.parser = HarmonyReader(calls=True, single=not parallel)
     else:
         seq.parser = ToolCallParser("auto", instance.tool_format, single=not parallel,
-                                    tools=job.tools)  # fmt: skip
+                                    tools=job.tools, tags=instance.call_tags)  # fmt: skip
     seq.render_special = True
     return True
 
@@ -138,7 +143,7 @@ def budget(seq: Sequence) -> None:
     if isinstance(seq.reasoning, ReasoningSplitter):
         if seq.budget_forced or not seq.reasoning.reasoning:
             return
-        marker = END
+        marker = seq.reasoning.end
     elif isinstance(seq.parser, HarmonyReader):
         if seq.budget_forced >= 2 or not seq.parser.thinking:
             return

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from coderai.engine.decoding.marked_calls import MARKERS
+from coderai.engine.decoding.tool_parse import CALL_TAGS
+from coderai.engine.decoding.xml_call import schema_types
 
 #: the id of a marker that is one special token of the model's vocabulary, else None
 SpecialOf = Callable[[str], int | None]
@@ -39,6 +41,10 @@ def _string(text: str) -> str:
 
 def _regex(text: str) -> str:
     return "".join("\\" + ch if ch in _REGEX_META else ch for ch in text).replace("\n", "\\n")
+
+
+class Mark(str):
+    """A marker among the parts of `_Writer.seq` (text otherwise)."""
 
 
 class _Writer:
@@ -71,6 +77,24 @@ class _Writer:
         self.rules.append(f"{rule}[lazy]: /(.|\\n)*{_regex(end)}/")
         return rule
 
+    def seq(self, *parts: str) -> str:
+        """Text and markers (Mark) in a row: runs of text, text markers included, are one
+        string each (see `marker`); a special token's marker is its token."""
+        out: list[str] = []
+        text = ""
+        for part in parts:
+            token = self.special(part) if isinstance(part, Mark) else None
+            if token is None:
+                text += part
+                continue
+            if text:
+                out.append(_string(text))
+                text = ""
+            out.append(f"<[{token}]>")
+        if text:
+            out.append(_string(text))
+        return " ".join(out)
+
     def json(self, schema: dict[str, Any]) -> str:
         return f"%json {json.dumps({**schema, 'x-guidance': _SPACED})}"
 
@@ -80,50 +104,81 @@ def _parameters(tool: dict[str, Any]) -> dict[str, Any]:
     return params if isinstance(params, dict) else {"type": "object"}
 
 
-def _value(w: _Writer, schema: Any, defs: dict[str, Any], end: str) -> str:
-    """A parameter's value in an XML format, then `end`."""
-    if not isinstance(schema, dict):
-        return w.until(end)
-    choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
+def _resolved(schema: Any, params: dict[str, Any]) -> Any:
+    """A parameter's schema with its local `$ref` followed (a few deep)."""
+    for _ in range(8):
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str):
+            return schema
+        for root in ("#/$defs/", "#/definitions/"):
+            if ref.startswith(root):
+                target = (params.get(root[2:-1]) or {}).get(ref[len(root) :])
+                break
+        else:
+            return schema
+        if not isinstance(target, dict):
+            return schema
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _value(w: _Writer, schema: Any, params: dict[str, Any], fmt: str) -> str:
+    """A parameter's value in an XML format, and its closing tag. A schema that allows a
+    string (or says nothing of its type) is free text: the parser keeps text as written
+    where a string is allowed, so quotes would stay in the value."""
+    closing = "</parameter>" if fmt == "qwen3_coder" else "</arg_value>"
+    after = "\n" if fmt == "qwen3_coder" else ""  # Qwen writes a newline either side
+    schema = _resolved(schema, params)
+    choices = None
+    if isinstance(schema, dict):
+        choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
     if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-        return "(" + " | ".join(_string(c) for c in choices) + ") " + _string(end)
-    if schema.get("type") == "string" or schema == {}:
-        return w.until(end)
-    with_defs = {**schema, "$defs": defs} if defs else schema
-    return f"{w.json(with_defs)} {_string(end)}"
+        options = "(" + " | ".join(_string(c) for c in choices) + ")"
+        return f"{options} {w.seq(after, Mark(closing), after)}"
+    kinds = schema_types(schema)
+    if not kinds or "string" in kinds or not isinstance(schema, dict):
+        # the value ends at the first closing tag, as the parser ends it
+        text = w.until(closing)
+        return f"{text} {w.seq(after)}" if after else text
+    roots = {k: params[k] for k in ("$defs", "definitions") if isinstance(params.get(k), dict)}
+    return f"{w.json({**schema, **roots})} {w.seq(after, Mark(closing), after)}"
 
 
 def _xml_call(w: _Writer, tool: dict[str, Any], fmt: str) -> str:
     """One call of a tool in qwen3_coder's or glm45's markup."""
     name = tool["function"]["name"]
     params = _parameters(tool)
-    defs = {**params.get("definitions", {}), **params.get("$defs", {})}
     properties = params.get("properties")
-    required = set(params.get("required", []))
+    required = params.get("required")
+    required = set(required) if isinstance(required, list) else set()
     parts: list[str] = []
     if isinstance(properties, dict):
         for key, schema in properties.items():
             if fmt == "qwen3_coder":
-                head, end = f"<parameter={key}>\n", "\n</parameter>\n"
+                head = w.seq(f"<parameter={key}>\n")
             else:
-                head, end = f"\n<arg_key>{key}</arg_key>\n<arg_value>", "</arg_value>"
-            part = f"{_string(head)} {_value(w, schema, defs, end)}"
+                head = w.seq("\n", Mark("<arg_key>"), key, Mark("</arg_key>"), "\n",
+                             Mark("<arg_value>"))  # fmt: skip
+            part = f"{head} {_value(w, schema, params, fmt)}"
             parts.append(f"({part})" if key in required else f"({part})?")
     else:  # no schema of its parameters: any, as text
         key_rule = w.name("key")
         w.rules.append(f"{key_rule}: /[^>\\n<]+/")
         if fmt == "qwen3_coder":
-            text = w.until("\n</parameter>\n")
+            text = f'{w.until("</parameter>")} "\\n"'
             parts.append(f'("<parameter=" {key_rule} ">\\n" {text})*')
         else:
-            text = w.until("</arg_value>")
-            parts.append(f'("\\n<arg_key>" {key_rule} "</arg_key>\\n<arg_value>" {text})*')
+            opening = w.seq("\n", Mark("<arg_key>"))
+            middle = w.seq(Mark("</arg_key>"), "\n", Mark("<arg_value>"))
+            parts.append(f"({opening} {key_rule} {middle} {w.until('</arg_value>')})*")
     body = " ".join(parts)
+    newline = "\n"
     if fmt == "qwen3_coder":
-        function = _string(f"\n<function={name}>\n")
-        close = w.marker("</tool_call>", "</function>\n")
+        function = _string(f"{newline}<function={name}>{newline}")
+        close = w.seq(f"</function>{newline}", Mark("</tool_call>"))
         return f"{w.marker('<tool_call>')} {function} {body} {close}"
-    return f"{w.marker('<tool_call>')} {_string(name)} {body} {w.marker('</tool_call>', chr(10))}"
+    close = w.seq(newline, Mark("</tool_call>"))
+    return f"{w.marker('<tool_call>')} {_string(name)} {body} {close}"
 
 
 def _json_call(w: _Writer, tools: list[dict[str, Any]], key: str) -> str:
@@ -132,12 +187,14 @@ def _json_call(w: _Writer, tools: list[dict[str, Any]], key: str) -> str:
     return w.json(call_schema(tools, key))
 
 
-def _one_call(w: _Writer, tools: list[dict[str, Any]], fmt: str) -> str:
+def _one_call(
+    w: _Writer, tools: list[dict[str, Any]], fmt: str, tags: tuple[str, str] = CALL_TAGS
+) -> str:
     """A rule for one call of any of the tools, in the format's markup."""
     rule = w.name("call")
     if fmt == "hermes":
-        body = f'{w.marker("<tool_call>")} "\\n" {_json_call(w, tools, "arguments")} '
-        body += w.marker("</tool_call>", "\n")
+        body = f'{w.marker(tags[0])} "\\n" {_json_call(w, tools, "arguments")} '
+        body += w.marker(tags[1], "\n")
     elif fmt == "llama3":
         body = _json_call(w, tools, "parameters")
     elif fmt in ("qwen3_coder", "glm45"):
@@ -172,6 +229,8 @@ def own_grammar(
     special: SpecialOf,
     parallel: bool = True,
     think: str = "",
+    call_tags: tuple[str, str] = CALL_TAGS,
+    think_tags: tuple[str, str] = ("<think>", "</think>"),
 ) -> str:
     """Lark text: the output is the model's reasoning, if it reasons (`think`: "think",
     "opened" where its prompt opened the block, "harmony", or ""), then one call of one of
@@ -185,8 +244,8 @@ def own_grammar(
         array = with_defs({"type": "array", "items": items, "minItems": 1}, one)
         if not parallel:
             array["maxItems"] = 1
-        return _start(w, f"{w.marker('[TOOL_CALLS]')} {w.json(array)}", think)
-    call = _one_call(w, tools, fmt)
+        return _start(w, f"{w.marker('[TOOL_CALLS]')} {w.json(array)}", think, think_tags)
+    call = _one_call(w, tools, fmt, call_tags)
     if fmt in MARKERS:  # one section, its calls inside
         m = MARKERS[fmt]
         many = f"{call}+" if parallel else call
@@ -196,15 +255,15 @@ def own_grammar(
         calls = f"{call} ({separator} {call})*"
     else:
         calls = call
-    return _start(w, calls, think)
+    return _start(w, calls, think, think_tags)
 
 
-def _start(w: _Writer, calls: str, think: str) -> str:
+def _start(w: _Writer, calls: str, think: str, tags: tuple[str, str]) -> str:
     start = calls
     if think == "think":
-        start = f"({w.marker('<think>')} {w.until('</think>')} /[ \\t\\r\\n]{{0,4}}/)? {calls}"
+        start = f"({w.marker(tags[0])} {w.until(tags[1])} /[ \\t\\r\\n]{{0,4}}/)? {calls}"
     elif think == "opened":
-        start = f"{w.until('</think>')} /[ \\t\\r\\n]{{0,4}}/ {calls}"
+        start = f"{w.until(tags[1])} /[ \\t\\r\\n]{{0,4}}/ {calls}"
     elif think == "harmony":
         analysis = (f'{w.marker("<|channel|>")} "analysis" {w.marker("<|message|>")} '
                     f'{w.until("<|end|>")} {w.marker("<|start|>")} "assistant"')  # fmt: skip

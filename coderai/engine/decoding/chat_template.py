@@ -15,6 +15,7 @@ in the assistant's text, and tool results as user messages in `<tool_response>` 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -22,7 +23,8 @@ from typing import Any
 from coderai.bus.messages import Job
 from coderai.engine.decoding.marked_calls import MARKERS
 from coderai.engine.decoding.reasoning import END, REASONING_FORMATS, START
-from coderai.engine.decoding.tool_parse import FORMATS
+from coderai.engine.decoding.template_probe import Probed, probe
+from coderai.engine.decoding.tool_parse import CALL_TAGS, FORMATS
 from coderai.errors import ConfigError, JobError
 from coderai.templatefile import TEMPLATE_OPTION, check, is_inline
 
@@ -97,6 +99,10 @@ def tool_format(template: str | None, options: dict[str, Any]) -> str:
     source = str(template or "") if knows_tools(template) else ""
     if _is_harmony(source):
         return "harmony"
+    probed = _probed(source).tool_format if source else None
+    if probed is not None:  # what the template renders of a call
+        return probed
+    # what it does not render (it raised on the probe): the markers in its source
     if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
         return "qwen3_coder"
     if "<tool_call>" in source and "<arg_key>" in source:
@@ -129,7 +135,23 @@ def reasoning_format(template: str | None, options: dict[str, Any]) -> str:
     source = str(template or "")
     if _is_harmony(source):
         return "harmony"
+    if source and _probed(source).think_tags is not None:  # it renders thinking in tags
+        return "think"
     return "think" if START in source or END in source else "none"
+
+
+def tags(template: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The tags of the model's Hermes-like calls and of its thinking: those its template
+    renders (a family's own), else `<tool_call>` and `<think>`'s."""
+    source = str(template or "")
+    probed = _probed(source) if source else Probed()
+    calls = probed.call_tags if knows_tools(source) and probed.call_tags else CALL_TAGS
+    return calls, probed.think_tags or (START, END)
+
+
+@functools.lru_cache(maxsize=16)
+def _probed(source: str) -> Probed:
+    return probe(source)
 
 
 def _is_harmony(source: str) -> bool:

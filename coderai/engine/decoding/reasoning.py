@@ -29,11 +29,16 @@ START, END = "<think>", "</think>"
 _WHITESPACE = " \t\r\n"
 
 
-def opens_reasoning(prompt: str) -> bool:
+#: the tags a reasoning model writes its thinking between (a family may have its own:
+#: template_probe.py reads them from the template)
+TAGS = (START, END)
+
+
+def opens_reasoning(prompt: str, start: str = START) -> bool:
     """Whether a rendered prompt ends with `<think>` (its template opened the answer's
     reasoning): its output starts inside it. Only the end counts: a `<think>` in a
     message (a question about the tag, a file an agent read) opens nothing."""
-    return prompt.rstrip(_WHITESPACE).endswith(START)
+    return prompt.rstrip(_WHITESPACE).endswith(start)
 
 
 @dataclass
@@ -45,7 +50,8 @@ class Split:
 class ReasoningSplitter:
     """Feed it the output's text in pieces; it says what is reasoning and what is answer."""
 
-    def __init__(self, inside: bool = False) -> None:
+    def __init__(self, inside: bool = False, tags: tuple[str, str] = TAGS) -> None:
+        self.start, self.end = tags
         #: "start" (nothing but whitespace yet), "inside" (reasoning), "after" (answer)
         self.state = "inside" if inside else "start"
         self._held = ""
@@ -62,39 +68,39 @@ class ReasoningSplitter:
         data, self._held = self._held + text, ""
         if self.state == "start":
             head = data.lstrip(_WHITESPACE)
-            if not head or (START.startswith(head) and len(head) < len(START)):
+            if not head or (self.start.startswith(head) and len(head) < len(self.start)):
                 self._held = data  # not yet known
                 return out
-            if not head.startswith(START):
+            if not head.startswith(self.start):
                 self.state = "after"
                 out.content = data
                 return out
             self.state, self._trim = "inside", True
-            data = head[len(START) :]
+            data = head[len(self.start) :]
         if self.state == "inside":
             if self._trim:
                 data = data.lstrip(_WHITESPACE)
                 # a model may write the <think> its template already opened
-                if not data or (START.startswith(data) and len(data) < len(START)):
+                if not data or (self.start.startswith(data) and len(data) < len(self.start)):
                     self._held = data
                     return out
-                if data.startswith(START):
-                    data = data[len(START) :].lstrip(_WHITESPACE)
+                if data.startswith(self.start):
+                    data = data[len(self.start) :].lstrip(_WHITESPACE)
                     if not data:
                         return out
                 self._trim = False
-            at = data.find(END)
+            at = data.find(self.end)
             if at < 0:
                 # held: what may grow into </think>, and the whitespace before it (the
                 # reasoning's own end is not part of it)
-                keep = begun(data, END)
+                keep = begun(data, self.end)
                 body = data[: len(data) - keep].rstrip(_WHITESPACE)
                 out.reasoning = body
                 self._held = data[len(body) :]
                 return out
             out.reasoning = data[:at].rstrip(_WHITESPACE)
             self.state, self._trim = "after", True
-            data = data[at + len(END) :]
+            data = data[at + len(self.end) :]
         if self._trim:
             data = data.lstrip(_WHITESPACE)
             if not data:

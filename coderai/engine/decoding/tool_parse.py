@@ -37,6 +37,8 @@ from coderai.engine.decoding.xml_call import XmlCall, parameter_types
 
 #: every call format a model may write; harmony's is read by harmony.py, with its reasoning
 FORMATS = ("hermes", "mistral", "llama3", "qwen3_coder", "glm45", *MARKERS, "harmony")
+#: the tags of a Hermes call (and of Qwen3-Coder's and GLM's XML ones)
+CALL_TAGS = ("<tool_call>", "</tool_call>")
 #: the formats whose calls are in <tool_call></tool_call> tags
 _TAGGED = ("hermes", "qwen3_coder", "glm45")
 #: the formats whose values are raw text, typed by the tools' schemas
@@ -202,10 +204,13 @@ class ToolCallParser:
         name: str = "",
         single: bool = False,
         tools: list[dict[str, Any]] | None = None,
+        tags: tuple[str, str] = CALL_TAGS,
     ) -> None:
         #: "auto" (the model's own format), "calls" (required) or "arguments" (named)
         self.mode = mode
         self.format = fmt
+        #: the tags a Hermes-like call is between (a family's own: template_probe.py)
+        self.open, self.close = tags if fmt == "hermes" else CALL_TAGS
         #: a format whose values are not JSON types them by the tools' schemas
         self._schemas = parameter_types(tools) if fmt in _TYPED else {}
         #: parallel_tool_calls false: the output ends with its first call
@@ -285,19 +290,20 @@ class ToolCallParser:
             if not stripped:
                 self._held = rest
                 return -1
-            if "</tool_call>".startswith(stripped[: len("</tool_call>")]):
-                if len(stripped) < len("</tool_call>"):
+            close = self.close
+            if close.startswith(stripped[: len(close)]):
+                if len(stripped) < len(close):
                     self._held = rest
                     return -1
                 self._after = False
-                return i + (len(rest) - len(stripped)) + len("</tool_call>")
+                return i + (len(rest) - len(stripped)) + len(close)
             self._after = False
         if self.format == "llama3":
             return self._llama3(data, i, out)
         if self.format in MARKERS:
             marker = MARKERS[self.format].section
         else:
-            marker = "<tool_call>" if self.format in _TAGGED else "[TOOL_CALLS]"
+            marker = self.open if self.format in _TAGGED else "[TOOL_CALLS]"
         if self.calls:  # whitespace between calls, or after the last, is not content
             head = rest.lstrip(_WHITESPACE)
             if not head or (marker.startswith(head) and len(head) < len(marker)):

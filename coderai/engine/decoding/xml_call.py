@@ -48,7 +48,7 @@ def parameter_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, A
     return out
 
 
-def _types(schema: Any) -> set[str]:
+def schema_types(schema: Any) -> set[str]:
     """The JSON types a schema allows (none known: a `$ref`, or no schema)."""
     if not isinstance(schema, dict):
         return set()
@@ -60,7 +60,7 @@ def _types(schema: Any) -> set[str]:
     found: set[str] = set()
     for key in ("anyOf", "oneOf", "allOf"):
         for option in schema.get(key) or []:
-            found |= _types(option)
+            found |= schema_types(option)
     for value in [*(schema.get("enum") or []), *([schema["const"]] if "const" in schema else [])]:
         found.add("string" if isinstance(value, str) else _json_type(value))
     return found
@@ -72,7 +72,7 @@ def _no_constant(name: str) -> Any:
 
 def typed(text: str, schema: Any) -> Any:
     """A parameter's value as its schema has it (see the module's docstring)."""
-    kinds = _types(schema)
+    kinds = schema_types(schema)
     if kinds == {"string"}:
         return text
     if "boolean" in kinds and text in ("True", "False"):

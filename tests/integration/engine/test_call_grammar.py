@@ -162,3 +162,57 @@ def test_a_special_token_marker_is_a_token_not_text(tokenizer: Any) -> None:
     assert "<[" in grammar
     assert not accepts(tokenizer, grammar, CALLS["hermes"])  # "<tool_call>" as text
     assert accepts(tokenizer, grammar, CALLS["hermes"].replace("<tool_call>", "<|assistant|>"))
+
+
+def test_a_value_that_may_be_a_string_is_text_as_the_model_writes_it(tokenizer: Any) -> None:
+    """A nullable string (pydantic's Optional[str]), a schema that names no type and a
+    reference to a string enum are all text: quotes would stay in the parsed value."""
+    from coderai.engine.decoding.tool_parse import ToolCallParser
+
+    tool = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object",
+        "properties": {
+            "title": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "body": {"description": "anything"},
+            "unit": {"$ref": "#/definitions/Unit"},
+            "count": {"type": "integer"},
+        },
+        "definitions": {"Unit": {"enum": ["C", "F"]}},
+    }}}  # fmt: skip
+    grammar = own_grammar([tool], "qwen3_coder", text_only)
+    call = (
+        "<tool_call>\n<function=note>\n<parameter=title>\nPlan\n</parameter>\n"
+        "<parameter=body>\na <b> c\n</parameter>\n<parameter=unit>\nF\n</parameter>\n"
+        "<parameter=count>\n2\n</parameter>\n</function>\n</tool_call>"
+    )
+    assert accepts(tokenizer, grammar, call)
+    assert not accepts(tokenizer, grammar, call.replace("\nF\n", "\nK\n"))
+    parser = ToolCallParser("auto", "qwen3_coder", tools=[tool])
+    deltas = parser.feed(call).calls + parser.finish().calls
+    arguments = json.loads("".join(d.arguments for d in deltas))
+    assert arguments == {"title": "Plan", "body": "a <b> c", "unit": "F", "count": 2}
+
+
+def test_a_value_ends_at_its_first_closing_tag_as_the_parser_ends_it(tokenizer: Any) -> None:
+    grammar = own_grammar([WEATHER], "qwen3_coder", text_only)
+    cut = CALLS["qwen3_coder"].replace("Paris <b>", "a</parameter>b")
+    assert not accepts(tokenizer, grammar, cut)  # what the parser would cut short
+
+
+def test_glm_tags_that_are_special_tokens_are_asked_for_as_tokens(tokenizer: Any) -> None:
+    """GLM's vocabulary holds its tags as tokens: the grammar asks for those tokens (the
+    tiny vocabulary's special tokens stand in for them here)."""
+    stand_ins = {"<arg_key>": "<|user|>", "</arg_key>": "<|system|>",
+                 "<arg_value>": "<|assistant|>", "</arg_value>": "<|pad|>"}  # fmt: skip
+    ids = {tag: tokenizer.tokenize_str(token) for tag, token in stand_ins.items()}
+    assert all(len(i) == 1 and tokenizer.is_special_token(i[0]) for i in ids.values())
+
+    def special(marker: str) -> int | None:
+        return ids[marker][0] if marker in ids else None
+
+    grammar = own_grammar([WEATHER], "glm45", special)
+    as_tokens = CALLS["glm45"]
+    for tag, token in stand_ins.items():
+        as_tokens = as_tokens.replace(tag, token)
+    assert accepts(tokenizer, grammar, as_tokens)
+    assert not accepts(tokenizer, grammar, CALLS["glm45"])  # the tags spelt out as text

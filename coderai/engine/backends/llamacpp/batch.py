@@ -79,6 +79,7 @@ from coderai.engine.decoding.chat_template import (
     no_template,
     reasoning_format,
     reasoning_switches,
+    tags,
     template_input,
     tool_format,
 )
@@ -276,6 +277,7 @@ class LlamaCppBatchInstance(ModelInstance):
         self.template = template
         self.tool_format = tool_format(template, options or {})
         self.reasoning_format = reasoning_format(template, options or {})
+        self.call_tags, self.think_tags = tags(template)
         self._grammar_tokenizer: Any = None
         self.formatter = None
         #: the template leaving the assistant's turn unopened (/tokenize may ask for that)
@@ -302,7 +304,7 @@ class LlamaCppBatchInstance(ModelInstance):
             messages, tools = template_input(job, self.template)
             switches = reasoning_switches(job, self.template)
             formatted = formatter(messages=cast(Any, messages), tools=tools, **switches)
-            seq.opened = opens_reasoning(formatted.prompt)
+            seq.opened = opens_reasoning(formatted.prompt, self.think_tags[0])
             add_bos = self.add_bos and not formatted.added_special
             return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True))
         if job.prompt_ids:

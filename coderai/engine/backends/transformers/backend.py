@@ -52,6 +52,7 @@ from coderai.engine.decoding.chat_template import (
     no_template,
     reasoning_format,
     reasoning_switches,
+    tags,
     template_input,
     tool_format,
 )
@@ -204,6 +205,8 @@ class TransformersInstance(ModelInstance):
         tokenizer.chat_template = chosen_template(options or {}, tokenizer.chat_template)
         self.tool_format = tool_format(tokenizer.chat_template, options or {})
         self.reasoning_format = reasoning_format(tokenizer.chat_template, options or {})
+        if isinstance(tokenizer.chat_template, str):  # not several templates by name
+            self.call_tags, self.think_tags = tags(tokenizer.chat_template)
         self._grammar_tokenizer: Any = None
         self._bytes_of = TokenBytes(tokenizer)
         self.cache: Any = None
@@ -227,7 +230,7 @@ class TransformersInstance(ModelInstance):
                 **reasoning_switches(job, self.tokenizer.chat_template),
             )
             if seq is not None:
-                seq.opened = opens_reasoning(text)
+                seq.opened = opens_reasoning(text, self.think_tags[0])
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         elif job.prompt_ids:
             ids = known_ids(job.prompt_ids, self.vocabulary, "prompt")

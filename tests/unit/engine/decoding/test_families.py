@@ -8,7 +8,12 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from coderai.bus.messages import Job
-from coderai.engine.decoding.chat_template import reasoning_format, template_input, tool_format
+from coderai.engine.decoding.chat_template import (
+    reasoning_format,
+    tags,
+    template_input,
+    tool_format,
+)
 from coderai.engine.decoding.reasoning import opens_reasoning
 from tests.support.families import CONVERSATION, FAMILIES, WEATHER, Family
 
@@ -18,6 +23,8 @@ def test_each_familys_formats_are_read_from_its_template(name: str) -> None:
     family = FAMILIES[name]
     assert tool_format(family.template, {}) == family.tool_format
     assert reasoning_format(family.template, {}) == family.reasoning_format
+    if family.reasoning_format == "think" and family.tool_format == "hermes":
+        assert tags(family.template) == (family.call_tags, family.think_tags)
 
 
 def render(family: Family) -> str:
@@ -49,3 +56,32 @@ def test_an_entrys_option_overrides_what_the_template_says() -> None:
     v31 = FAMILIES["deepseek_v31"].template
     assert tool_format(v31, {"tool_format": "deepseek_v31"}) == "deepseek_v31"
     assert reasoning_format(FAMILIES["qwen3"].template, {"reasoning_format": "none"}) == "none"
+
+
+@pytest.mark.parametrize("size", [1, 3, 100])
+def test_a_new_familys_own_tags_are_read_by_the_splitter_and_the_call_parser(size: int) -> None:
+    """Nothing here knows the novel family: its tags come from what its template renders,
+    and its thinking and calls are read at those tags, however the output is cut."""
+    from coderai.engine.decoding.reasoning import ReasoningSplitter
+    from coderai.engine.decoding.tool_parse import ToolCallParser
+
+    call_tags, think_tags = tags(FAMILIES["novel"].template)
+    output = (
+        '<|ponder|>Weather, so the tool.<|/ponder|>Let me look.<|act|>\n{"name": '
+        '"get_weather", "arguments": {"city": "Paris"}}<|/act|>'
+    )
+    splitter = ReasoningSplitter(tags=think_tags)
+    parser = ToolCallParser("auto", "hermes", tags=call_tags)
+    reasoning = content = arguments = ""
+    names = []
+    for piece in [*(output[i : i + size] for i in range(0, len(output), size)), None]:
+        split = splitter.feed(piece) if piece is not None else splitter.finish()
+        reasoning += split.reasoning
+        parsed = parser.feed(split.content) if piece is not None else parser.finish()
+        content += parsed.content
+        for delta in parsed.calls:
+            names += [delta.name] if delta.name else []
+            arguments += delta.arguments
+    assert reasoning == "Weather, so the tool."
+    assert content == "Let me look."
+    assert names == ["get_weather"] and arguments == '{"city": "Paris"}'
