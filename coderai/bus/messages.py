@@ -286,6 +286,8 @@ class Job(Message):
     #: the reasoning tokens after which a reasoning model's thinking is ended by forcing
     #: its end marker (-1: no budget; engine/structured.py)
     thinking_budget: int = -1
+    #: variables for the chat template (chat_template_kwargs), over the reasoning switch's
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,17 +71,18 @@ def reasoning_switches(job: Job, template: str | None) -> dict[str, Any]:
     """The template variables that a reasoning switch reads, set from the job's effort:
     `enable_thinking` (Qwen3 and the templates that copy it) and `reasoning_effort`
     (gpt-oss). A job that names no effort, or a template that reads neither variable (a
-    model that does not reason, or cannot be told), gets none: it is asked nothing."""
+    model that does not reason, or cannot be told), gets none: it is asked nothing. The
+    request's own template variables (chat_template_kwargs) are added, and win."""
     effort = job.reasoning_effort
     source = str(template or "")
     switches: dict[str, Any] = {}
     if not effort:
-        return switches
+        return dict(job.template_kwargs)
     if "enable_thinking" in source:
         switches["enable_thinking"] = effort != "none"
     if "reasoning_effort" in source and effort in _HARMONY_LEVELS:
         switches["reasoning_effort"] = _HARMONY_LEVELS[effort]
-    return switches
+    return {**switches, **job.template_kwargs}  # what the request names itself wins
 
 
 def knows_tools(template: str | None) -> bool:

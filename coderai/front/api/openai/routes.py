@@ -56,7 +56,8 @@ def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
         fields.update(req.tool_fields(), logprobs=req.logprobs, top_logprobs=req.top_logprobs,
                       reasoning_effort=req.reasoning_effort or "",
                       thinking_budget=-1 if req.thinking_token_budget is None
-                      else req.thinking_token_budget)  # fmt: skip
+                      else req.thinking_token_budget,
+                      template_kwargs=req.chat_template_kwargs or {})  # fmt: skip
     elif req.logprobs is not None:
         fields.update(logprobs=True, top_logprobs=req.logprobs)
     return fields

@@ -299,6 +299,22 @@ class ResponseFormat(_Body):
         return {"type": "json_schema", "schema": schema, "strict": bool(self.json_schema.strict)}
 
 
+#: the template variables the server itself sets (chat_template_kwargs may not)
+TEMPLATE_RESERVED = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception"}
+)
+
+
+def _crosses_the_bus(value: Any) -> bool:
+    """Whether every integer in a JSON value fits msgpack's 64 bits."""
+    if isinstance(value, bool) or not isinstance(value, int | list | dict):
+        return True
+    if isinstance(value, int):
+        return INT64_MIN <= value <= 2**64 - 1
+    items = value.values() if isinstance(value, dict) else value
+    return all(_crosses_the_bus(item) for item in items)
+
+
 #: reasoning efforts the APIs name (OpenAI's, and Anthropic's "max"), from none to most
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
@@ -324,6 +340,20 @@ class ChatRequest(_Sampling):
     #: vLLM's name: a reasoning model's thinking ends after this many tokens (its end
     #: marker is forced); a model that does not reason is asked nothing by it
     thinking_token_budget: int | None = Field(None, ge=0, le=2**31 - 1)
+    #: variables for the model's chat template (vLLM's, SGLang's and llama.cpp's name):
+    #: `{"enable_thinking": false}` for Qwen3's switch, or any the template reads; one it
+    #: does not read asks nothing of it. They win over what reasoning_effort sets.
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables(cls, given: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key, value in (given or {}).items():
+            if key in TEMPLATE_RESERVED or not key.isidentifier():
+                raise ValueError(f"{key[:40]!r} cannot be given to the template")
+            if not _crosses_the_bus(value):
+                raise ValueError(f"{key[:40]!r}: an integer is out of 64-bit range")
+        return given
 
     def check(self) -> None:
         super().check()

@@ -67,6 +67,8 @@ def server(
              "options": {**options, "chat_template": PLACES_THINKING}},
             {"id": f"opens-{backend}", "path": str(path),
              "options": {**options, "chat_template": OPENS_THINK}},
+            {"id": f"switch-{backend}", "path": str(path),
+             "options": {**options, "chat_template": SWITCH}},
         ]  # fmt: skip
     env = {"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     folder = tmp_path_factory.mktemp("chat-templates")
@@ -197,6 +199,12 @@ def test_the_backends_read_the_tool_call_format_from_the_entrys_template(
     assert instance.detokenize(ids).startswith("[AVAILABLE_TOOLS]")
 
 
+#: a template with Qwen3's switch: thinking turned off writes an empty block in the prompt
+SWITCH = INLINE.replace(
+    "<|assistant|>{% endif %}",
+    "<|assistant|>{% if enable_thinking is defined and not enable_thinking %}<think></think>"
+    "{% endif %}{% endif %}",
+)
 #: a template that opens the answer's reasoning, as DeepSeek-R1's does
 OPENS_THINK = INLINE.replace("<|assistant|>", "<|assistant|><think>\n")
 
@@ -304,3 +312,36 @@ def test_a_thinking_budget_forces_the_end_of_thinking_on_a_real_model(
         post(server, "/v1/chat/completions", **{**ask, "thinking_token_budget": 0})
     )
     assert spent == marker_tokens and not message.get("reasoning_content")
+
+
+@pytest.mark.parametrize("backend", ["hf", "gguf"])
+def test_chat_template_kwargs_reach_the_template_and_win_over_the_effort(
+    server: Server, backend: str
+) -> None:
+    """`chat_template_kwargs` are the template's variables (vLLM's name): Qwen3's switch
+    turned off writes its empty thinking block into the prompt, whatever the effort
+    says; one the template does not read changes nothing; the server's own are refused."""
+    model = f"switch-{backend}"
+    marker = post(server, "/tokenize", model=model, prompt="<think></think>")
+    plain = post(server, "/tokenize", model=model, prompt="")
+    block = len(marker.json()["tokens"]) - len(plain.json()["tokens"])
+    ask = {"model": model, "messages": HI, "max_tokens": 1, "temperature": 0}
+
+    def prompt_tokens(**extra: Any) -> int:
+        response = post(server, "/v1/chat/completions", **ask, **extra)
+        assert response.status_code == 200, response.text
+        return int(response.json()["usage"]["prompt_tokens"])
+
+    base = prompt_tokens()
+    off = {"enable_thinking": False}
+    assert prompt_tokens(chat_template_kwargs=off) == base + block
+    assert prompt_tokens(reasoning_effort="none") == base + block
+    assert (
+        prompt_tokens(reasoning_effort="none", chat_template_kwargs={"enable_thinking": True})
+        == base
+    )
+    assert prompt_tokens(chat_template_kwargs={"unread": [1, {"a": None}]}) == base
+    for bad in ({"messages": []}, {"not an identifier": 1}, {"n": 2**70}):
+        refused = post(server, "/v1/chat/completions", **ask, chat_template_kwargs=bad)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "chat_template_kwargs", refused.text
