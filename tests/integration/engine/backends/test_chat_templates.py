@@ -341,7 +341,8 @@ def test_chat_template_kwargs_reach_the_template_and_win_over_the_effort(
         == base
     )
     assert prompt_tokens(chat_template_kwargs={"unread": [1, {"a": None}]}) == base
-    for bad in ({"messages": []}, {"not an identifier": 1}, {"n": 2**70}):
+    bads: list[dict[str, Any]] = [{"messages": []}, {"not an identifier": 1}, {"n": 2**70}]
+    for bad in bads:
         refused = post(server, "/v1/chat/completions", **ask, chat_template_kwargs=bad)
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["param"] == "chat_template_kwargs", refused.text
