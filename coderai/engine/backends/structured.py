@@ -13,7 +13,12 @@ from typing import Any
 from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
-from coderai.engine.decoding.call_grammar import OWN_FORMATS, own_grammar
+from coderai.engine.decoding.call_grammar import (
+    LAZY_OWN,
+    OWN_FORMATS,
+    lazy_own_grammar,
+    own_grammar,
+)
 from coderai.engine.decoding.constraint import Constraint
 from coderai.engine.decoding.harmony import ENDS, MESSAGE, HarmonyReader
 from coderai.engine.decoding.reasoning import ReasoningSplitter, Split
@@ -111,10 +116,7 @@ def _own_format(seq: Sequence, instance: ModelInstance) -> bool:
     if instance.reasoning_format == "think":
         think = "opened" if seq.opened else "think"
 
-    def special(marker: str) -> int | None:
-        ids = instance.marker_ids(marker)
-        return ids[0] if len(ids) == 1 and tokenizer.is_special_token(ids[0]) else None
-
+    special = _special_of(instance, tokenizer)
     try:
         text = own_grammar(tools, instance.tool_format, special, parallel, think,
                            instance.call_tags, instance.think_tags)  # fmt: skip
@@ -130,6 +132,16 @@ def _own_format(seq: Sequence, instance: ModelInstance) -> bool:
                                     tools=job.tools, tags=instance.call_tags)  # fmt: skip
     seq.render_special = True
     return True
+
+
+def _special_of(instance: ModelInstance, tokenizer: Any) -> Any:
+    """A marker's token id where the vocabulary holds it as one special token."""
+
+    def special(marker: str) -> int | None:
+        ids = instance.marker_ids(marker)
+        return ids[0] if len(ids) == 1 and tokenizer.is_special_token(ids[0]) else None
+
+    return special
 
 
 def budget(seq: Sequence) -> None:
@@ -198,9 +210,16 @@ def read(seq: Sequence, text: str, end: bool = False) -> Parsed:
 def _begin_lazy(seq: Sequence, instance: ModelInstance, began: str) -> None:
     if instance.grammar_tokenizer() is None:
         return  # the fake model: its text is what it is
-    if instance.tool_format not in grammar.LAZY_FORMATS:
-        return  # a call in XML is parsed as written (no grammar of that format yet)
-    text = grammar.lazy_grammar(seq.job.tools, instance.tool_format)
+    fmt = instance.tool_format
+    if fmt in grammar.LAZY_FORMATS:  # JSON bodies: whatever tags are around them
+        text = grammar.lazy_grammar(seq.job.tools, fmt)
+    elif fmt in LAZY_OWN:
+        tokenizer = instance.grammar_tokenizer()
+        special = _special_of(instance, tokenizer)
+        lark = lazy_own_grammar(seq.job.tools, fmt, special, seq.job.parallel_tool_calls)
+        text = grammar.lark_grammar(lark)
+    else:
+        return  # harmony's calls, and tags of a family's own: parsed as written
     constraint = _constraint(instance, text)
     if not constraint.accept_text(began):
         # the model's start already breaks the grammar (a tool that does not exist): the

@@ -144,8 +144,9 @@ def _value(w: _Writer, schema: Any, params: dict[str, Any], fmt: str) -> str:
     return f"{w.json({**schema, **roots})} {w.seq(after, Mark(closing), after)}"
 
 
-def _xml_call(w: _Writer, tool: dict[str, Any], fmt: str) -> str:
-    """One call of a tool in qwen3_coder's or glm45's markup."""
+def _xml_call(w: _Writer, tool: dict[str, Any], fmt: str, opened: bool = False) -> str:
+    """One call of a tool in qwen3_coder's or glm45's markup (`opened`: from after its
+    opening tag, which the model already wrote)."""
     name = tool["function"]["name"]
     params = _parameters(tool)
     properties = params.get("properties")
@@ -173,12 +174,13 @@ def _xml_call(w: _Writer, tool: dict[str, Any], fmt: str) -> str:
             parts.append(f"({opening} {key_rule} {middle} {w.until('</arg_value>')})*")
     body = " ".join(parts)
     newline = "\n"
+    opening = "" if opened else w.marker("<tool_call>")
     if fmt == "qwen3_coder":
         function = _string(f"{newline}<function={name}>{newline}")
         close = w.seq(f"</function>{newline}", Mark("</tool_call>"))
-        return f"{w.marker('<tool_call>')} {function} {body} {close}"
+        return f"{opening} {function} {body} {close}".strip()
     close = w.seq(newline, Mark("</tool_call>"))
-    return f"{w.marker('<tool_call>')} {_string(name)} {body} {close}"
+    return f"{opening} {_string(name)} {body} {close}".strip()
 
 
 def _json_call(w: _Writer, tools: list[dict[str, Any]], key: str) -> str:
@@ -268,4 +270,24 @@ def _start(w: _Writer, calls: str, think: str, tags: tuple[str, str]) -> str:
         analysis = (f'{w.marker("<|channel|>")} "analysis" {w.marker("<|message|>")} '
                     f'{w.until("<|end|>")} {w.marker("<|start|>")} "assistant"')  # fmt: skip
         start = f"({analysis})? {calls}"
+    return "\n".join([f"start: {start}", *w.rules]) + "\n"
+
+
+#: the formats whose calls a lazy grammar of their own finishes (a call the model began
+#: with tool_choice auto; the JSON formats' lazy grammar is coderai/grammar.py's)
+LAZY_OWN = ("qwen3_coder", "glm45", *MARKERS)
+
+
+def lazy_own_grammar(
+    tools: list[dict[str, Any]], fmt: str, special: SpecialOf, parallel: bool = True
+) -> str:
+    """Lark text: the rest of a call the model began in an XML or marked format, from
+    after its opening marker (`<tool_call>`, or the section's), to its end (a section's:
+    several calls where parallel calls are allowed)."""
+    w = _Writer(special)
+    if fmt in ("qwen3_coder", "glm45"):
+        options = " | ".join(f"({_xml_call(w, tool, fmt, opened=True)})" for tool in tools)
+        return "\n".join([f"start: {options}", *w.rules]) + "\n"
+    call = _one_call(w, tools, fmt)
+    start = f"{call}{'+' if parallel else ''} {w.marker(MARKERS[fmt].section_end)}"
     return "\n".join([f"start: {start}", *w.rules]) + "\n"

@@ -216,3 +216,16 @@ def test_glm_tags_that_are_special_tokens_are_asked_for_as_tokens(tokenizer: Any
         as_tokens = as_tokens.replace(tag, token)
     assert accepts(tokenizer, grammar, as_tokens)
     assert not accepts(tokenizer, grammar, CALLS["glm45"])  # the tags spelt out as text
+
+
+@pytest.mark.parametrize("fmt", ["qwen3_coder", "glm45", "deepseek_v31", "kimi_k2"])
+def test_a_begun_calls_rest_is_its_own_formats(tokenizer: Any, fmt: str) -> None:
+    """tool_choice auto: from after the opening marker the model wrote, the rest of the
+    call in its own markup (for a section, its calls and its end)."""
+    from coderai.engine.decoding.call_grammar import lazy_own_grammar
+
+    opening = "<tool_call>" if fmt in ("qwen3_coder", "glm45") else MARKERS[fmt].section
+    rest = CALLS[fmt][len(opening) :]
+    grammar = lazy_own_grammar(TOOLS, fmt, text_only)
+    assert accepts(tokenizer, grammar, rest)
+    assert not accepts(tokenizer, grammar, WRONG[fmt][len(opening) :])

@@ -168,3 +168,58 @@ def test_a_forced_call_is_written_in_the_familys_own_format(
     assert [c["function"]["name"] for c in calls] == ["get_weather"]
     arguments = json.loads(calls[0]["function"]["arguments"])
     assert arguments["city"] in ("Paris", "Rome") and 1 <= arguments["days"] <= 9
+
+
+#: each XML or marked family's first words of a call, as if the model had written them
+BEGUN = {
+    "qwen3_coder": "Sure.<tool_call>\n<function=get_weather>\n<parameter=city>\n",
+    "glm45": "Sure.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>",
+    "kimi_k2": "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    "<|tool_call_argument_begin|>",
+}
+
+
+@pytest.mark.parametrize("backend", ["gguf", "transformers"])
+@pytest.mark.parametrize("name", BEGUN)
+def test_a_call_begun_in_an_xml_or_marked_format_is_finished_under_its_grammar(
+    family_models: dict[str, tuple[Path, Path]], name: str, backend: str
+) -> None:
+    """tool_choice auto: once a call begins in the family's own markup, the rest of it is
+    constrained in that markup, so even the random model completes a valid call."""
+    from coderai.engine.backends.base import END, PENDING, READING
+
+    instance = load(family_models[name], backend)
+    job = Job(1, {}, "chat", messages=[{"role": "user", "content": "hi"}], tools=[SHORT],
+              tool_choice="auto", parallel_tool_calls=False, temperature=0,
+              max_tokens=300)  # fmt: skip
+    seq = Sequence(job=job)
+    seq.instance = instance
+    instance.start(seq)
+    structured.prepare(seq, instance)
+    began = structured.read(seq, BEGUN[name])
+    assert began.content == "Sure." and seq.lazy, "the rest of the call is constrained"
+    deltas = list(began.calls)
+    for _ in range(300):
+        result = instance.step([seq])[0]
+        if result is END:
+            break
+        if result is READING or result is PENDING:
+            continue
+        assert isinstance(result, str)
+        deltas += structured.read(seq, result).calls
+        if seq.parser.done:  # the answer ends with its one call (the scheduler's rule)
+            break
+    deltas += structured.read(seq, "", end=True).calls
+    instance.release(seq)
+    calls: dict[int, list[str]] = {}
+    for delta in deltas:  # a section may hold more calls: each must be valid
+        calls.setdefault(delta.index, ["", ""])
+        calls[delta.index][0] += delta.name
+        calls[delta.index][1] += delta.arguments
+    assert calls and all(name == "get_weather" for name, _ in calls.values()), calls
+    for _, text in calls.values():
+        arguments = json.loads(text)
+        assert arguments["city"] in ("Paris", "Rome") and 1 <= arguments["days"] <= 9
+    # the grammar ends with the call, or the answer with its one call (its closing tags
+    # are not read: the scheduler ends the answer there)
+    assert seq.constraint is None or seq.parser.done
