@@ -19,6 +19,8 @@ that fails on the probe (it raises, or needs what is not given) says nothing eit
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,33 +55,39 @@ class Probed:
     think_tags: tuple[str, str] | None = None
 
 
-def _render(template: str, job: Job, add_generation_prompt: bool) -> str | None:
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+_TAG = r"(<[^<>\s]+>|\[[^\[\]\s]+\])"
+_TAG_AT_END = re.compile(_TAG + r"$")
+_TAG_AT_START = re.compile("^" + _TAG)
 
-    from coderai.engine.decoding.chat_template import template_input
+
+def _environment() -> Any:
+    """Jinja as the backends render chat templates (templatefile.py's), with the helpers
+    Hugging Face's templates call: a fixed date stands in for today's."""
+    from coderai.templatefile import _environment as chat_environment
 
     def refuse(message: str) -> None:
         raise ValueError(message)
 
-    def tojson(value: Any, indent: Any = None, **_: Any) -> str:
-        return json.dumps(value, ensure_ascii=False, indent=indent)
+    def tojson(value: Any, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False, **_: Any) -> str:  # fmt: skip
+        return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators,
+                          sort_keys=sort_keys)  # fmt: skip
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
+    env = chat_environment()
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = refuse
+    env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(0))
+    return env
+
+
+def _render(compiled: Any, template: str, job: Job, add_generation_prompt: bool) -> str | None:
+    from coderai.engine.decoding.chat_template import template_input
+
     try:
         messages, tools = template_input(job, template)
-        return str(
-            env.from_string(template).render(
-                messages=messages,
-                tools=tools,
-                add_generation_prompt=add_generation_prompt,
-                bos_token="",
-                eos_token="",
-            )
-        )
+        return str(compiled.render(messages=messages, tools=tools,
+                                   add_generation_prompt=add_generation_prompt,
+                                   bos_token="", eos_token=""))  # fmt: skip
     except Exception:  # a template that cannot render the probe tells nothing
         return None
 
@@ -111,14 +119,15 @@ def _json_object(text: str, at: int) -> tuple[int, int] | None:
     return None
 
 
-def _call_format(markup: str, source: str) -> Probed:
-    """The format of a probe call's markup."""
+def _call_format(markup: str, source: str, one: str, two: str | None) -> Probed:
+    """The format of a probe call's markup (`one`, `two`: the renderings of one call and
+    of two)."""
     if f"to=functions.{PROBE_NAME}" in markup:
         return Probed("harmony")
-    if f"<function={PROBE_NAME}>" in markup:
+    if re.search(r"<tool_call>\s*<function=" + PROBE_NAME + ">", markup):
         return Probed("qwen3_coder")
     after = markup.split(PROBE_NAME, 1)[1] if PROBE_NAME in markup else ""
-    if after.lstrip().startswith("<arg_key>"):
+    if "<tool_call>" in markup and after.lstrip().startswith("<arg_key>"):
         return Probed("glm45")
     for name, markers in MARKERS.items():
         if markers.section in markup or markers.begin in markup:
@@ -130,48 +139,66 @@ def _call_format(markup: str, source: str) -> Probed:
     if bounds is None:
         return Probed()
     body = json.loads(markup[bounds[0] : bounds[1]])
-    # the tags: what stands right beside the JSON, up to any whitespace
-    before = markup[: bounds[0]].split()[-1] if markup[: bounds[0]].split() else ""
-    after = markup[bounds[1] :].split()[0] if markup[bounds[1] :].split() else ""
-    if "parameters" in body or before in ("", "<|python_tag|>"):
-        return Probed("llama3")
-    if (before, after) == ("<tool_call>", "</tool_call>"):
+    if not isinstance(body, dict) or body.get("name") != PROBE_NAME:
+        return Probed()  # another shape (a list of calls, a `tool_name` key)
+    before = _TAG_AT_END.search(markup[: bounds[0]].rstrip())
+    after_tag = _TAG_AT_START.search(markup[bounds[1] :].lstrip())
+    if before is None or after_tag is None:
+        bare = not markup[: bounds[0]].strip() or markup[: bounds[0]].strip() == "<|python_tag|>"
+        return Probed("llama3") if bare and "parameters" in body else Probed()
+    tags = (before.group(1), after_tag.group(1))
+    if "arguments" not in body:
+        return Probed()
+    if tags == ("<tool_call>", "</tool_call>"):
         return Probed("hermes")
-    if before and after and before in source and after in source:
-        return Probed("hermes", call_tags=(before, after))  # tags of the family's own
+    # tags of the family's own, if each call has its own pair (not one block of several)
+    own = tags[0] in source and tags[1] in source and two is not None
+    if own and two is not None and all(two.count(t) > one.count(t) for t in tags):
+        return Probed("hermes", call_tags=tags)
     return Probed()
 
 
-def _think_tags(markup: str, source: str) -> tuple[str, str] | None:
-    at = markup.find(PROBE_THOUGHT)
+def _think_tags(rendered: str, plain: str, source: str) -> tuple[str, str] | None:
+    """The tags right beside the probe thought in the rendering that holds it: tags
+    (`<...>`, `[...]`) of the template's own text, the opening one nowhere in the
+    rendering without the thought (a tag every message has opens no thinking)."""
+    at = rendered.find(PROBE_THOUGHT)
     if at < 0:
         return None
-    start, end = markup[:at].strip(), markup[at + len(PROBE_THOUGHT) :].strip()
-    # the tags alone: what stands right beside the thought, up to any whitespace
-    start = start.split()[-1] if start.split() else ""
-    end = end.split()[0] if end.split() else ""
-    # tags the template writes: text of its own (not a dump of the message, say)
-    return (start, end) if start and end and start in source and end in source else None
+    start = _TAG_AT_END.search(rendered[:at].rstrip())
+    end = _TAG_AT_START.search(rendered[at + len(PROBE_THOUGHT) :].lstrip())
+    if start is None or end is None:
+        return None
+    tags = (start.group(1), end.group(1))
+    if not (tags[0] in source and tags[1] in source):
+        return None
+    return tags if tags[0] not in plain else None
 
 
 def probe(template: str) -> Probed:
     """What the template renders of a call and of reasoning (see the module's text)."""
+    try:
+        compiled = _environment().from_string(template)
+    except Exception:  # a template that does not compile tells nothing
+        return Probed()
     ask = {"role": "user", "content": "probe"}
     answer = {"role": "assistant", "content": PROBE_ANSWER}
     called = {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}
+    second = {**_PROBE_CALL, "id": "call_probe_2"}
+    twice = {**called, "tool_calls": [_PROBE_CALL, second]}
 
     def job(*messages: dict[str, Any]) -> Job:
         return Job(0, {}, "chat", messages=list(messages), tools=[_PROBE_TOOL], tool_choice="auto")
 
     found = Probed()
-    with_call = _render(template, job(ask, called), False)
-    plain = _render(template, job(ask, answer), False)
+    plain = _render(compiled, template, job(ask, answer), False)
+    with_call = _render(compiled, template, job(ask, called), False)
     if with_call is not None and plain is not None:
-        found = _call_format(_middle(with_call, plain), template)
+        two = _render(compiled, template, job(ask, twice), False)
+        found = _call_format(_middle(with_call, plain), template, with_call, two)
     thought = {**answer, "reasoning_content": PROBE_THOUGHT}
-    with_thought = _render(template, job(ask, thought), False)
-    without = _render(template, job(ask, answer), False)
-    if with_thought is not None and without is not None:
-        tags = _think_tags(_middle(with_thought, without), template)
+    with_thought = _render(compiled, template, job(ask, thought), False)
+    if with_thought is not None and plain is not None:
+        tags = _think_tags(with_thought, plain, template)
         found = Probed(found.tool_format, found.call_tags, tags)
     return found

@@ -299,20 +299,49 @@ class ResponseFormat(_Body):
         return {"type": "json_schema", "schema": schema, "strict": bool(self.json_schema.strict)}
 
 
-#: the template variables the server itself sets (chat_template_kwargs may not)
-TEMPLATE_RESERVED = frozenset(
-    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception"}
-)
+#: the template variables and rendering arguments the server itself sets, which
+#: chat_template_kwargs may not (the backends' renderers take them as arguments too)
+TEMPLATE_RESERVED = frozenset({
+    "messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
+    "raise_exception", "strftime_now", "tool_choice", "functions", "function_call",
+    "tokenize", "conversation", "chat_template", "continue_final_message", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs", "documents", "padding",
+    "truncation", "max_length", "return_tensors",
+})  # fmt: skip
+#: how deep a template variable's value may nest
+_DEEPEST = 32
 
 
 def _crosses_the_bus(value: Any) -> bool:
-    """Whether every integer in a JSON value fits msgpack's 64 bits."""
-    if isinstance(value, bool) or not isinstance(value, int | list | dict):
-        return True
-    if isinstance(value, int):
-        return INT64_MIN <= value <= 2**64 - 1
-    items = value.values() if isinstance(value, dict) else value
-    return all(_crosses_the_bus(item) for item in items)
+    """Whether a JSON value nests at most _DEEPEST deep and every integer in it fits
+    msgpack's 64 bits (walked without recursion: a deep value is refused, not a crash)."""
+    pending = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > _DEEPEST:
+            return False
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int) and not INT64_MIN <= item <= 2**64 - 1:
+            return False
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        pending.extend((child, depth + 1) for child in children)
+    return True
+
+
+def template_variables(given: dict[str, Any] | None) -> dict[str, Any] | None:
+    """chat_template_kwargs, checked: none the server sets itself, names a template can
+    read, values that cross the bus."""
+    for key, value in (given or {}).items():
+        if key in TEMPLATE_RESERVED or not key.isidentifier():
+            raise ValueError(f"{key[:40]!r} cannot be given to the template")
+        if not _crosses_the_bus(value):
+            raise ValueError(
+                f"{key[:40]!r}: nested past {_DEEPEST} levels, or an integer past 64 bits"
+            )
+    return given
 
 
 #: reasoning efforts the APIs name (OpenAI's, and Anthropic's "max"), from none to most
@@ -348,12 +377,7 @@ class ChatRequest(_Sampling):
     @field_validator("chat_template_kwargs")
     @classmethod
     def _template_variables(cls, given: dict[str, Any] | None) -> dict[str, Any] | None:
-        for key, value in (given or {}).items():
-            if key in TEMPLATE_RESERVED or not key.isidentifier():
-                raise ValueError(f"{key[:40]!r} cannot be given to the template")
-            if not _crosses_the_bus(value):
-                raise ValueError(f"{key[:40]!r}: an integer is out of 64-bit range")
-        return given
+        return template_variables(given)
 
     def check(self) -> None:
         super().check()
@@ -576,6 +600,13 @@ class TokenizeRequest(_Body):
     messages: list[ChatMessage] | None = Field(None, min_length=1)
     #: whether the messages end with the assistant's turn opened, as a chat request's do
     add_generation_prompt: bool = True
+    #: the template's variables, as a chat request gives them (ChatRequest's)
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables(cls, given: dict[str, Any] | None) -> dict[str, Any] | None:
+        return template_variables(given)
 
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):

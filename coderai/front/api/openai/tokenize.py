@@ -36,6 +36,7 @@ class TokenizeRoutes:
             prompt=req.prompt or "",
             messages=messages,
             add_generation_prompt=req.add_generation_prompt,
+            template_kwargs=req.chat_template_kwargs or {},
         )
         answer = tokens_answer(job, outcome)
         if isinstance(answer, CoderaiError):

@@ -341,7 +341,20 @@ def test_chat_template_kwargs_reach_the_template_and_win_over_the_effort(
         == base
     )
     assert prompt_tokens(chat_template_kwargs={"unread": [1, {"a": None}]}) == base
-    bads: list[dict[str, Any]] = [{"messages": []}, {"not an identifier": 1}, {"n": 2**70}]
+    # /tokenize counts what chat reads, the template's variables included
+    counted = post(server, "/tokenize", model=model, messages=HI, chat_template_kwargs=off)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["count"] == base + block
+    deep: Any = 0
+    for _ in range(600):  # deeper than any template needs, and than recursion allows
+        deep = [deep]
+    bads: list[dict[str, Any]] = [
+        {"messages": []},
+        {"chat_template": "{{ 1 }}"},  # a renderer's own argument
+        {"not an identifier": 1},
+        {"n": 2**70},
+        {"deep": deep},
+    ]
     for bad in bads:
         refused = post(server, "/v1/chat/completions", **ask, chat_template_kwargs=bad)
         assert refused.status_code == 400, refused.text

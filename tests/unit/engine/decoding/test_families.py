@@ -85,3 +85,38 @@ def test_a_new_familys_own_tags_are_read_by_the_splitter_and_the_call_parser(siz
     assert reasoning == "Weather, so the tool."
     assert content == "Let me look."
     assert names == ["get_weather"] and arguments == '{"city": "Paris"}'
+
+
+#: shapes that once fooled the probe, written here: an empty `</think>` on every answer
+#: (GLM-4.7's), several calls in one block (MiniMax-M1's), and thinking as a message of
+#: its own between tags every message has
+EMPTY_CLOSE = (
+    "{% for m in messages %}<|{{ m.role }}|>"
+    "{% if m.role == 'assistant' %}{% if m.reasoning_content %}<think>{{ m.reasoning_content }}"
+    "{% endif %}</think>{% endif %}{{ m.content }}{% endfor %}"
+)
+ONE_BLOCK = (
+    "{% if tools %}Tools: {{ tools | tojson }}{% endif %}{% for m in messages %}"
+    "<|{{ m.role }}|>{{ m.content }}{% if m.tool_calls %}<tool_calls>"
+    "{% for c in m.tool_calls %}\n"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
+    "{% endfor %}\n</tool_calls>{% endif %}{% endfor %}"
+)
+MESSAGE_TAGS = (
+    "{% for m in messages %}{% if m.reasoning_content %}<|start|>to=self<|message|>"
+    "{{ m.reasoning_content }}<|eom|>{% endif %}<|start|><|message|>{{ m.content }}<|eot|>"
+    "{% endfor %}"
+)
+
+
+def test_the_probe_takes_only_tags_that_open_and_close_their_own_part() -> None:
+    from coderai.engine.decoding.template_probe import probe
+
+    # the thought's opening tag is new to it; the closing one every answer has
+    assert probe(EMPTY_CLOSE).think_tags == ("<think>", "</think>")
+    # several calls in one block: not Hermes-like tags of its own (each call needs a pair)
+    assert probe(ONE_BLOCK).call_tags is None
+    # a tag every message has opens no thinking
+    assert probe(MESSAGE_TAGS).think_tags is None
+    # a template that cannot render the probe tells nothing
+    assert probe("{{ raise_exception('no') }}") == probe("{% broken")
