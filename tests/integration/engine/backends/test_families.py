@@ -22,6 +22,7 @@ from coderai.engine.decoding.tool_parse import ToolCallParser
 from coderai.tinymodel import build
 from tests.support.families import CONVERSATION, FAMILIES, WEATHER
 from tests.support.server import Server, running
+from tests.support.tools import SHORT
 
 #: the families' markup in the tiny vocabulary's tokens (about one a character) needs room
 WINDOW = 1536
@@ -94,22 +95,6 @@ def test_a_model_of_each_family_is_read_and_prompted_in_its_own_format(
 
 
 # -- a required or named call, in each family's own format -------------------------------------
-#: arguments a random model cannot make endless: an enum, a bounded integer, no other key
-SHORT = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"enum": ["Paris", "Rome"]},
-                "days": {"type": "integer", "minimum": 1, "maximum": 9},
-            },
-            "required": ["city", "days"],
-            "additionalProperties": False,
-        },
-    },
-}
 OTHER = {
     "type": "function",
     "function": {

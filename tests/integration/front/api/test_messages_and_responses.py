@@ -17,20 +17,13 @@ import pytest
 
 from coderai.defaults import embedded_gguf
 from tests.support.server import Server, running
+from tests.support.tools import SHORT_PARAMETERS
 
 ARGS = {"city": "Paris", "days": 3}
 HERMES = "Let me check.<tool_call>\n" + json.dumps({"name": "get_weather", "arguments": ARGS})
 HERMES += "\n</tool_call>"
 #: a schema SmolLM2 fills in a few tokens, whatever it writes
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "city": {"enum": ["Paris", "Rome"]},
-        "days": {"type": "integer", "minimum": 1, "maximum": 9},
-    },
-    "required": ["city", "days"],
-    "additionalProperties": False,
-}
+SCHEMA = SHORT_PARAMETERS
 # typed Any: the SDKs' TypedDicts add nothing to what the tests check
 WEATHER: Any = {
     "name": "get_weather",

@@ -21,6 +21,7 @@ from coderai.defaults import embedded_gguf
 from coderai.engine.decoding.marked_calls import MARKERS
 from tests.support.json_prefix import is_json_prefix
 from tests.support.server import Server, openai_client, running
+from tests.support.tools import SHORT as SHORT_TOOL
 
 ARGS = {"city": 'Paris, "FR" {x}', "days": 3}
 CALL = json.dumps({"name": "get_weather", "arguments": ARGS})
@@ -91,21 +92,7 @@ TIME: ChatCompletionToolParam = {
 TOOLS = [WEATHER, TIME]
 #: the same call with the fewest prompt tokens, for the tiny model's 512-token context, and
 #: arguments a random model cannot make endless (a free string may never close)
-SHORT: ChatCompletionToolParam = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"enum": ["Paris", "Rome"]},
-                "days": {"type": "integer", "minimum": 1, "maximum": 9},
-            },
-            "required": ["city", "days"],
-            "additionalProperties": False,
-        },
-    },
-}
+SHORT: ChatCompletionToolParam = SHORT_TOOL
 
 
 def _scripted(name: str, script: str, fmt: str) -> dict[str, Any]:
