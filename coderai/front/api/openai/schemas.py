@@ -475,6 +475,8 @@ def _compiles(build: Callable[[], str], param: str) -> None:
         raise InvalidRequest(
             f"{param}: this schema cannot be enforced: {exc}", param=param
         ) from None
+    except (TypeError, AttributeError, KeyError):  # a shape no schema has ("$defs": null)
+        raise InvalidRequest(f"{param}: this is not a JSON schema", param=param) from None
 
 
 class CompletionRequest(_Sampling):

@@ -483,6 +483,9 @@ def test_n_gives_several_choices(client: openai.OpenAI) -> None:
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "properties": {"a": {"type": "string", "format": "no-such"}}}}}]},
          "tools[0].function.parameters"),
+        # not a schema: its definitions are null
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "definitions": None}}}]}, "tools"),
         ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True,
             "schema": {"type": "object", "if": {"type": "object"}}}}}, "response_format"),
         ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format"),
