@@ -152,7 +152,7 @@ def tags(template: str | None) -> tuple[tuple[str, str], tuple[str, str]]:
 
 @functools.lru_cache(maxsize=16)
 def _probed(source: str) -> Probed:
-    return probe(source)
+    return probe(source, template_input)
 
 
 def _is_harmony(source: str) -> bool:

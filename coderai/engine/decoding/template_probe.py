@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,11 +81,15 @@ def _environment() -> Any:
     return env
 
 
-def _render(compiled: Any, template: str, job: Job, add_generation_prompt: bool) -> str | None:
-    from coderai.engine.decoding.chat_template import template_input
+#: what a job gives a template: (messages, tools) (chat_template.template_input)
+Prepare = Callable[[Job, str], tuple[list[dict[str, Any]], list[Any] | None]]
 
+
+def _render(
+    compiled: Any, template: str, job: Job, add_generation_prompt: bool, prepare: Prepare
+) -> str | None:
     try:
-        messages, tools = template_input(job, template)
+        messages, tools = prepare(job, template)
         return str(compiled.render(messages=messages, tools=tools,
                                    add_generation_prompt=add_generation_prompt,
                                    bos_token="", eos_token=""))  # fmt: skip
@@ -175,8 +180,9 @@ def _think_tags(rendered: str, plain: str, source: str) -> tuple[str, str] | Non
     return tags if tags[0] not in plain else None
 
 
-def probe(template: str) -> Probed:
-    """What the template renders of a call and of reasoning (see the module's text)."""
+def probe(template: str, prepare: Prepare) -> Probed:
+    """What the template renders of a call and of reasoning (see the module's text),
+    each job given to it as `prepare` gives a backend's (chat_template.template_input)."""
     try:
         compiled = _environment().from_string(template)
     except Exception:  # a template that does not compile tells nothing
@@ -191,13 +197,13 @@ def probe(template: str) -> Probed:
         return Job(0, {}, "chat", messages=list(messages), tools=[_PROBE_TOOL], tool_choice="auto")
 
     found = Probed()
-    plain = _render(compiled, template, job(ask, answer), False)
-    with_call = _render(compiled, template, job(ask, called), False)
+    plain = _render(compiled, template, job(ask, answer), False, prepare)
+    with_call = _render(compiled, template, job(ask, called), False, prepare)
     if with_call is not None and plain is not None:
-        two = _render(compiled, template, job(ask, twice), False)
+        two = _render(compiled, template, job(ask, twice), False, prepare)
         found = _call_format(_middle(with_call, plain), template, with_call, two)
     thought = {**answer, "reasoning_content": PROBE_THOUGHT}
-    with_thought = _render(compiled, template, job(ask, thought), False)
+    with_thought = _render(compiled, template, job(ask, thought), False, prepare)
     if with_thought is not None and plain is not None:
         tags = _think_tags(with_thought, plain, template)
         found = Probed(found.tool_format, found.call_tags, tags)

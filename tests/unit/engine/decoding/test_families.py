@@ -113,10 +113,12 @@ def test_the_probe_takes_only_tags_that_open_and_close_their_own_part() -> None:
     from coderai.engine.decoding.template_probe import probe
 
     # the thought's opening tag is new to it; the closing one every answer has
-    assert probe(EMPTY_CLOSE).think_tags == ("<think>", "</think>")
+    assert probe(EMPTY_CLOSE, template_input).think_tags == ("<think>", "</think>")
     # several calls in one block: not Hermes-like tags of its own (each call needs a pair)
-    assert probe(ONE_BLOCK).call_tags is None
+    assert probe(ONE_BLOCK, template_input).call_tags is None
     # a tag every message has opens no thinking
-    assert probe(MESSAGE_TAGS).think_tags is None
+    assert probe(MESSAGE_TAGS, template_input).think_tags is None
     # a template that cannot render the probe tells nothing
-    assert probe("{{ raise_exception('no') }}") == probe("{% broken")
+    assert probe("{{ raise_exception('no') }}", template_input) == probe(
+        "{% broken", template_input
+    )
