@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coderai import accounts_cli, cluster_cli
+from coderai import accounts_cli, cluster_cli, launch_cli
 from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument("--key", type=Path, help="this engine's secret key file (tcp://)")
     accounts_cli.add_parsers(sub)
     cluster_cli.add_parser(sub)
+    launch_cli.add_parser(sub)
     return parser
 
 
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--engine-only"]:  # the seed's spelling of `coderai engine`
         argv[0] = "engine"
+    argv, agent_args = launch_cli.split(argv)
     args = _parser().parse_args(argv)
+    args.agent_args = agent_args
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             return accounts_cli.run(args, DEFAULT_CONFIG)
         if args.command == "cluster":
             return cluster_cli.run(args, DEFAULT_CONFIG)
+        if args.command == "launch":
+            return launch_cli.run(args, DEFAULT_CONFIG)
         return _engine(args)
     except ConfigError as exc:
         print(f"coderai: {exc.message}", file=sys.stderr)

@@ -1,0 +1,123 @@
+"""What each coding agent needs to run against a CoderAI server: its environment, the
+configuration files it reads (written into a folder CoderAI owns, never over the user's
+own), the arguments it is started with, the context its own prompt needs, and the same
+settings written out for a user who sets them by hand (`coderai launch --print`).
+
+Pure: `coderai launch` (launch_cli.py) finds the server, the model and a key, writes the
+files and starts the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: the agents `coderai launch` starts, and the command each is installed as
+AGENTS = {"claude": "claude", "codex": "codex", "opencode": "opencode", "aider": "aider"}
+#: how to install one that is missing
+INSTALL = {
+    "claude": "npm install -g @anthropic-ai/claude-code",
+    "codex": "npm install -g @openai/codex",
+    "opencode": "npm install -g opencode-ai",
+    "aider": "pip install aider-chat",
+}
+#: the context each agent's own prompt needs, in tokens (measured: Claude Code's is ~21k
+#: with its 23 tools, Codex's and opencode's 6-8k, aider's under 1k), with room to work
+NEEDS = {"claude": 32768, "codex": 16384, "opencode": 16384, "aider": 8192}
+
+
+@dataclass
+class Plan:
+    """How an agent is started: its argv after the command, its environment (added to
+    the user's), the files written first (path -> text), and the manual equivalent."""
+
+    args: list[str]
+    env: dict[str, str]
+    files: dict[Path, str] = field(default_factory=dict)
+
+    def manual(self, command: str) -> str:
+        """The same settings for a user who sets them by hand."""
+        lines = [f"# files (CoderAI wrote these in {_common(self.files)}):"] if self.files else []
+        for path, text in self.files.items():
+            lines += [f"# {path}", *(f"#   {line}" for line in text.splitlines())]
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in self.env.items()]
+        lines.append(shlex.join([command, *self.args]))
+        return "\n".join(lines)
+
+
+def _common(files: dict[Path, str]) -> str:
+    parents = {str(path.parent) for path in files}
+    return ", ".join(sorted(parents))
+
+
+def plan(agent: str, url: str, key: str, model: str, folder: Path, context: int) -> Plan:
+    """The plan for `agent` against the server at `url`, with `model` for every tier,
+    `key` as its API key and `folder` for its files; `context` is the model's."""
+    if agent == "claude":
+        return Plan([], {
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_AUTH_TOKEN": key,
+            # every tier is the one model: Claude Code asks for a small one on its own
+            "ANTHROPIC_MODEL": model,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+            "ANTHROPIC_SMALL_FAST_MODEL": model,
+            "CLAUDE_CODE_SUBAGENT_MODEL": model,
+            # its per-request billing nonce leads the system prompt: off, so that every
+            # turn's prompt can be the last one's prefix (the server strips it anyway)
+            "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        })  # fmt: skip
+    if agent == "codex":
+        config = (
+            f'model = "{model}"\nmodel_provider = "coderai"\n'
+            f"model_context_window = {context}\n\n"
+            "[model_providers.coderai]\n"
+            f'name = "CoderAI"\nbase_url = "{url}/v1"\nenv_key = "CODERAI_API_KEY"\n'
+            'wire_api = "responses"\n'
+        )
+        home = folder / "codex"
+        return Plan([], {"CODEX_HOME": str(home), "CODERAI_API_KEY": key},
+                    {home / "config.toml": config})  # fmt: skip
+    if agent == "opencode":
+        settings: dict[str, Any] = {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {"coderai": {
+                "npm": "@ai-sdk/openai-compatible", "name": "CoderAI",
+                "options": {"baseURL": f"{url}/v1", "apiKey": "{env:CODERAI_API_KEY}"},
+                "models": {model: {"name": model, "limit": {"context": context,
+                                                            "output": min(8192, context)}}}}},
+            "model": f"coderai/{model}",
+        }  # fmt: skip
+        path = folder / "opencode" / "opencode.json"
+        return Plan([], {"OPENCODE_CONFIG": str(path), "CODERAI_API_KEY": key},
+                    {path: json.dumps(settings, indent=2) + "\n"})  # fmt: skip
+    if agent == "aider":
+        # aider asks a price list for a model it does not know: told the model here
+        meta = {f"openai/{model}": {
+            "max_input_tokens": context, "max_output_tokens": min(8192, context),
+            "max_tokens": context, "input_cost_per_token": 0, "output_cost_per_token": 0,
+            "litellm_provider": "openai", "mode": "chat"}}  # fmt: skip
+        path = folder / "aider" / "models.json"
+        args = ["--model", f"openai/{model}", "--model-metadata-file", str(path),
+                "--no-show-model-warnings"]  # fmt: skip
+        env = {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": key}
+        return Plan(args, env, {path: json.dumps(meta, indent=2) + "\n"})
+    raise ValueError(f"no agent {agent!r}: one of {', '.join(AGENTS)}")
+
+
+def context_warning(agent: str, model: str, context: int) -> str | None:
+    """What to tell a user whose model's context is too small for the agent, and how to
+    fix it; None when it fits."""
+    need = NEEDS[agent]
+    if context >= need:
+        return None
+    return (
+        f"{model}'s context is {context} tokens; {agent} needs about {need} (its own prompt "
+        f"and room to work). Give the model a larger one: its catalogue entry's option "
+        f'"n_ctx": {need} (models.json, or the console\'s Models page), if the model takes it.'
+    )

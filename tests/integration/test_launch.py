@@ -1,0 +1,122 @@
+"""`coderai launch`: each real coding agent (installed by tests/agents/install.sh) started by
+it against a running server answers one non-interactive question end to end; `--print`
+shows the settings; a model whose context is too small for the agent is warned about
+with the fix; a server that wants API keys gets one made for the agent; a missing agent
+is named with how to install it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import agents
+from tests.support.server import Server
+
+ANSWER = "Paris is the capital of France."
+QUESTION = "What is the capital of France?"
+#: the agents' own non-interactive way to ask one question
+ASK = {
+    "claude": ["-p", QUESTION, "--output-format", "json"],
+    "codex": ["exec", "--skip-git-repo-check", QUESTION],
+    "opencode": ["run", QUESTION],
+    "aider": ["--message", QUESTION, "--yes-always", "--no-git", "--no-check-update",
+              "--analytics-disable", "--no-show-release-notes", "--no-pretty"],
+}  # fmt: skip
+
+
+def _server(folder: Path, require_key: bool) -> Server:
+    models = [
+        {"id": "answer", "format": "fake", "options": {"script": ANSWER, "context": 65536}},
+        {"id": "small", "format": "fake", "options": {"script": ANSWER, "context": 4096}},
+    ]
+    auth = {"admin_key": "test-admin-key", "require_api_key": require_key}
+    srv = Server(folder, {"engines": 1}, models, extra_config={"auth": auth})
+    srv.wait_ready(1)
+    return srv
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = _server(tmp_path_factory.mktemp("launch"), require_key=False)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def launch(
+    srv: Server, home: Path, *argv: str, path: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`coderai launch` as a user runs it: the agents on PATH, its own HOME."""
+    node = shutil.which("node")
+    bins = [str(agents.BIN), str(agents.AIDER.parent), str(Path(node).parent) if node else ""]
+    env = {
+        "PATH": path if path is not None else os.pathsep.join([*bins, "/usr/bin", "/bin"]),
+        "HOME": str(home),
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "coderai", "launch", *argv]
+    command[4:4] = ["--config", str(srv.workdir / "config.json")]  # after "launch AGENT"
+    return subprocess.run(command, cwd=home, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", sorted(ASK))
+def test_each_agent_answers_a_question_through_coderai_launch(
+    server: Server, tmp_path: Path, agent: str
+) -> None:
+    done = launch(server, tmp_path, agent, "--model", "answer", "--", *ASK[agent])
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert ANSWER in done.stdout, f"{done.stdout}\n{done.stderr}"
+    assert "coderai: warning" not in done.stderr  # the model fits every agent
+
+
+def test_print_shows_the_settings_and_starts_nothing(server: Server, tmp_path: Path) -> None:
+    done = launch(server, tmp_path, "claude", "--model", "answer", "--print")
+    assert done.returncode == 0, done.stderr
+    assert f"export ANTHROPIC_BASE_URL=http://127.0.0.1:{server.port}" in done.stdout
+    assert "export CLAUDE_CODE_ATTRIBUTION_HEADER=0" in done.stdout
+    assert "export ANTHROPIC_DEFAULT_HAIKU_MODEL=answer" in done.stdout
+    codex = launch(server, tmp_path, "codex", "--print")  # the first model listed
+    assert 'model = "answer"' in codex.stdout and "wire_api" in codex.stdout
+
+
+def test_a_model_too_small_for_the_agent_is_warned_about_with_the_fix(
+    server: Server, tmp_path: Path
+) -> None:
+    done = launch(server, tmp_path, "claude", "--model", "small", "--print")
+    assert done.returncode == 0, done.stderr
+    assert "small's context is 4096 tokens; claude needs about 32768" in done.stderr
+    assert '"n_ctx": 32768' in done.stderr
+    unknown = launch(server, tmp_path, "claude", "--model", "nope", "--print")
+    assert unknown.returncode == 2 and "has no model 'nope'" in unknown.stderr
+
+
+def test_a_missing_agent_is_named_with_how_to_install_it(server: Server, tmp_path: Path) -> None:
+    done = launch(server, tmp_path, "codex", "--model", "answer", path="/usr/bin:/bin")
+    assert done.returncode == 2
+    assert "codex is not installed: npm install -g @openai/codex" in done.stderr
+
+
+def test_a_server_that_wants_keys_gets_one_made_for_the_agent(tmp_path: Path) -> None:
+    srv = _server(tmp_path / "server", require_key=True)
+    try:
+        done = launch(srv, tmp_path / "home", "claude", "--model", "answer", "--print")
+        assert done.returncode == 0, done.stderr
+        assert "made API key" in done.stderr
+        token = next(line.split("=", 1)[1] for line in done.stdout.splitlines()
+                     if line.startswith("export ANTHROPIC_AUTH_TOKEN="))  # fmt: skip
+        headers = {"Authorization": f"Bearer {token}"}
+        listed = httpx.get(f"{srv.url}/v1/models", headers=headers, timeout=30)
+        assert listed.status_code == 200 and "answer" in json.dumps(listed.json())
+        assert httpx.get(f"{srv.url}/v1/models", timeout=30).status_code == 401
+    finally:
+        srv.stop()
