@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coderai import accounts_cli, cluster_cli, launch_cli
+from coderai import accounts_cli, cluster_cli, launch_cli, models_cli
 from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     accounts_cli.add_parsers(sub)
     cluster_cli.add_parser(sub)
     launch_cli.add_parser(sub)
+    models_cli.add_parser(sub)
     return parser
 
 
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             return cluster_cli.run(args, DEFAULT_CONFIG)
         if args.command == "launch":
             return launch_cli.run(args, DEFAULT_CONFIG)
+        if args.command == "models":
+            return models_cli.run(args, DEFAULT_CONFIG)
         return _engine(args)
     except ConfigError as exc:
         print(f"coderai: {exc.message}", file=sys.stderr)

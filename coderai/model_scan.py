@@ -1,0 +1,164 @@
+"""The models already on this machine, found where other tools keep them, each proposed as
+a catalogue entry that points at the files in place (weights are never copied):
+
+- the Hugging Face cache (`models--ORG--NAME/snapshots/REV/`): each GGUF as `ORG/NAME:QUANT`
+  (the quantisation from its file name; a split model by its first part; a vision
+  projector is no model), a transformers repo (config.json and weights) as `ORG/NAME`;
+- Ollama's store: each manifest `HOST/NAMESPACE/MODEL/TAG` names the GGUF blob of
+  `MODEL:TAG` (`NAMESPACE/MODEL:TAG` beyond the library, `HOST/…` beyond Ollama's
+  registry);
+- LM Studio's models folder (`PUBLISHER/REPO/FILE.gguf`), as `PUBLISHER/REPO:QUANT`;
+- folders the operator names: each GGUF by its file name, each transformers folder by its
+  own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_QUANT = re.compile(r"(?i)[-._](I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32)(?=\.gguf$|[-._])")
+_SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
+OLLAMA_REGISTRY = "registry.ollama.ai"
+OLLAMA_MODEL = "application/vnd.ollama.image.model"
+
+
+@dataclass(frozen=True)
+class Found:
+    """A model found: the id proposed, its files, its format and where it was found."""
+
+    id: str
+    path: str
+    format: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where to look (a place that does not exist is skipped)."""
+
+    hf_cache: Path | None = None
+    ollama: Path | None = None
+    lmstudio: tuple[Path, ...] = ()
+    folders: tuple[Path, ...] = ()
+
+    @classmethod
+    def default(cls, folders: tuple[Path, ...] = ()) -> Places:
+        """The stores' own places, as their tools' environment variables set them."""
+        home = Path.home()
+        hf = os.environ.get("HF_HUB_CACHE") or os.path.join(
+            os.environ.get("HF_HOME", home / ".cache" / "huggingface"), "hub"
+        )
+        ollama = os.environ.get("OLLAMA_MODELS") or home / ".ollama" / "models"
+        lmstudio = (home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models")
+        return cls(Path(hf), Path(ollama), lmstudio, folders)
+
+
+def quant(name: str) -> str:
+    """A GGUF file's quantisation from its name (`Q4_K_M`, `IQ2_XS`, `F16`); "" if none."""
+    found = _QUANT.findall(name)
+    return found[-1].upper() if found else ""
+
+
+def _is_gguf(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def _ggufs(folder: Path) -> Iterator[Path]:
+    """A folder's model GGUFs: no projector, a split model by its first part only."""
+    for path in sorted(folder.glob("*.gguf")):
+        if path.name.lower().startswith("mmproj"):
+            continue
+        shard = _SHARD.search(path.name)
+        if shard and shard.group(1) != "00001":
+            continue
+        yield path
+
+
+def _is_transformers(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(
+        any(folder.glob(pattern)) for pattern in _WEIGHTS
+    )
+
+
+def _named(base: str, path: Path) -> str:
+    tag = quant(path.name)
+    return f"{base}:{tag}" if tag else f"{base}:{path.stem}"
+
+
+def hf_cache(root: Path) -> Iterator[Found]:
+    for repo in sorted(root.glob("models--*")):
+        name = repo.name.removeprefix("models--").replace("--", "/")
+        snapshots = sorted((repo / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime)
+        if not snapshots:
+            continue
+        latest = snapshots[-1]  # the revision fetched last
+        for path in _ggufs(latest):
+            yield Found(_named(name, path), str(path), "gguf", "huggingface")
+        if _is_transformers(latest):
+            yield Found(name, str(latest), "transformers", "huggingface")
+
+
+def ollama(root: Path) -> Iterator[Found]:
+    manifests = root / "manifests"
+    for manifest in sorted(p for p in manifests.glob("*/*/*/*") if p.is_file()):
+        host, namespace, model, tag = manifest.relative_to(manifests).parts
+        try:
+            layers = json.loads(manifest.read_text()).get("layers", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        digests = [
+            layer.get("digest", "")
+            for layer in layers
+            if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL
+        ]
+        if not digests or not isinstance(digests[0], str):
+            continue
+        blob = root / "blobs" / digests[0].replace(":", "-")
+        if not _is_gguf(blob):
+            continue
+        name = model if namespace == "library" else f"{namespace}/{model}"
+        if host != OLLAMA_REGISTRY:
+            name = f"{host}/{name}"
+        yield Found(f"{name}:{tag}", str(blob), "gguf", "ollama")
+
+
+def lmstudio(root: Path) -> Iterator[Found]:
+    for folder in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        base = "/".join(folder.relative_to(root).parts)
+        for path in _ggufs(folder):
+            yield Found(_named(base, path), str(path), "gguf", "lmstudio")
+
+
+def folder(root: Path) -> Iterator[Found]:
+    for path in sorted(root.rglob("*.gguf")):
+        if path in set(_ggufs(path.parent)):
+            yield Found(path.stem, str(path), "gguf", str(root))
+    for config in sorted(root.rglob("config.json")):
+        if _is_transformers(config.parent):
+            yield Found(config.parent.name, str(config.parent), "transformers", str(root))
+
+
+def scan(places: Places) -> list[Found]:
+    """Every model found, in the order of the places."""
+    found: list[Found] = []
+    if places.hf_cache is not None and places.hf_cache.is_dir():
+        found += hf_cache(places.hf_cache)
+    if places.ollama is not None and places.ollama.is_dir():
+        found += ollama(places.ollama)
+    for root in places.lmstudio:
+        if root.is_dir():
+            found += lmstudio(root)
+    for root in places.folders:
+        if root.is_dir():
+            found += folder(root)
+    return found
