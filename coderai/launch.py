@@ -32,30 +32,35 @@ NEEDS = {"claude": 32768, "codex": 16384, "opencode": 16384, "aider": 8192}
 @dataclass
 class Plan:
     """How an agent is started: its argv after the command, its environment (added to
-    the user's), the files written first (path -> text), and the manual equivalent."""
+    the user's, less `unset`), and the files it reads (path -> text)."""
 
     args: list[str]
     env: dict[str, str]
     files: dict[Path, str] = field(default_factory=dict)
+    #: variables of the user's own that would send it elsewhere, or a second key
+    unset: tuple[str, ...] = ()
 
     def manual(self, command: str) -> str:
         """The same settings for a user who sets them by hand."""
-        lines = [f"# files (CoderAI wrote these in {_common(self.files)}):"] if self.files else []
-        for path, text in self.files.items():
-            lines += [f"# {path}", *(f"#   {line}" for line in text.splitlines())]
+        lines = [f"# {path} (written)" for path in self.files]
+        lines += [f"unset {name}" for name in self.unset]
         lines += [f"export {name}={shlex.quote(value)}" for name, value in self.env.items()]
         lines.append(shlex.join([command, *self.args]))
         return "\n".join(lines)
 
 
-def _common(files: dict[Path, str]) -> str:
-    parents = {str(path.parent) for path in files}
-    return ", ".join(sorted(parents))
+#: a user's own variables that would send Claude Code elsewhere, or with a second key
+CLAUDE_UNSET = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
+
+
+def _toml(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a TOML basic string
 
 
 def plan(agent: str, url: str, key: str, model: str, folder: Path, context: int) -> Plan:
     """The plan for `agent` against the server at `url`, with `model` for every tier,
-    `key` as its API key and `folder` for its files; `context` is the model's."""
+    `key` as its API key and `folder` for its files; `context` is the model's (0: not
+    known, and not told)."""
     if agent == "claude":
         return Plan([], {
             "ANTHROPIC_BASE_URL": url,
@@ -71,42 +76,51 @@ def plan(agent: str, url: str, key: str, model: str, folder: Path, context: int)
             # turn's prompt can be the last one's prefix (the server strips it anyway)
             "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        })  # fmt: skip
+        }, unset=CLAUDE_UNSET)  # fmt: skip
     if agent == "codex":
-        config = (
-            f'model = "{model}"\nmodel_provider = "coderai"\n'
-            f"model_context_window = {context}\n\n"
-            "[model_providers.coderai]\n"
-            f'name = "CoderAI"\nbase_url = "{url}/v1"\nenv_key = "CODERAI_API_KEY"\n'
-            'wire_api = "responses"\n'
+        # the user's own Codex home (its MCP servers, history, trust) stays: the provider
+        # and the model are given as overrides
+        provider = (
+            f"{{name={_toml('CoderAI')}, base_url={_toml(url + '/v1')}, "
+            f"env_key={_toml('CODERAI_API_KEY')}, wire_api={_toml('responses')}}}"
         )
-        home = folder / "codex"
-        return Plan([], {"CODEX_HOME": str(home), "CODERAI_API_KEY": key},
-                    {home / "config.toml": config})  # fmt: skip
+        args = ["-c", f"model={_toml(model)}", "-c", "model_provider=\"coderai\"",
+                "-c", f"model_providers.coderai={provider}"]  # fmt: skip
+        if context:
+            args += ["-c", f"model_context_window={context}"]
+        return Plan(args, {"CODERAI_API_KEY": key})
     if agent == "opencode":
+        limits = {"limit": {"context": context, "output": min(8192, context)}} if context else {}
         settings: dict[str, Any] = {
-            "$schema": "https://opencode.ai/config.json",
             "provider": {"coderai": {
                 "npm": "@ai-sdk/openai-compatible", "name": "CoderAI",
                 "options": {"baseURL": f"{url}/v1", "apiKey": "{env:CODERAI_API_KEY}"},
-                "models": {model: {"name": model, "limit": {"context": context,
-                                                            "output": min(8192, context)}}}}},
+                "models": {model: {"name": model, **limits}}}},
             "model": f"coderai/{model}",
         }  # fmt: skip
-        path = folder / "opencode" / "opencode.json"
-        return Plan([], {"OPENCODE_CONFIG": str(path), "CODERAI_API_KEY": key},
-                    {path: json.dumps(settings, indent=2) + "\n"})  # fmt: skip
+        # given whole, over the user's global config and a project's own
+        return Plan([], {"OPENCODE_CONFIG_CONTENT": json.dumps(settings),
+                         "CODERAI_API_KEY": key})  # fmt: skip
     if agent == "aider":
-        # aider asks a price list for a model it does not know: told the model here
-        meta = {f"openai/{model}": {
-            "max_input_tokens": context, "max_output_tokens": min(8192, context),
-            "max_tokens": context, "input_cost_per_token": 0, "output_cost_per_token": 0,
-            "litellm_provider": "openai", "mode": "chat"}}  # fmt: skip
-        path = folder / "aider" / "models.json"
-        args = ["--model", f"openai/{model}", "--model-metadata-file", str(path),
-                "--no-show-model-warnings"]  # fmt: skip
+        args = ["--model", f"openai/{model}", "--no-show-model-warnings"]
+        files: dict[Path, str] = {}
+        if context:  # aider asks a price list for a model it does not know: told here
+            meta = {
+                f"openai/{model}": {
+                    "max_input_tokens": context,
+                    "max_output_tokens": min(8192, context),
+                    "max_tokens": context,
+                    "input_cost_per_token": 0,
+                    "output_cost_per_token": 0,
+                    "litellm_provider": "openai",
+                    "mode": "chat",
+                }
+            }
+            path = folder / "aider" / "models.json"
+            files[path] = json.dumps(meta, indent=2) + "\n"
+            args[2:2] = ["--model-metadata-file", str(path)]
         env = {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": key}
-        return Plan(args, env, {path: json.dumps(meta, indent=2) + "\n"})
+        return Plan(args, env, files)
     raise ValueError(f"no agent {agent!r}: one of {', '.join(AGENTS)}")
 
 

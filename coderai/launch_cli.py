@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -42,27 +43,38 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--print", action="store_true", help="show the settings; start nothing")
 
 
-def _request(url: str, key: str, body: dict[str, Any] | None = None) -> Any:
+def _request(url: str, key: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
     request.add_header("Content-Type", "application/json")
     if key:
         request.add_header("Authorization", f"Bearer {key}")
-    with urllib.request.urlopen(request, timeout=_LOAD_SECONDS) as response:
-        return json.loads(response.read())
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer = json.loads(response.read())
+    if not isinstance(answer, dict):
+        raise ValueError("not a JSON object")
+    return answer
 
 
-def _server_url(args: argparse.Namespace, config: Any) -> str:
-    if args.url:
-        return str(args.url).rstrip("/")
-    host = config.server.host
+def _server_url(config: Any) -> str:
+    host = str(config.server.host).strip("[]")
     host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{config.server.port}"
 
 
-def _made_key(agent: str, files: StateFiles) -> str:
-    """A key for the agent, in the server's own state (it sees a new key at once)."""
+def _folder(files: StateFiles | None) -> Path:
+    """Where the agents' files and made keys go: the server's state folder, or, without a
+    config, a folder of the user's own (never the project the agent is started in)."""
+    if files is not None:
+        return (files.state_dir / "launch").resolve()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state, "coderai", "launch").resolve()
+
+
+def _made_key(agent: str, files: StateFiles, folder: Path) -> str:
+    """A key for the agent, in the server's own state (it sees a new key at once), kept
+    (0600) so that the next launch reuses it."""
     from coderai.state import api_keys
     from coderai.state.database import Database
 
@@ -72,19 +84,75 @@ def _made_key(agent: str, files: StateFiles) -> str:
         db.add_key(record)
     finally:
         db.close()
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = folder / f"{agent}.key"
+    kept.touch(mode=0o600)
+    kept.write_text(token, encoding="utf-8")
     print(f"coderai: made API key {record.id} (launch-{agent}) for {agent}", file=sys.stderr)
     return token
 
 
-def _models(url: str, key: str) -> list[str]:
-    listed = _request(f"{url}/v1/models", key)
-    return [str(m["id"]) for m in listed.get("data", [])]
+def _error(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read())["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {exc.code}"
+
+
+def _connect(
+    args: argparse.Namespace, config: Any, files: StateFiles | None
+) -> tuple[str, str, str, int]:
+    """(url, key, model, context) of the server and model the agent is to use."""
+    url = str(args.url).rstrip("/") if args.url else _server_url(config)
+    folder = _folder(files)
+    key = args.key or os.environ.get("CODERAI_API_KEY", "")
+    kept = folder / f"{args.agent}.key"
+    if not key and not args.url and kept.is_file():
+        key = kept.read_text(encoding="utf-8").strip()
+    try:
+        try:
+            listed = _request(f"{url}/v1/models", key)
+        except urllib.error.HTTPError as exc:
+            # a key is made only for the server this config runs, in its own state
+            if exc.code != 401 or args.url or files is None:
+                raise
+            key = _made_key(args.agent, files, folder)
+            listed = _request(f"{url}/v1/models", key)
+        models = [str(m["id"]) for m in listed.get("data", [])]
+        model = args.model or (models[0] if models else "")
+        if not model:
+            raise ConfigError(f"the server at {url} serves no model")
+        _request(f"{url}/v1/models/{urllib.parse.quote(model, safe='')}", key)  # an alias too
+        print(f"coderai: loading {model} if it is not loaded (up to 10 minutes)…", file=sys.stderr)
+        try:
+            sized = _request(f"{url}/tokenize", key, {"model": model, "prompt": ""}, _LOAD_SECONDS)
+            context = int(sized.get("max_model_len") or 0)
+        except urllib.error.HTTPError as exc:  # a model that cannot tokenize: not told
+            if exc.code == 404:
+                raise
+            print(f"coderai: warning: {model}'s context cannot be read ({_error(exc)})",
+                  file=sys.stderr)  # fmt: skip
+            context = 0
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise ConfigError(f"the server at {url} wants an API key: pass --key, or the "
+                              "server's own --config") from None  # fmt: skip
+        if exc.code == 404:
+            raise ConfigError(f"the server at {url} has no model {args.model!r}") from None
+        raise ConfigError(f"the server at {url} answered: {_error(exc)}") from None
+    except ValueError:
+        raise ConfigError(f"{url} is not a CoderAI server (its answer is not one)") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ConfigError(
+            f"no CoderAI server at {url} ({exc}): start one with `coderai run`"
+        ) from None
+    return url, key, model, context
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str]]:
-    """`coderai launch …` before `--`, and the agent's own arguments after it (argparse's
-    subcommands do not pass `--` on)."""
-    if argv[:1] == ["launch"] and "--" in argv:
+    """`coderai … launch …` before `--`, and the agent's own arguments after it
+    (argparse's subcommands do not pass `--` on)."""
+    if "--" in argv and "launch" in argv[: argv.index("--")]:
         at = argv.index("--")
         return argv[:at], argv[at + 1 :]
     return argv, []
@@ -95,47 +163,25 @@ def run(args: argparse.Namespace, default_config: Path) -> int:
     if config_path is None and default_config.is_file():
         config_path = default_config
     config = load_config(config_path)
-    url = _server_url(args, config)
-    key = args.key or os.environ.get("CODERAI_API_KEY", "")
-    try:
-        try:
-            models = _models(url, key)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 401 or key:
-                raise
-            key = _made_key(args.agent, StateFiles.of(config, config_path))
-            models = _models(url, key)
-        model = args.model or (models[0] if models else "")
-        if model not in models:
-            raise ConfigError(f"the server at {url} has no model {model!r}: it has "
-                              f"{', '.join(models) or 'none'}")  # fmt: skip
-        sized = _request(f"{url}/tokenize", key, {"model": model, "prompt": ""})
-    except urllib.error.HTTPError as exc:
-        raise ConfigError(
-            f"the server at {url} answered {exc.code}: {exc.read()[:300]!r}"
-        ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ConfigError(
-            f"no CoderAI server at {url} ({exc}): start one with `coderai run`"
-        ) from None
-    context = int(sized.get("max_model_len") or 0)
-    warning = launch.context_warning(args.agent, model, context)
+    files = StateFiles.of(config, config_path.resolve()) if config_path is not None else None
+    url, key, model, context = _connect(args, config, files)
+    warning = launch.context_warning(args.agent, model, context) if context else None
     if warning:
         print(f"coderai: warning: {warning}", file=sys.stderr)
-    folder = StateFiles.of(config, config_path).state_dir / "launch"
-    plan = launch.plan(args.agent, url, key or "none", model, folder, context)
-    command = launch.AGENTS[args.agent]
+    plan = launch.plan(args.agent, url, key or "none", model, _folder(files), context)
     plan.args += args.agent_args
+    for path, text in plan.files.items():  # --print's settings must work as printed
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    command = launch.AGENTS[args.agent]
     if args.print:
         print(plan.manual(command))
         return 0
     binary = shutil.which(command)
     if binary is None:
         raise ConfigError(f"{command} is not installed: {launch.INSTALL[args.agent]}")
-    for path, text in plan.files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in plan.unset}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(binary, [binary, *plan.args], {**os.environ, **plan.env})
+    os.execve(binary, [binary, *plan.args], {**env, **plan.env})
     return 0  # not reached: the agent is this process now

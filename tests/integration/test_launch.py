@@ -34,7 +34,12 @@ ASK = {
 
 def _server(folder: Path, require_key: bool) -> Server:
     models = [
-        {"id": "answer", "format": "fake", "options": {"script": ANSWER, "context": 65536}},
+        {
+            "id": "answer",
+            "alias": "ans",
+            "format": "fake",
+            "options": {"script": ANSWER, "context": 65536},
+        },
         {"id": "small", "format": "fake", "options": {"script": ANSWER, "context": 4096}},
     ]
     auth = {"admin_key": "test-admin-key", "require_api_key": require_key}
@@ -53,19 +58,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def launch(
-    srv: Server, home: Path, *argv: str, path: str | None = None
+    srv: Server,
+    home: Path,
+    *argv: str,
+    path: str | None = None,
+    config: bool = True,
+    before: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """`coderai launch` as a user runs it: the agents on PATH, its own HOME."""
+    """`coderai launch` as a user runs it: the agents on PATH, its own HOME, in a project
+    folder of its own; the server's config, or (`config` false) `--url` alone."""
     node = shutil.which("node")
     bins = [str(agents.BIN), str(agents.AIDER.parent), str(Path(node).parent) if node else ""]
     env = {
         "PATH": path if path is not None else os.pathsep.join([*bins, "/usr/bin", "/bin"]),
         "HOME": str(home),
     }
-    home.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "coderai", "launch", *argv]
-    command[4:4] = ["--config", str(srv.workdir / "config.json")]  # after "launch AGENT"
-    return subprocess.run(command, cwd=home, env=env, capture_output=True, text=True,
+    project = home / "project"
+    project.mkdir(parents=True, exist_ok=True)
+    where = ["--config", str(srv.workdir / "config.json")] if config else ["--url", srv.url]
+    command = [sys.executable, "-m", "coderai", *before, "launch", argv[0], *where, *argv[1:]]
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
 
 
@@ -86,7 +98,24 @@ def test_print_shows_the_settings_and_starts_nothing(server: Server, tmp_path: P
     assert "export CLAUDE_CODE_ATTRIBUTION_HEADER=0" in done.stdout
     assert "export ANTHROPIC_DEFAULT_HAIKU_MODEL=answer" in done.stdout
     codex = launch(server, tmp_path, "codex", "--print")  # the first model listed
-    assert 'model = "answer"' in codex.stdout and "wire_api" in codex.stdout
+    assert "model_provider" in codex.stdout and '"answer"' in codex.stdout
+    assert "CODEX_HOME" not in codex.stdout  # the user's own Codex home stays theirs
+    # an alias names its model; after a global option, -- still starts the agent's own
+    alias = launch(server, tmp_path, "aider", "--model", "ans", "--print", "--", "--message",
+                   "hi", before=("--log-level", "WARNING"))  # fmt: skip
+    assert alias.returncode == 0, alias.stderr
+    assert alias.stdout.splitlines()[-1].endswith("--message hi"), alias.stdout
+
+
+def test_without_a_config_the_files_go_in_the_users_state_not_the_project(
+    server: Server, tmp_path: Path
+) -> None:
+    done = launch(server, tmp_path, "aider", "--model", "answer", "--print", config=False)
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / ".local/state/coderai/launch/aider/models.json"
+    assert json.loads(written.read_text())["openai/answer"]["max_input_tokens"] == 65536
+    assert f"--model-metadata-file {written}" in done.stdout  # printed as written
+    assert list((tmp_path / "project").iterdir()) == []
 
 
 def test_a_model_too_small_for_the_agent_is_warned_about_with_the_fix(
