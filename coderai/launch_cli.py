@@ -24,6 +24,7 @@ from typing import Any
 from coderai import launch
 from coderai.config import StateFiles, load_config
 from coderai.errors import ConfigError
+from coderai.local_server import request_json, server_url
 
 #: how long the server may take to answer: /tokenize loads the model if it must
 _LOAD_SECONDS = 600
@@ -41,26 +42,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--key", help="an API key (default: $CODERAI_API_KEY, or one made)")
     parser.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
     parser.add_argument("--print", action="store_true", help="show the settings; start nothing")
-
-
-def _request(url: str, key: str, body: dict[str, Any] | None = None, timeout: float = 30) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
-    request.add_header("Content-Type", "application/json")
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        answer = json.loads(response.read())
-    if not isinstance(answer, dict):
-        raise ValueError("not a JSON object")
-    return answer
-
-
-def _server_url(config: Any) -> str:
-    host = str(config.server.host).strip("[]")
-    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{config.server.port}"
 
 
 def _folder(files: StateFiles | None) -> Path:
@@ -103,7 +84,7 @@ def _connect(
     args: argparse.Namespace, config: Any, files: StateFiles | None
 ) -> tuple[str, str, str, int]:
     """(url, key, model, context) of the server and model the agent is to use."""
-    url = str(args.url).rstrip("/") if args.url else _server_url(config)
+    url = str(args.url).rstrip("/") if args.url else server_url(config)
     folder = _folder(files)
     key = args.key or os.environ.get("CODERAI_API_KEY", "")
     kept = folder / f"{args.agent}.key"
@@ -111,21 +92,23 @@ def _connect(
         key = kept.read_text(encoding="utf-8").strip()
     try:
         try:
-            listed = _request(f"{url}/v1/models", key)
+            listed = request_json(f"{url}/v1/models", key)
         except urllib.error.HTTPError as exc:
             # a key is made only for the server this config runs, in its own state
             if exc.code != 401 or args.url or files is None:
                 raise
             key = _made_key(args.agent, files, folder)
-            listed = _request(f"{url}/v1/models", key)
+            listed = request_json(f"{url}/v1/models", key)
         models = [str(m["id"]) for m in listed.get("data", [])]
         model = args.model or (models[0] if models else "")
         if not model:
             raise ConfigError(f"the server at {url} serves no model")
-        _request(f"{url}/v1/models/{urllib.parse.quote(model, safe='')}", key)  # an alias too
+        request_json(f"{url}/v1/models/{urllib.parse.quote(model, safe='')}", key)  # an alias too
         print(f"coderai: loading {model} if it is not loaded (up to 10 minutes)…", file=sys.stderr)
         try:
-            sized = _request(f"{url}/tokenize", key, {"model": model, "prompt": ""}, _LOAD_SECONDS)
+            sized = request_json(
+                f"{url}/tokenize", key, {"model": model, "prompt": ""}, _LOAD_SECONDS
+            )
             context = int(sized.get("max_model_len") or 0)
         except urllib.error.HTTPError as exc:  # a model that cannot tokenize: not told
             if exc.code == 404:

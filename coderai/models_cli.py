@@ -8,11 +8,9 @@ default model beside the models added)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from coderai.config import (
 )
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
+from coderai.local_server import request_json, server_url
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,21 +54,18 @@ def _status(found: model_scan.Found, entries: list[ModelEntry]) -> str:
     return "new"
 
 
-def _admin(config: Config, path: str, entry: dict[str, Any]) -> bool:
+def _admin(config: Config, entry: dict[str, Any]) -> bool:
     """Add through the running server's admin API; False when none answers."""
     key = config.auth.admin_key
     if not key:
         return False
-    host = config.server.host if config.server.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
-    url = f"http://{host}:{config.server.port}/admin/api/{path}"
-    request = urllib.request.Request(url, data=json.dumps(entry).encode(), method="POST")
-    request.add_header("Content-Type", "application/json")
-    request.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(request, timeout=30):
-            return True
+        request_json(f"{server_url(config)}/admin/api/models", key, entry)
+        return True
     except urllib.error.HTTPError as exc:
         raise ConfigError(f"the server refused {entry['id']}: {exc.read()[:300]!r}") from None
+    except ValueError:
+        raise ConfigError(f"{server_url(config)} is not a CoderAI server") from None
     except (urllib.error.URLError, OSError):
         return False
 
@@ -100,7 +96,7 @@ def run(args: argparse.Namespace, default_config: Path) -> int:
     ]
     if not new:
         return 0
-    if all(_admin(config, "models", entry) for entry in new):
+    if all(_admin(config, entry) for entry in new):
         print(f"coderai: added to the running server: {', '.join(e['id'] for e in new)}",
               file=sys.stderr)  # fmt: skip
         return 0

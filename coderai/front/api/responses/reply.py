@@ -151,7 +151,6 @@ class ResponseStream:
         self.start = start
         self.names = names
         self.shown = shown
-        self.summary = shown.summary
         self.seq = 0
         #: the items done, in order; the open one, what it holds so far, and its call
         self.output: list[dict[str, Any]] = []
@@ -180,14 +179,14 @@ class ResponseStream:
         out = b""
         if self._item is None or self._item["type"] != "reasoning":
             out += self._open(reasoning_item(new_id("rs"), "in_progress", None))
-            if self.summary:
+            if self.shown.summary:
                 out += self._event({"type": "response.reasoning_summary_part.added",
                                     **self._where(), "summary_index": 0,
                                     "part": {"type": "summary_text", "text": ""}})  # fmt: skip
         self._held.append(text)
         out += self._event({"type": "response.reasoning_text.delta", **self._where(),
                             "content_index": 0, "delta": text})  # fmt: skip
-        if self.summary:
+        if self.shown.summary:
             out += self._event({"type": "response.reasoning_summary_text.delta",
                                 **self._where(), "summary_index": 0, "delta": text})  # fmt: skip
         return out
@@ -236,7 +235,7 @@ class ResponseStream:
         if self._item["type"] == "reasoning":
             out = self._event({"type": "response.reasoning_text.done", **where,
                                "content_index": 0, "text": held})  # fmt: skip
-            if self.summary:
+            if self.shown.summary:
                 part = {"type": "summary_text", "text": held}
                 out += self._event({"type": "response.reasoning_summary_text.done", **where,
                                     "summary_index": 0, "text": held})  # fmt: skip

@@ -22,6 +22,7 @@ from coderai.engine.decoding.tool_parse import ToolCallParser
 from coderai.tinymodel import build
 from tests.support.families import CONVERSATION, FAMILIES, WEATHER
 from tests.support.server import Server, running
+from tests.support.stepping import call_deltas
 from tests.support.tools import SHORT
 
 #: the families' markup in the tiny vocabulary's tokens (about one a character) needs room
@@ -171,8 +172,6 @@ def test_a_call_begun_in_an_xml_or_marked_format_is_finished_under_its_grammar(
 ) -> None:
     """tool_choice auto: once a call begins in the family's own markup, the rest of it is
     constrained in that markup, so even the random model completes a valid call."""
-    from coderai.engine.backends.base import END, PENDING, READING
-
     instance = load(family_models[name], backend)
     job = Job(1, {}, "chat", messages=[{"role": "user", "content": "hi"}], tools=[SHORT],
               tool_choice="auto", parallel_tool_calls=False, temperature=0,
@@ -183,19 +182,7 @@ def test_a_call_begun_in_an_xml_or_marked_format_is_finished_under_its_grammar(
     structured.prepare(seq, instance)
     began = structured.read(seq, BEGUN[name])
     assert began.content == "Sure." and seq.lazy, "the rest of the call is constrained"
-    deltas = list(began.calls)
-    for _ in range(300):
-        result = instance.step([seq])[0]
-        if result is END:
-            break
-        if result is READING or result is PENDING:
-            continue
-        assert isinstance(result, str)
-        deltas += structured.read(seq, result).calls
-        if seq.parser.done:  # the answer ends with its one call (the scheduler's rule)
-            break
-    deltas += structured.read(seq, "", end=True).calls
-    instance.release(seq)
+    deltas = [*began.calls, *call_deltas(instance, seq, 300)]
     calls: dict[int, list[str]] = {}
     for delta in deltas:  # a section may hold more calls: each must be valid
         calls.setdefault(delta.index, ["", ""])

@@ -21,6 +21,7 @@ from coderai.defaults import embedded_gguf
 from coderai.engine.decoding.marked_calls import MARKERS
 from tests.support.json_prefix import is_json_prefix
 from tests.support.server import Server, openai_client, running
+from tests.support.stepping import call_deltas
 from tests.support.tools import SHORT as SHORT_TOOL
 
 ARGS = {"city": 'Paris, "FR" {x}', "days": 3}
@@ -511,7 +512,7 @@ def test_a_call_the_model_begins_is_finished_under_the_lazy_grammar(
     constrained, so even a random model completes a call that validates."""
     from coderai.bus.messages import Job, ModelSpec
     from coderai.engine.backends import structured
-    from coderai.engine.backends.base import END, PENDING, READING, LoadProgress, Sequence
+    from coderai.engine.backends.base import LoadProgress, Sequence
     from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
     from coderai.engine.backends.transformers.backend import TransformersBackend
 
@@ -531,17 +532,7 @@ def test_a_call_the_model_begins_is_finished_under_the_lazy_grammar(
     # the model's own words so far, as if it had written them: a call begins
     began = structured.read(seq, 'Sure.<tool_call>\n{"name": "get_weather", "arg')
     assert began.content == "Sure." and seq.lazy
-    arguments = ""
-    for _ in range(60):
-        result = instance.step([seq])[0]
-        if result is END:
-            break
-        if result is READING or result is PENDING:
-            continue
-        assert isinstance(result, str)
-        for delta in structured.read(seq, result).calls:
-            arguments += delta.arguments
-    instance.release(seq)
+    arguments = "".join(d.arguments for d in [*began.calls, *call_deltas(instance, seq, 60)])
     args = json.loads(arguments)
     assert args["city"] in ("Paris", "Rome") and 1 <= args["days"] <= 9
     assert seq.constraint is None, "the grammar ends with the call"
