@@ -83,8 +83,9 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
         seq.render_special = seq.render_special or isinstance(seq.parser, HarmonyReader)
     except grammar.GrammarError as exc:
         raise JobError(f"the schema cannot be compiled: {exc}", kind="bad_request") from None
-    # a grammar from the first token (a required call, a response format) writes no
-    # thinking, even where the template opened it
+    # a JSON grammar from the first token (a response format, or a required call where
+    # the model's own format has no grammar) writes no thinking, even where the template
+    # opened it; a call in the model's own format may follow thinking
     think = instance.reasoning_format == "think" and not isinstance(seq.parser, HarmonyReader)
     free = seq.constraint is None or seq.own_format
     if job.kind == JobKind.CHAT and think and free:
