@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from coderai.config import ModelEntry
 
 _QUANT = re.compile(r"(?i)[-._](I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32)(?=\.gguf$|[-._])")
 _SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
@@ -146,6 +148,18 @@ def folder(root: Path) -> Iterator[Found]:
     for config in sorted(root.rglob("config.json")):
         if _is_transformers(config.parent):
             yield Found(config.parent.name, str(config.parent), "transformers", str(root))
+
+
+def standing(found: Found, entries: Sequence[ModelEntry]) -> str:
+    """What the catalogue makes of a model found: "new", "its id is taken", or "in the
+    catalogue as ID" (an entry names the same file, by any path to it)."""
+    real = os.path.realpath(found.path)
+    for entry in entries:
+        if entry.path and os.path.realpath(entry.path) == real:
+            return f"in the catalogue as {entry.id}"
+    if any(found.id in entry.names() for entry in entries):
+        return "its id is taken"
+    return "new"
 
 
 def scan(places: Places) -> list[Found]:

@@ -1,14 +1,17 @@
-"""`coderai models scan [--folder DIR]… [--add ID]… [--add-all]`: the models already on this
-machine (model_scan.py says where it looks), each with the catalogue entry proposed for
-it, and those the operator picks added, pointing at the files in place. A running server
-(the config's, answering to its admin key) is told through its admin API, so the model is
-served at once; otherwise the catalogue file is written (a new one keeps the embedded
-default model beside the models added)."""
+"""`coderai models`: the models of this machine's catalogue, from elsewhere.
+
+- `pull USER/REPO[:QUANT|/FILE]`: fetched from the Hugging Face hub into its cache (pull/).
+- `scan [--folder DIR]… [--add ID]… [--add-all]`: the models already on this machine
+  (model_scan.py says where it looks), each with the entry proposed for it, and those the
+  operator picks added, pointing at the files in place.
+
+A model is added through the running server's admin API (the config's server, answering to
+its admin key), so it is served at once; otherwise into the catalogue file (a new one keeps
+the embedded default model beside the models added)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import urllib.error
 from pathlib import Path
@@ -26,6 +29,8 @@ from coderai.config import (
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError
 from coderai.local_server import request_json, server_url
+from coderai.pull import download
+from coderai.pull.plan import DEFAULT_QUANT
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,20 +43,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                       help="add this proposal to the catalogue (repeatable)")  # fmt: skip
     scan.add_argument("--add-all", action="store_true", help="add every new proposal")
     scan.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
+    pull = models_sub.add_parser("pull", help="fetch a model from the Hugging Face hub; add it")
+    pull.add_argument("model", metavar="USER/REPO[:QUANT|/FILE]",
+                      help=f"a GGUF repo (default quantisation {DEFAULT_QUANT}), one of its "
+                           "files, or a transformers repo")  # fmt: skip
+    pull.add_argument("--id", help="the catalogue id (default: USER/REPO:QUANT, or USER/REPO)")
+    pull.add_argument("--endpoint", help="the hub's address (default: $HF_ENDPOINT, else the hub)")
+    pull.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
 
 
 def _entries(path: Path) -> list[ModelEntry]:
     return load_catalogue(path).entries if path.is_file() else default_entries()
-
-
-def _status(found: model_scan.Found, entries: list[ModelEntry]) -> str:
-    real = os.path.realpath(found.path)
-    for entry in entries:
-        if entry.path and os.path.realpath(entry.path) == real:
-            return f"in the catalogue as {entry.id}"
-    if any(found.id in entry.names() for entry in entries):
-        return "its id is taken"
-    return "new"
 
 
 def _admin(config: Config, entry: dict[str, Any]) -> bool:
@@ -77,8 +79,10 @@ def run(args: argparse.Namespace, default_config: Path) -> int:
     config = load_config(config_path)
     files = StateFiles.of(config, config_path)
     entries = _entries(files.catalogue)
+    if args.action == "pull":
+        return _pull(args, config, files.catalogue, entries)
     found = model_scan.scan(model_scan.Places.default(tuple(args.folder)))
-    rows = [(f, _status(f, entries)) for f in found]
+    rows = [(f, model_scan.standing(f, entries)) for f in found]
     for f, status in rows:
         print(f"{f.id}\t{f.format}\t{f.source}\t{status}\t{f.path}")
     if not rows:
@@ -94,14 +98,66 @@ def run(args: argparse.Namespace, default_config: Path) -> int:
     new = [
         {"id": i, "path": by_id[i][0].path, "format": by_id[i][0].format} for i in sorted(wanted)
     ]
-    if not new:
-        return 0
+    if new:
+        _add(config, files.catalogue, entries, new)
+    return 0
+
+
+def _add(config: Config, catalogue: Path, entries: list[ModelEntry],
+         new: list[dict[str, Any]]) -> None:  # fmt: skip
+    """Through the running server if one answers to the admin key, else into the file."""
     if all(_admin(config, entry) for entry in new):
         print(f"coderai: added to the running server: {', '.join(e['id'] for e in new)}",
               file=sys.stderr)  # fmt: skip
-        return 0
+        return
     added = [*entries, *(ModelEntry.model_validate(e) for e in new)]
-    write_json_atomically(files.catalogue, [e.model_dump(exclude_defaults=True) for e in added])
-    print(f"coderai: added to {files.catalogue}: {', '.join(e['id'] for e in new)} "
+    write_json_atomically(catalogue, [e.model_dump(exclude_defaults=True) for e in added])
+    print(f"coderai: added to {catalogue}: {', '.join(e['id'] for e in new)} "
           "(a running server reads it when it starts)", file=sys.stderr)  # fmt: skip
+
+
+class _Bar:
+    """Progress on the terminal: one line redrawn where stderr is one, else a line a tenth."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.shown = -1
+
+    def __call__(self, progress: download.Progress) -> None:
+        share = progress.done * 100 // max(progress.total, 1)
+        step = share if self.tty else share // 10 * 10
+        if step == self.shown:
+            return
+        self.shown = step
+        line = (f"{progress.file}: {progress.done / 1e6:.1f} of {progress.total / 1e6:.1f} MB "
+                f"({share}%)")  # fmt: skip
+        print(f"\r{line}" if self.tty else line, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+def _pull(args: argparse.Namespace, config: Config, catalogue: Path,
+          entries: list[ModelEntry]) -> int:  # fmt: skip
+    hub = download.Hub.from_env(args.endpoint)
+    try:
+        job, commit = download.resolve(hub, args.model)
+        model_id = args.id or job.id
+        taken = next((e for e in entries if model_id in e.names()), None)
+        if taken is not None:
+            held = taken.path or taken.format
+            raise ConfigError(f"the catalogue has {model_id} already ({held}); pass --id for "
+                              "another name")  # fmt: skip
+        listed = ", ".join(f.name for f in job.files)
+        print(f"coderai: {job.repo}@{commit[:12]}: {listed} ({job.size / 1e6:.1f} MB) into "
+              f"{hub.cache}", file=sys.stderr)  # fmt: skip
+        if job.projector:
+            print(f"coderai: {job.projector} (a vision projector) not fetched: this server reads "
+                  "no images", file=sys.stderr)  # fmt: skip
+        bar = _Bar()
+        path = download.fetch(hub, job, commit, download.Progress(bar))
+        if bar.tty:
+            print(file=sys.stderr)
+    except download.PullError as exc:
+        raise ConfigError(exc.message) from None
+    print(path)
+    _add(config, catalogue, entries, [{"id": model_id, "path": str(path), "format": job.format}])
     return 0

@@ -29,6 +29,8 @@ from coderai.front.console import openapi
 from coderai.front.console.accounts_api import AccountRoutes
 from coderai.front.console.admin_api import AdminRoutes
 from coderai.front.console.logs_api import LogsRoutes
+from coderai.front.console.pulls_api import Pulls
+from coderai.front.console.scan_api import ScanRoutes
 from coderai.front.console.settings_api import SettingsRoutes
 from coderai.front.console.site import Console
 from coderai.front.console.status_api import StatusRoutes
@@ -161,10 +163,16 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     TokenizeRoutes(serving).add_to(app)
     AnthropicRoutes(serving).add_to(app)
     ResponsesRoutes(serving).add_to(app)
-    AdminRoutes(
+    admin = AdminRoutes(
         dispatcher, front.directory, front.engines, front.files.catalogue,
         config.server.drain_grace_seconds,
-    ).add_to(app)  # fmt: skip
+    )  # fmt: skip
+    admin.add_to(app)
+    # the directory's catalogue is replaced on each save: read it when asked
+    directory = front.directory
+    pulls = Pulls(front.hub, admin.add, lambda name: directory.catalogue.resolve(name) is not None)
+    pulls.add_to(app)
+    ScanRoutes(lambda: directory.catalogue.entries).add_to(app)
     SettingsRoutes(
         lambda: front.config, front.adopt, front.directory, front.files, front.hub,
         dispatcher.configure_engines,

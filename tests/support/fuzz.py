@@ -22,6 +22,6 @@ def st_command(url: str, examples: int, seed: int | None = None) -> list[str]:
         "--phases", "examples,coverage,fuzzing",
         "--checks", "all", "--exclude-checks", "positive_data_acceptance",
         "--exclude-path", "/admin/api/events", "--exclude-path", "/admin/api/logs/stream",
-        "--exclude-path-regex", "^/admin/api/(models|settings|engines/)",
+        "--exclude-path-regex", "^/admin/api/(models|settings|engines/|pulls|scan)",
     ]  # fmt: skip
     return command if seed is None else [*command, "--seed", str(seed)]

@@ -122,6 +122,10 @@ class AdminRoutes:
     async def add_model(self, request: web.Request) -> web.Response:
         """Add one entry; its warnings (file, pin) come back with the catalogue."""
         entry = validate(ModelEntry, await read_json(request))
+        return web.json_response(await self.add(entry))
+
+    async def add(self, entry: ModelEntry) -> dict[str, object]:
+        """Add one entry (a request's, or a finished pull's): the catalogue saved."""
 
         def add(entries: list[ModelEntry]) -> list[ModelEntry]:
             if any(e.id == entry.id for e in entries):
@@ -144,7 +148,7 @@ class AdminRoutes:
             edited = validate(ModelEntry, {**current.model_dump(exclude_defaults=True), **changes})
             return [edited if e is current else e for e in entries]
 
-        return await self._change(edit)
+        return web.json_response(await self._change(edit))
 
     async def remove_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]
@@ -153,9 +157,11 @@ class AdminRoutes:
             current = _find(entries, model_id)
             return [e for e in entries if e is not current]
 
-        return await self._change(remove)
+        return web.json_response(await self._change(remove))
 
-    async def _change(self, change: Callable[[list[ModelEntry]], list[ModelEntry]]) -> web.Response:
+    async def _change(
+        self, change: Callable[[list[ModelEntry]], list[ModelEntry]]
+    ) -> dict[str, object]:
         """Save the catalogue `change` makes of the one in force when its turn to save
         comes, so that two edits at once both land."""
 
@@ -165,7 +171,7 @@ class AdminRoutes:
             except ConfigError as exc:  # e.g. an alias another entry uses
                 raise InvalidRequest(exc.message) from None
 
-        return web.json_response(await asyncio.shield(self._save(self.catalogue_file, make)))
+        return await asyncio.shield(self._save(self.catalogue_file, make))
 
     async def load_model(self, request: web.Request) -> web.Response:
         """Its owner engine loads it now (as load_mode "load" does at start)."""

@@ -24,6 +24,7 @@ from coderai.front.api.openai.schemas import (
 )
 from coderai.front.api.responses.request import ResponsesRequest
 from coderai.front.console.accounts_api import Login, NewKey, NewPassword, NewUser
+from coderai.front.console.pulls_api import PullBody
 from coderai.front.http import ADMIN_PREFIX
 
 JSON = "application/json"
@@ -66,6 +67,11 @@ OPERATIONS = (
     Op("POST", A + "models/{id}/load", "Its owner engine loads it now", status=202),
     Op("POST", A + "models/{id}/unload", "Every engine unloads its idle instances",
        status=202),
+    Op("GET", A + "pulls", "Models being fetched from the hub, and the last ones fetched"),
+    Op("POST", A + "pulls", "Fetch a model from the hub, then add it", PullBody, status=202),
+    Op("DELETE", A + "pulls/{id}", "Cancel a pull", status=202),
+    Op("GET", A + "scan", "The models already on this machine, proposed as entries",
+       query=(("folder", "string"),)),
     Op("GET", A + "activity", "Running and recent API requests"),
     Op("GET", A + "status", "Engines, host memory, VRAM, cooldowns and the broker uplink"),
     Op("GET", A + "broker", "The AISBF broker uplink: state, session, last error, requests"),
