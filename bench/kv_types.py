@@ -34,8 +34,8 @@ def main() -> int:
     from coderai.bus.messages import ModelSpec
     from coderai.defaults import embedded_gguf
     from coderai.engine.backends.base import LoadProgress
-    from coderai.engine.backends.llamacpp.backend import _KV_BYTES, LlamaCppBackend
-    from coderai.engine.backends.llamacpp.kv import bytes_per_token
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
+    from coderai.model_memory import KV_BYTES, bytes_per_token
 
     path = args.model or str(embedded_gguf())
     traces: dict[str, list[Any]] = {}
@@ -46,7 +46,7 @@ def main() -> int:
             ModelSpec("m", path, "gguf", options), LoadProgress()
         )
         traces[kind] = [run(instance, [p], args.tokens)[0] for p in PROMPTS]
-        per_token[kind] = bytes_per_token(instance.model.metadata(), _KV_BYTES[kind])
+        per_token[kind] = bytes_per_token(instance.model.metadata(), KV_BYTES[kind])
         del instance
     rows = []
     for kind in TYPES[1:]:

@@ -21,9 +21,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from huggingface_hub import constants
+
 from coderai.config import ModelEntry
 
-_QUANT = re.compile(r"(?i)[-._](I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32)(?=\.gguf$|[-._])")
+_QUANT = re.compile(
+    r"(?i)[-._](I?Q\d(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|F16|BF16|F32)(?=\.gguf$|[-._])"
+)
 _SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 OLLAMA_REGISTRY = "registry.ollama.ai"
@@ -53,9 +57,7 @@ class Places:
     def default(cls, folders: tuple[Path, ...] = ()) -> Places:
         """The stores' own places, as their tools' environment variables set them."""
         home = Path.home()
-        hf = os.environ.get("HF_HUB_CACHE") or os.path.join(
-            os.environ.get("HF_HOME", home / ".cache" / "huggingface"), "hub"
-        )
+        hf = constants.HF_HUB_CACHE  # as the hub's library reads its variables
         ollama = os.environ.get("OLLAMA_MODELS") or home / ".ollama" / "models"
         lmstudio = (home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models")
         return cls(Path(hf), Path(ollama), lmstudio, folders)

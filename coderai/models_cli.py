@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 import urllib.error
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from coderai import model_scan
+from coderai import entry_estimate, model_scan
 from coderai.config import (
     Config,
     ModelEntry,
@@ -27,7 +28,7 @@ from coderai.config import (
     write_json_atomically,
 )
 from coderai.defaults import default_entries
-from coderai.errors import ConfigError
+from coderai.errors import ConfigError, ModelFileError
 from coderai.local_server import request_json, server_url
 from coderai.pull import download
 from coderai.pull.plan import DEFAULT_QUANT
@@ -50,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     pull.add_argument("--id", help="the catalogue id (default: USER/REPO:QUANT, or USER/REPO)")
     pull.add_argument("--endpoint", help="the hub's address (default: $HF_ENDPOINT, else the hub)")
     pull.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
+    estimate = models_sub.add_parser("estimate", help="the memory a model takes loaded")
+    estimate.add_argument("model", metavar="ID", help="a catalogue id or alias")
+    estimate.add_argument("--room-mb", type=int,
+                          help="the room to fit (default: its engine's, from the running "
+                               "server, else this machine's available RAM)")  # fmt: skip
+    estimate.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
 
 
 def _entries(path: Path) -> list[ModelEntry]:
@@ -81,6 +88,8 @@ def run(args: argparse.Namespace, default_config: Path) -> int:
     entries = _entries(files.catalogue)
     if args.action == "pull":
         return _pull(args, config, files.catalogue, entries)
+    if args.action == "estimate":
+        return _estimate(args, config, entries)
     found = model_scan.scan(model_scan.Places.default(tuple(args.folder)))
     rows = [(f, model_scan.standing(f, entries)) for f in found]
     for f, status in rows:
@@ -114,6 +123,44 @@ def _add(config: Config, catalogue: Path, entries: list[ModelEntry],
     write_json_atomically(catalogue, [e.model_dump(exclude_defaults=True) for e in added])
     print(f"coderai: added to {catalogue}: {', '.join(e['id'] for e in new)} "
           "(a running server reads it when it starts)", file=sys.stderr)  # fmt: skip
+
+
+def _from_server(config: Config, model_id: str) -> dict[str, Any] | None:
+    """The running server's estimate (it knows its engines' VRAM); None if none answers."""
+    key = config.auth.admin_key
+    if not key:
+        return None
+    url = f"{server_url(config)}/admin/api/models/{urllib.parse.quote(model_id, safe='/')}"
+    try:
+        answer: dict[str, Any] = request_json(url + "/estimate", key)
+        return answer
+    except urllib.error.HTTPError as exc:
+        raise ConfigError(f"the server refused: {exc.read()[:300]!r}") from None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _estimate(args: argparse.Namespace, config: Config, entries: list[ModelEntry]) -> int:
+    entry = next((e for e in entries if args.model in e.names()), None)
+    if entry is None:
+        raise ConfigError(f"the catalogue has no model {args.model}")
+    found = None if args.room_mb is not None else _from_server(config, entry.id)
+    if found is None:
+        room = (args.room_mb << 20) if args.room_mb is not None else entry_estimate.host_room()
+        where = "the room given" if args.room_mb is not None else "RAM"
+        try:
+            found = entry_estimate.estimate(entry, room, False, where).public()
+        except ModelFileError as exc:
+            raise ConfigError(exc.message) from None
+    mib = entry_estimate.mib
+    print(f"{entry.id}: {mib(found['total'])} at a context of {found['context']:,} tokens "
+          f"(trained {found['trained']:,})")  # fmt: skip
+    print(f"  weights {mib(found['weights'])}, KV cache {mib(found['kv'])}, "
+          f"compute {mib(found['compute'])}")  # fmt: skip
+    verdict = "fits" if found["fits"] else "does NOT fit"
+    print(f"  {verdict} in {found['where']} ({mib(found['room'])} free); the largest context "
+          f"that fits: {found['largest_context']:,} tokens")  # fmt: skip
+    return 0 if found["fits"] else 1
 
 
 class _Bar:

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
+from huggingface_hub import HfApi, constants, get_token, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import errors as hub_errors
 from huggingface_hub.hf_api import RepoSibling
+from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
 from coderai.errors import CoderaiError
 from coderai.pull.plan import Plan, PlanError, RepoFile, parse, plan
@@ -70,10 +71,10 @@ class Hub:
 
     @classmethod
     def from_env(cls, endpoint: str | None = None) -> Hub:
-        home = os.environ.get("HF_HOME") or os.path.join(Path.home(), ".cache", "huggingface")
-        cache = os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+        """The cache the library itself uses (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME), and
+        its token (HF_TOKEN, or the one `hf auth login` stored)."""
         where = endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
-        return cls(where.rstrip("/"), Path(cache), os.environ.get("HF_TOKEN") or None)
+        return cls(where.rstrip("/"), Path(constants.HF_HUB_CACHE), get_token())
 
 
 @dataclass
@@ -96,6 +97,7 @@ class Progress:
         return self._cancelled.is_set()
 
     def start(self, name: str) -> None:
+        self.check()
         self.file = name
         self.report(self)
 
@@ -105,30 +107,37 @@ class Progress:
         self.done += n
         self.report(self)
 
+    def check(self) -> None:
+        if self.cancelled:
+            raise Cancelled("the pull was cancelled")
+
     def finish(self, size: int) -> None:
         self._before += size
         self.done = self._before
         self.report(self)
 
 
-def _meter(progress: Progress) -> type:
-    """The progress-bar class the library is given: it counts into `progress`."""
+def _meter(progress: Progress) -> type[hf_tqdm]:
+    """The progress-bar class the library is given: a bar that draws nothing and counts
+    into `progress`. It is the library's own bar class, so that its Xet download path
+    (which reads and sets the bar's attributes) finds what it uses; that path swallows
+    what a bar raises, so a cancel reaches a Xet download only between files."""
 
-    class Meter:
-        def __init__(self, *args: Any, initial: int = 0, **kwargs: Any) -> None:
-            progress.done = progress._before + initial
+    class Meter(hf_tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+            progress.done = progress._before + int(kwargs.get("initial") or 0)
 
-        def __enter__(self) -> Meter:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            return None
-
-        def update(self, n: int | float | None = 1) -> None:
+        def update(self, n: int | float | None = 1) -> bool | None:
             progress.advance(int(n or 0))
-
-        def close(self) -> None:
             return None
+
+        def update_transfer(self, n: int) -> None:
+            """Network bytes (Xet counts them apart from those written): not shown."""
+
+        def set_transfer_postfix_str(self, *args: Any, **kwargs: Any) -> None:
+            """The network rate Xet reports: not shown."""
 
     return Meter
 
@@ -150,6 +159,8 @@ def _plain_errors(hub: Hub, repo: str) -> Iterator[None]:
         raise PullRefused(f"{repo}: {exc}") from None
     except hub_errors.OfflineModeIsEnabled:
         raise PullError("HF_HUB_OFFLINE is set: unset it to fetch from the hub") from None
+    except hub_errors.HFValidationError as exc:
+        raise PullRefused(f"{repo} is not a name the hub takes: {exc}") from None
     except (httpx2.TransportError, hub_errors.LocalEntryNotFoundError) as exc:
         raise PullError(f"cannot reach {hub.endpoint} ({exc.__class__.__name__}: "
                         f"{str(exc)[:200]}); is this machine online?") from None  # fmt: skip
@@ -159,7 +170,9 @@ def _plain_errors(hub: Hub, repo: str) -> Iterator[None]:
         if exc.errno == errno.ENOSPC:
             raise PullError(f"the disk holding {hub.cache} is full; the partial file was "
                             "removed") from None  # fmt: skip
-        raise PullError(f"{repo}: {exc}") from None
+        raise PullError(f"{repo}: {' '.join(str(exc).split())[:300]}") from None
+    except Exception as exc:  # the library's own (a Xet download's, one over 50 GB)
+        raise PullError(f"{repo}: {exc.__class__.__name__}: {str(exc)[:300]}") from None
 
 
 def resolve(hub: Hub, text: str) -> tuple[Plan, str]:
@@ -214,15 +227,19 @@ def _digest(path: Path, f: RepoFile) -> tuple[str, str]:
     return expected, h.hexdigest()
 
 
-def _verify(path: Path, f: RepoFile) -> None:
+def _verify(path: Path, f: RepoFile, cached: bool) -> None:
     if not f.sha256 and not f.blob_id:
         return  # the hub listed no checksum: the library has checked the size
     expected, found = _digest(path, f)
     if found != expected:
-        blob = path.resolve()
+        # the snapshot's link and the repo's blob it names (one step: a blob may itself
+        # link to a store other repos share, which is not ours to remove)
+        blob = path.parent / os.readlink(path) if path.is_symlink() else None
         path.unlink(missing_ok=True)
-        blob.unlink(missing_ok=True)
-        raise PullError(f"{f.name} arrived corrupt (checksum {found[:12]}…, the hub lists "
+        if blob is not None and blob.parent.name == "blobs":
+            blob.unlink(missing_ok=True)
+        how = "in the cache was" if cached else "arrived"
+        raise PullError(f"{f.name} {how} corrupt (checksum {found[:12]}…, the hub lists "
                         f"{expected[:12]}…); it was removed, pull again")  # fmt: skip
 
 
@@ -230,19 +247,24 @@ def fetch(hub: Hub, job: Plan, commit: str, progress: Progress | None = None) ->
     """Download (or find in the cache) every file of `job`, each checked; the path the
     catalogue entry names. Raises PullError, leaving no file that failed its check."""
     progress = progress or Progress()
-    missing = [f for f in job.files if _cached(hub, job.repo, commit, f.name) is None]
     progress.total = job.size
-    _room(hub, sum(f.size for f in missing))
     paths: list[Path] = []
     with _plain_errors(hub, job.repo):
+        missing = [f for f in job.files if _cached(hub, job.repo, commit, f.name) is None]
+        _room(hub, sum(f.size for f in missing))
         for f in job.files:
             progress.start(f.name)
             local = hf_hub_download(job.repo, f.name, revision=commit, cache_dir=hub.cache,
                                     endpoint=hub.endpoint, token=hub.token,
                                     tqdm_class=_meter(progress))  # fmt: skip
-            _verify(Path(local), f)
+            _verify(Path(local), f, cached=f not in missing)
             progress.finish(f.size)
             paths.append(Path(local))
+        progress.check()  # a cancel that came while the last file was checked
+        # the commit is the repo's main now: other tools find these files by that name
+        refs = hub.cache / f"models--{job.repo.replace('/', '--')}" / "refs" / "main"
+        refs.parent.mkdir(parents=True, exist_ok=True)
+        refs.write_text(commit)
     if job.entry_file:
         return next(p for p, f in zip(paths, job.files, strict=True) if f.name == job.entry_file)
     return paths[0].parent

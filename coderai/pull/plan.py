@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from coderai.model_scan import quant
 
 DEFAULT_QUANT = "Q4_K_M"
-_HOSTS = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf.co/")
+_HOST = re.compile(r"^(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/", re.IGNORECASE)
+#: a file's page or download address: `USER/REPO/blob/REV/FILE`, `…/resolve/REV/FILE`
+_FILE_PAGE = re.compile(r"^([^/]+/[^/]+)/(?:blob|resolve)/[^/]+/(.+)$")
 _REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 #: a transformers model's files besides its weights (the ones its loaders read)
@@ -71,11 +73,10 @@ class Plan:
 def parse(text: str) -> Request:
     """`user/repo`, `user/repo:QUANT`, `user/repo/path/FILE.gguf`, with or without the
     hub's host in front (as `hf.co/…` in Ollama, or a pasted page address)."""
-    spec = text.strip()
-    for host in _HOSTS:
-        if spec.lower().startswith(host):
-            spec = spec[len(host) :]
-            break
+    spec = _HOST.sub("", text.strip()).split("?", 1)[0]
+    page = _FILE_PAGE.match(spec)
+    if page:
+        spec = f"{page[1]}/{page[2]}"
     parts = spec.split("/")
     if len(parts) > 2:
         repo, file = "/".join(parts[:2]), "/".join(parts[2:])
@@ -85,7 +86,8 @@ def parse(text: str) -> Request:
     repo, _, tag = spec.partition(":")
     if not _REPO.fullmatch(repo) or (":" in spec and not re.fullmatch(r"[\w.-]+", tag)):
         raise PlanError(f"{text!r} is not user/repo[:QUANT] or user/repo/FILE")
-    return Request(repo, quant=tag.upper() or None)
+    # Ollama's default tag names no quantisation: the repo's default is meant
+    return Request(repo, quant=None if tag.lower() in ("", "latest") else tag.upper())
 
 
 def _is_projector(name: str) -> bool:
@@ -99,11 +101,15 @@ def _parts(first: str, ggufs: list[RepoFile]) -> list[RepoFile]:
         return [f for f in ggufs if f.name == first]
     stem = first[: shard.start()]
     total = shard.group(2)
-    return sorted(
+    parts = sorted(
         (f for f in ggufs if f.name.startswith(stem) and (m := _SHARD.search(f.name)) and
          m.group(2) == total and f.name[: m.start()] == stem),
         key=lambda f: f.name,
     )  # fmt: skip
+    if len(parts) != int(total):
+        raise PlanError(f"{first} is split in {int(total)} parts and the repo has "
+                        f"{len(parts)} of them")  # fmt: skip
+    return parts
 
 
 def _models(ggufs: list[RepoFile]) -> list[str]:

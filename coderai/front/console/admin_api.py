@@ -9,9 +9,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from coderai import entry_estimate
 from coderai.bus.kinds import ControlAction
 from coderai.config import Catalogue, ModelEntry, catalogue_from, write_json_atomically
-from coderai.errors import ConfigError, Conflict, InvalidRequest, NoEngine, NotFound
+from coderai.errors import ConfigError, Conflict, InvalidRequest, ModelFileError, NoEngine, NotFound
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.engine_view import EngineView
@@ -54,6 +55,7 @@ class AdminRoutes:
         app.router.add_delete(PREFIX + "models/{id:.+}", self.remove_model)
         app.router.add_post(PREFIX + "models/{id:.+}/load", self.load_model)
         app.router.add_post(PREFIX + "models/{id:.+}/unload", self.unload_model)
+        app.router.add_get(PREFIX + "models/{id:.+}/estimate", self.estimate)
 
     def _engine_name(self, request: web.Request) -> str:
         name = request.match_info["name"]
@@ -192,6 +194,24 @@ class AdminRoutes:
             self.dispatcher.control(record, ControlAction.UNLOAD, {"model": entry.id})
         body = {"model": entry.id, "engines": [r.name for r in engines]}
         return web.json_response(body, status=202)
+
+    async def estimate(self, request: web.Request) -> web.Response:
+        """The memory the model takes loaded (weights, KV cache, compute), against the room
+        where its owner engine loads it: the free VRAM of its cards, else this host's
+        available RAM; and the largest context that fits."""
+        entry = self._entry_at(request)
+        owner = self.directory.owner_of(entry)
+        view = next((v for v in self.views() if v.name == owner), None)
+        vram = view.vram() if view is not None else None
+        if vram is not None and vram["total_mb"]:
+            room, on_gpu, where = (vram["total_mb"] - vram["used_mb"]) << 20, True, "VRAM"
+        else:
+            room, on_gpu, where = entry_estimate.host_room(), False, "RAM"
+        try:
+            found = await asyncio.to_thread(entry_estimate.estimate, entry, room, on_gpu, where)
+        except ModelFileError as exc:
+            raise InvalidRequest(exc.message) from None
+        return web.json_response({"model": entry.id, "engine": owner, **found.public()})
 
     async def save_models(self, request: web.Request) -> web.Response:
         """Replace the catalogue: validated, its files checked (off the loop), written

@@ -117,7 +117,7 @@ class Pulls:
         self._count += 1
         files = [f.name for f in job.files]
         pull = Pull(f"pull-{self._count}", body.model, entry_id, job.repo, files,
-                    download.Progress(), projector=job.projector)  # fmt: skip
+                    download.Progress(total=job.size), projector=job.projector)  # fmt: skip
         self._keep(pull)
         task = asyncio.get_running_loop().create_task(self._run(pull, where, job, commit))
         self._tasks.add(task)
@@ -128,9 +128,11 @@ class Pulls:
         pull = self._pulls.get(request.match_info["id"])
         if pull is None:
             raise NotFound(f"no pull {request.match_info['id']!r}")
+        if pull.state == "adding":
+            raise Conflict(f"{pull.model} is in; its entry is being added")
         if pull.active:
             pull.progress.cancel()
-        return web.json_response(pull.public(), status=202 if pull.active else 200)
+        return web.json_response(pull.public())
 
     def _keep(self, pull: Pull) -> None:
         self._pulls[pull.id] = pull
@@ -163,6 +165,7 @@ class Pulls:
 
         try:
             path = await loop.run_in_executor(self._executor, fetch)
+            pull.progress.check()
             pull.state = "adding"
             self._publish(pull)
             fields = {"id": pull.entry_id, "path": str(path), "format": job.format}

@@ -27,6 +27,12 @@ GGUF_REPO = files(
         ("https://huggingface.co/acme/m", Request("acme/m")),
         ("acme/m/sub/x-Q2_K.gguf", Request("acme/m", file="sub/x-Q2_K.gguf")),
         (" acme/m.v2 ", Request("acme/m.v2")),
+        ("hf.co/acme/m:latest", Request("acme/m")),  # Ollama's default tag
+        ("https://hf.co/acme/m/blob/main/x-Q2_K.gguf", Request("acme/m", file="x-Q2_K.gguf")),
+        (
+            "https://huggingface.co/acme/m/resolve/main/a/b.gguf?download=true",
+            Request("acme/m", file="a/b.gguf"),
+        ),
     ],
 )
 def test_the_forms_a_model_is_named_in(text: str, request_: Request) -> None:
@@ -77,6 +83,19 @@ def test_a_split_model_is_fetched_whole_in_order_and_named_by_its_first_part() -
     assert [f.name for f in by_file.files] == [
         "big-Q8_0-00001-of-00002.gguf", "big-Q8_0-00002-of-00002.gguf"]  # fmt: skip
     assert by_file.entry_file == "big-Q8_0-00001-of-00002.gguf"
+
+
+def test_a_split_model_missing_a_part_is_refused() -> None:
+    listing = files("big-Q4_K_M-00001-of-00003.gguf", "big-Q4_K_M-00003-of-00003.gguf")
+    with pytest.raises(PlanError, match="split in 3 parts and the repo has 2 of them"):
+        plan(Request("acme/big"), listing)
+
+
+def test_todays_quantisation_names_are_read() -> None:
+    listing = files("gpt-oss-20b-MXFP4.gguf", "m-TQ1_0.gguf", "m-UD-Q4_K_XL.gguf")
+    assert plan(Request("acme/m", quant="MXFP4"), listing).id == "acme/m:MXFP4"
+    assert plan(Request("acme/m", quant="TQ1_0"), listing).id == "acme/m:TQ1_0"
+    assert plan(Request("acme/m", quant="Q4_K_XL"), listing).id == "acme/m:Q4_K_XL"
 
 
 def test_a_quantisation_may_be_a_folder() -> None:

@@ -33,29 +33,27 @@ from coderai.engine.backends.base import (
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
 from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
 from coderai.engine.backends.llamacpp.draft import Drafter
-from coderai.engine.backends.llamacpp.kv import bytes_per_token, context_for_memory
 from coderai.errors import JobError
+from coderai.model_memory import (
+    CONTEXT_FLOOR,
+    KV_BYTES,
+    KV_SHARE,
+    bytes_per_token,
+    context_for_memory,
+    sequences,
+)
 
 log = logging.getLogger("coderai.engine")
 
-#: the most sequences a llama.cpp context holds (LLAMA_MAX_SEQ)
-LLAMA_MAX_SEQ = 256
 #: the KV cache's element types (ggml's type ids) and their bytes per value: a q8_0 block
 #: holds 32 values in 34 bytes, a q4_0 block in 18
 _KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}
-_KV_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 #: llama.cpp keeps a quantized V cache only with flash attention
 _QUANTIZED = frozenset({"q8_0", "q4_0"})
 _POOLING_MEAN = 1
 _FLASH_OFF, _FLASH_ON = 0, 1
 #: the largest embedding context made when the entry names none
 EMBEDDING_CONTEXT = 4096
-#: the smallest context made when memory is short
-CONTEXT_FLOOR = 2048
-#: of the memory available at load, the share a model's KV cache may take by default
-KV_SHARE = 0.25
-#: sequences one context runs at once, by default
-PARALLEL_CPU, PARALLEL_GPU = 4, 16
 #: completion tokens promised at a time to a request without max_tokens
 RESERVE_STEP = 256
 #: how long a step that reads a prompt may take while other sequences decode
@@ -118,12 +116,17 @@ class LlamaCppBackend(Backend):
         model_params.use_extra_bufts = extra_buffer_types(options.get("extra_buffer_types"))
         model = LlamaModel(path_model=str(path), params=model_params, verbose=False)
         trained = model.n_ctx_train()
-        per_token = bytes_per_token(model.metadata(), _KV_BYTES[kv])
+        per_token = bytes_per_token(model.metadata(), KV_BYTES[kv])
         n_ctx = int(options.get("n_ctx") or 0) or context_for_memory(
             trained, per_token, int(psutil.virtual_memory().available * KV_SHARE), CONTEXT_FLOOR
         )
         on_gpu = gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload()
-        parallel = int(options.get("parallel") or (PARALLEL_GPU if on_gpu else PARALLEL_CPU))
+        # a sequence id per running sequence and per kept prefix (one per running sequence
+        # at most), and one to save part of a sequence's cells through (batch.py, _save;
+        # left out where llama.cpp's bound on sequences is reached)
+        parallel, ids = sequences(
+            {**options, "prefix_cache_tokens": options.get("prefix_cache_tokens", n_ctx)}, on_gpu
+        )
         n_batch = int(options.get("n_batch") or 512)
         cores = len(os.sched_getaffinity(0))
         params = llama_cpp.llama_context_default_params()
@@ -133,12 +136,6 @@ class LlamaCppBackend(Backend):
         # a windowed model's window layers keep only their window (as llama-server does):
         # a kept prefix is reused where what is held or a checkpoint covers it
         swa_full = bool(options.get("swa_full", False))
-        # a sequence id per running sequence and per kept prefix (one per running sequence
-        # at most), and one to save part of a sequence's cells through (batch.py, _save;
-        # left out where llama.cpp's bound on sequences is reached)
-        ids = parallel * 2 + 1 if cache_tokens else parallel
-        if cache_tokens and ids == LLAMA_MAX_SEQ + 1:
-            ids -= 1  # no scratch id: whole states are saved
         params.n_seq_max = ids
         params.kv_unified = True  # every sequence may use the whole context
         params.n_threads = int(options.get("n_threads") or cores)

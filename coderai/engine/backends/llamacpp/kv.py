@@ -29,33 +29,6 @@ def grown(reserved: int, need: int, step: int) -> int:
     return min(need, reserved + step)
 
 
-def bytes_per_token(metadata: dict[str, str], element_bytes: float) -> int:
-    """KV cache bytes one token takes, from a GGUF's metadata (0 when it does not say);
-    `element_bytes` is fractional for a quantized cache (q8_0: 34 bytes per 32 values)."""
-    arch = metadata.get("general.architecture", "llama")
-
-    def number(key: str, default: int = 0) -> int:
-        value = metadata.get(f"{arch}.{key}")
-        return int(value) if value is not None and str(value).isdigit() else default
-
-    layers, heads = number("block_count"), number("attention.head_count")
-    kv_heads = number("attention.head_count_kv", heads)
-    head_dim = number("embedding_length") // heads if heads else 0
-    keys = number("attention.key_length", head_dim)
-    values = number("attention.value_length", head_dim)
-    return round(layers * kv_heads * (keys + values) * element_bytes)
-
-
-def context_for_memory(trained: int, bytes_per_token: int, allowance: int, floor: int) -> int:
-    """The context to create: the model's trained context as far as its KV cache fits
-    `allowance` bytes, and never below `floor` tokens (a context too small to answer
-    anything helps nobody; a load that then does not fit fails with llama.cpp's error)."""
-    if bytes_per_token <= 0:
-        return trained
-    fits = allowance // bytes_per_token
-    return max(min(trained, floor), min(trained, fits))
-
-
 class KvLedger:
     """Cells of one unified KV cache, promised to sequences by owner id.
 

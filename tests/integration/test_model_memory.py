@@ -1,0 +1,135 @@
+"""The memory estimate (model_memory.py) against real llama.cpp loads: the buffers llama.cpp
+itself allocates and logs (weights, KV cache, output, compute) for the real SmolLM2 and the
+tiny model, loaded by the engine's backend with the entry's options, are within 15 % of the
+estimate made from the file's header alone. Then `coderai models estimate` and the admin
+route, which say whether it fits and the largest context that does."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from coderai import entry_estimate, gguf_header
+from coderai.config import ModelEntry
+from coderai.defaults import embedded_gguf
+from tests.support.server import Server
+
+ADMIN = "test-admin-key"
+SMOLLM2 = str(embedded_gguf())
+_BUFFER = re.compile(r"buffer size =\s*([\d.]+) MiB")
+
+
+def allocated(spec_path: str, options: dict[str, Any]) -> int:
+    """The bytes llama.cpp says it allocated for a load through the engine's backend."""
+    import llama_cpp
+    from llama_cpp import _logger
+
+    from coderai.bus.messages import ModelSpec
+    from coderai.engine.backends.base import LoadProgress
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
+
+    lines: list[str] = []
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def capture(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        lines.append(text.decode("utf-8", errors="replace"))
+
+    llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
+    try:
+        instance = LlamaCppBackend().load(ModelSpec("m", spec_path, "gguf", options),
+                                          LoadProgress())  # fmt: skip
+        del instance
+    finally:
+        llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+    sizes = [float(m) for m in _BUFFER.findall("".join(lines))]
+    assert sizes, "llama.cpp logged no buffer sizes"
+    return int(sum(sizes) * (1 << 20))
+
+
+@pytest.mark.parametrize(
+    ("model", "options"),
+    [
+        ("smollm2", {"n_ctx": 8192}),  # attention scores outgrow the logits
+        ("smollm2", {"n_ctx": 2048, "kv_cache": "q8_0"}),  # a quantized cache, flash on
+        ("smollm2", {"n_ctx": 4096, "parallel": 1, "prefix_cache_tokens": 0}),
+        ("tiny", {}),
+    ],
+)
+def test_the_estimate_is_within_15_percent_of_what_llamacpp_allocates(
+    tiny_models: tuple[Path, Path], model: str, options: dict[str, Any]
+) -> None:
+    path = SMOLLM2 if model == "smollm2" else str(tiny_models[1])
+    entry = ModelEntry(id="m", path=path, format="gguf", options=options)
+    room = entry_estimate.host_room()
+    estimate = entry_estimate.estimate(entry, room, False, "RAM")
+    measured = allocated(path, options)
+    assert abs(estimate.total - measured) <= 0.15 * measured, (estimate, measured)
+    trained = gguf_header.read(path)["llama.context_length"]
+    assert estimate.context == (options.get("n_ctx") or trained)
+
+
+def run_estimate(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    command = [sys.executable, "-m", "coderai", "models", "estimate", *argv]
+    return subprocess.run(command, cwd=home, env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_the_command_says_whether_it_fits_and_the_largest_context_that_does(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"server": {"port": 9}}))
+    (tmp_path / "models.json").write_text(json.dumps({"models": [
+        {"id": "smol", "path": SMOLLM2, "options": {"n_ctx": 8192}}]}))  # fmt: skip
+    roomy = run_estimate(tmp_path, "smol", "--config", str(config))
+    assert roomy.returncode == 0, roomy.stderr
+    assert "at a context of 8,192 tokens (trained 8,192)" in roomy.stdout
+    assert "fits in RAM" in roomy.stdout and "largest context that fits: 8,192" in roomy.stdout
+    tight = run_estimate(tmp_path, "smol", "--room-mb", "300", "--config", str(config))
+    assert tight.returncode == 1
+    assert "does NOT fit in the room given (300 MiB free)" in tight.stdout
+    said = re.search(r"largest context that fits: ([\d,]+)", tight.stdout)
+    assert said is not None
+    largest = int(said[1].replace(",", ""))
+    assert 0 < largest < 8192
+    entry = ModelEntry(id="s", path=SMOLLM2, options={"n_ctx": largest})
+    assert entry_estimate.estimate(entry, 300 << 20, False, "x").fits
+    entry = ModelEntry(id="s", path=SMOLLM2, options={"n_ctx": largest + 256})
+    assert not entry_estimate.estimate(entry, 300 << 20, False, "x").fits
+    missing = run_estimate(tmp_path, "nope", "--config", str(config))
+    assert missing.returncode == 2 and "the catalogue has no model nope" in missing.stderr
+
+
+def test_the_admin_route_estimates_against_its_engines_room(tmp_path: Path) -> None:
+    models: list[dict[str, Any]] = [{"id": "smol", "path": SMOLLM2},
+              {"id": "fake", "format": "fake", "options": {"memory_mb": 64}}]  # fmt: skip
+    srv = Server(tmp_path / "server", {"engines": 1}, models,
+                 extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
+    try:
+        srv.wait_ready(1)
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        answer = httpx.get(f"{srv.url}/admin/api/models/smol/estimate", headers=headers,
+                           timeout=30)  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["model"] == "smol" and body["where"] == "RAM" and body["engine"]
+        assert body["total"] == body["weights"] + body["kv"] + body["compute"]
+        assert body["fits"] is (body["total"] <= body["room"])
+        fake = httpx.get(f"{srv.url}/admin/api/models/fake/estimate", headers=headers,
+                         timeout=30).json()  # fmt: skip
+        assert fake["weights"] == 64 << 20
+        done = run_estimate(tmp_path, "smol", "--config", str(srv.workdir / "config.json"))
+        assert done.returncode == 0, done.stderr
+        assert f"{entry_estimate.mib(body['total'])} at a context" in done.stdout
+    finally:
+        srv.stop()
