@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from coderai.defaults import embedded_gguf
+from tests.support.hub import Hub, HubRepo, serve
 from tests.support.server import REPO, Server
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -70,13 +72,41 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Two engines; API keys required on /v1 (the console's session is let in too)."""
+def hub() -> Iterator[Hub]:
+    """The stand-in for the Hugging Face hub (tests/support/hub.py), with SmolLM2's GGUF."""
+    gguf = embedded_gguf()
+    assert gguf is not None
+    repos = {"acme/smol-GGUF": HubRepo({"smol-Q4_K_M.gguf": gguf.read_bytes()})}
+    with serve(Hub(repos)) as running:
+        yield running
+
+
+def other_tools_store(home: Path) -> None:
+    """What Ollama leaves in a home: a manifest naming a GGUF blob (SmolLM2's, linked)."""
+    gguf = embedded_gguf()
+    assert gguf is not None
+    store = home / ".ollama" / "models"
+    digest = "sha256-" + "ab" * 32
+    (store / "blobs").mkdir(parents=True)
+    (store / "blobs" / digest).symlink_to(gguf)
+    manifest = store / "manifests/registry.ollama.ai/library/smollm2/135m"
+    manifest.parent.mkdir(parents=True)
+    layer = {"mediaType": "application/vnd.ollama.image.model", "digest": digest.replace("-", ":")}
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [layer]}))
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, hub: Hub) -> Iterator[Server]:
+    """Two engines; API keys required on /v1 (the console's session is let in too); the
+    hub is the stand-in, and the home one where Ollama keeps a model."""
     workdir = tmp_path_factory.mktemp("console")
     auth = {"admin_key": ADMIN_KEY, "require_api_key": True}
     set_cpu_temperature(workdir, 50)
-    server = Server(workdir, ENGINES, MODELS, extra_config={"auth": auth},
-                    env={"CODERAI_SENSORS_FILE": str(workdir / SENSORS)})  # fmt: skip
+    home = workdir / "home"
+    other_tools_store(home)
+    env = {"CODERAI_SENSORS_FILE": str(workdir / SENSORS), "HF_ENDPOINT": hub.url,
+           "HF_HUB_CACHE": str(workdir / "hf"), "HOME": str(home)}  # fmt: skip
+    server = Server(workdir, ENGINES, MODELS, extra_config={"auth": auth}, env=env)
     try:
         server.wait_ready(2)
         subprocess.run(

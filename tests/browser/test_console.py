@@ -4,6 +4,7 @@ through one behaviour and waits for what the live feed brings (never for a fixed
 from __future__ import annotations
 
 import re
+import threading
 
 import httpx
 import openai
@@ -19,6 +20,7 @@ from tests.browser.conftest import (
     screenshot,
     set_cpu_temperature,
 )
+from tests.support.hub import Hub
 from tests.support.server import Server, expected_chat
 
 pytestmark = pytest.mark.timeout(180)
@@ -141,6 +143,43 @@ def test_a_pin_the_engine_cannot_honour_shows_its_warning_until_unpinned(console
     row.get_by_test_id("pin").select_option("")
     expect(row).not_to_contain_text("cannot run")
     expect(console.get_by_test_id("model-warnings")).to_be_empty()
+
+
+def test_a_pull_shows_its_progress_and_the_machines_models_are_found_and_added(
+    console: Page, hub: Hub
+) -> None:
+    release = hub.held.setdefault("smol-Q4_K_M.gguf", threading.Event())
+    try:
+        console.goto("/#/models")
+        console.get_by_role("button", name="Pull from hub").click()
+        form = console.get_by_test_id("pull-form")
+        form.get_by_label("Model").fill("hf.co/acme/smol-GGUF")
+        form.get_by_role("button", name="Pull").click()
+        row = console.locator("tr[data-pull='hf.co/acme/smol-GGUF']")
+        expect(row).to_contain_text("acme/smol-GGUF:Q4_K_M")
+        # the hub holds the second half: the bar stands partway, as the feed said
+        expect(row.locator(".pull-state")).to_have_text("downloading")
+        expect(row).not_to_contain_text("0 B of")
+        console.get_by_role("button", name="Find on this machine").click()
+        found = console.get_by_test_id("found-table")
+        expect(found.locator("tr[data-found='smollm2:135m']")).to_contain_text("ollama")
+        screenshot(console, "models-pull")
+    finally:
+        release.set()
+        hub.held.pop("smol-Q4_K_M.gguf", None)
+    expect(row.locator(".pull-state")).to_have_text("done", timeout=60_000)
+    expect(console.locator("tr[data-model='acme/smol-GGUF:Q4_K_M']")).to_contain_text("gguf")
+    memory = console.locator("tr[data-model='acme/smol-GGUF:Q4_K_M'] .model-memory")
+    expect(memory).to_contain_text("at 8,192 tokens")
+    found.locator("tr[data-found='smollm2:135m']").get_by_role("button", name="Add").click()
+    expect(console.locator("tr[data-model='smollm2:135m']")).to_contain_text("gguf")
+    expect(found.locator("tr[data-found='smollm2:135m']")).to_contain_text(
+        "in the catalogue as smollm2:135m"
+    )
+    # the pulled file is where the hub's cache keeps it, and known as the entry made of it
+    expect(found.locator("tr[data-found='acme/smol-GGUF:Q4_K_M']")).to_contain_text(
+        "in the catalogue as acme/smol-GGUF:Q4_K_M"
+    )
 
 
 def test_a_model_added_in_the_console_loads_in_view_then_unloads_and_goes(console: Page) -> None:

@@ -1,7 +1,8 @@
 // What the console knows now, kept current by ONE EventSource on /admin/api/events.
 // Pages read `state` and subscribe to topics with on(); nothing here polls.
 //
-// Topics: 'engines', 'activity' (a snapshot or one request changed), 'settings',
+// Topics: 'engines', 'activity' (a snapshot or one request changed), 'settings', 'pulls'
+// (a model download: the snapshot, or one pull changed),
 // 'connection' (the feed went up or down), 'resync' (the feed was reopened after a gap:
 // anything a page fetched itself may be stale). The feed's `log` events are not used:
 // the Logs page follows one source's own stream, which starts with its recent lines.
@@ -18,6 +19,7 @@ export const state = {
   running: new Map(),
   recent: [],
   settings: null,
+  pulls: new Map(),
   connected: false,
 };
 
@@ -83,6 +85,14 @@ export function connect() {
       state.recent = [request, ...state.recent.filter((r) => r.id !== request.id)].slice(0, RECENT);
     }
     emit('activity', request);
+  });
+  receive('pulls', (data) => {
+    state.pulls = new Map((data.pulls ?? []).map((p) => [p.id, p]));
+    emit('pulls');
+  });
+  receive('pull', (pull) => {
+    state.pulls.set(pull.id, pull);
+    emit('pulls', pull);
   });
   receive('settings', (data) => {
     state.settings = data;

@@ -1,11 +1,13 @@
-// Models: the catalogue with each model's owner, pin, state and warning; add, edit,
-// remove, load and unload. A load runs on its engine; the page learns of its progress
+// Models: the catalogue with each model's owner, pin, state, memory and warning; add,
+// edit, remove, load and unload; pull from the hub and add what is already on the machine
+// (models-sources.js). A load or a pull runs elsewhere; the page learns of its progress
 // from the live feed and never waits for it.
 
 import { del, get, patch, post, seg } from './api.js';
 import { confirmButton, field, fill, h, notice, table } from './dom.js';
-import { percent } from './format.js';
+import { bytes, count, percent } from './format.js';
 import { on, state } from './live.js';
+import { found, pulls } from './models-sources.js';
 
 const FORMATS = ['', 'fake', 'gguf', 'transformers'];
 const LOAD_MODES = ['on-request', 'load'];
@@ -17,12 +19,42 @@ export function mount(root) {
   const list = h('div', { 'data-testid': 'models' });
   const editor = h('div', {});
   const add = h('button', { type: 'button', class: 'primary', onclick: () => openEditor(null) }, 'Add model');
-  root.append(h('h1', {}, 'Models ', add), message.el, warnings, list, editor);
+  const downloads = pulls(show);
+  const onDisk = found(show);
+  const pull = h('button', { type: 'button', onclick: () => { downloads.el.hidden = false; downloads.el.querySelector('input')?.focus(); } }, 'Pull from hub');
+  const scan = h('button', { type: 'button', onclick: () => onDisk.run() }, 'Find on this machine');
+  downloads.el.hidden = state.pulls.size === 0;
+  root.append(h('h1', {}, 'Models ', add, ' ', pull, ' ', scan), message.el, warnings, list, editor, downloads.el, onDisk.el);
+  /** each model's memory estimate (GET models/{id}/estimate), by id */
+  const memory = new Map();
 
   function show(answer) {
     catalogue = answer;
     fill(warnings, answer.warnings.map((w) => h('div', { class: 'banner warning', role: 'alert' }, w)));
     draw();
+    estimate();
+  }
+
+  async function estimate() {
+    await Promise.all(catalogue.models.map(async (m) => {
+      try {
+        memory.set(m.id, await get(`models/${seg(m.id)}/estimate`));
+      } catch (error) {
+        memory.set(m.id, { error: error.message });
+      }
+    }));
+    for (const cell of list.querySelectorAll('.model-memory')) fill(cell, memoryOf(cell.dataset.model));
+  }
+
+  function memoryOf(id) {
+    const e = memory.get(id);
+    if (e === undefined) return h('span', { class: 'muted' }, '…');
+    if (e.error) return h('span', { class: 'muted', title: e.error }, '—');
+    const fits = e.fits
+      ? h('span', { class: 'chip' }, `fits ${e.where}`)
+      : h('span', { class: 'chip warning-text' }, `needs more than the ${bytes(e.room)} free in ${e.where}`);
+    const largest = e.largest_context < e.context ? h('div', { class: 'muted' }, `largest context that fits: ${count(e.largest_context)}`) : null;
+    return [h('span', { title: `weights ${bytes(e.weights)}, KV cache ${bytes(e.kv)}, compute ${bytes(e.compute)}` }, `${bytes(e.total)} at ${count(e.context)} tokens`), ' ', fits, largest];
   }
 
   function draw() {
@@ -34,6 +66,7 @@ export function mount(root) {
       pinnable && { label: 'Pinned to', cell: (m) => pinSelect(m) },
       { label: 'Served by', cell: (m) => m.owner ?? '—' },
       { label: 'Loads', cell: (m) => m.load_mode },
+      { label: 'Memory', cell: (m) => h('span', { class: 'model-memory', 'data-model': m.id }, memoryOf(m.id)) },
       { label: 'State', cell: (m) => h('span', { class: 'model-state', 'data-model': m.id }, modelState(m.id)) },
       { label: 'Warning', cell: (m) => (m.warning ? h('span', { class: 'warning-text' }, m.warning) : '') },
       { label: '', cell: actions, class: 'actions' },
@@ -118,7 +151,7 @@ export function mount(root) {
   }
 
   load();
-  const stops = [on('engines', follow), on('resync', load)];
+  const stops = [on('engines', follow), on('resync', load), downloads.stop, on('pulls', () => { if (state.pulls.size) downloads.el.hidden = false; })];
   return () => stops.forEach((stop) => stop());
 }
 
