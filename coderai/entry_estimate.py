@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from pathlib import Path
 
 from coderai import gguf_header, model_memory
 from coderai.config import ModelEntry
-from coderai.errors import ModelFileError
+from coderai.errors import ModelFileError, NotAFileOrFolder
 from coderai.modelfile import detect_format
 
 _SHARD = re.compile(r"-00001-of-(\d{5})\.gguf$")
@@ -24,27 +25,57 @@ def _gguf_bytes(path: Path) -> int:
     total = int(shard.group(1))
     stem = path.name[: shard.start()]
     parts = [path.with_name(f"{stem}-{i:05d}-of-{total:05d}.gguf") for i in range(1, total + 1)]
-    return sum(p.stat().st_size for p in parts if p.exists())
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise ModelFileError(f"{path} is split in {total} parts; missing {', '.join(missing)}")
+    return sum(p.stat().st_size for p in parts)
 
 
-def estimate(entry: ModelEntry, room: int, on_gpu: bool, where: str) -> model_memory.Estimate:
-    """Raises ModelFileError for a file that cannot be read, or a format with no estimate."""
+def _plain(path: Path) -> None:
+    """Only a regular file or a folder is read: opening a FIFO would wait for a writer."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {path}: {exc.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise NotAFileOrFolder(f"{path} is neither a file nor a folder")
+
+
+def estimate(entry: ModelEntry, room: int, on_gpu: bool, where: str,
+             allowance: int | None = None) -> model_memory.Estimate:  # fmt: skip
+    """The entry's estimate against `room` bytes where it loads; `allowance` is the host
+    RAM the engine sizes an unset context from (default: `room`). Raises ModelFileError for
+    a file that cannot be read."""
     options = entry.options
+    allowance = room if allowance is None else allowance
     if entry.format == "fake":
         weights = int(float(options.get("memory_mb", 0)) * (1 << 20))
         context = int(options.get("context", 4096))
         return model_memory.Estimate(context, context, weights, 0, 0, where, room,
                                      context if weights <= room else 0)  # fmt: skip
-    fmt = entry.format or detect_format(entry.path)
     path = Path(entry.path)
+    _plain(path)
+    fmt = entry.format or detect_format(entry.path)
     try:
         if fmt == "gguf":
+            if not path.is_file():
+                raise ModelFileError(f"{path} is not a GGUF file")
             meta = gguf_header.read(path)
-            return model_memory.for_gguf(meta, _gguf_bytes(path), options, on_gpu, room, where)
+            # llama.cpp offloads every layer to a card unless the entry says otherwise
+            gpu = on_gpu and options.get("n_gpu_layers", -1) != 0
+            return model_memory.for_gguf(meta, _gguf_bytes(path), options, gpu, allowance,
+                                         room if gpu or not on_gpu else allowance,
+                                         where if gpu or not on_gpu else "RAM")  # fmt: skip
         config = json.loads((path / "config.json").read_text())
-        weights = sum(p.stat().st_size for p in path.glob("*.safetensors"))
-        return model_memory.for_transformers(config, weights, options, room, where)
-    except (OSError, ValueError) as exc:
+        if not isinstance(config, dict):
+            raise ModelFileError(f"{path}/config.json is not a JSON object")
+        weights = sum(p.stat().st_size for p in path.glob("*.safetensors")) or sum(
+            p.stat().st_size for p in path.glob("pytorch_model*.bin")
+        )
+        return model_memory.for_transformers(config, weights, options, on_gpu, room, where)
+    except ModelFileError:
+        raise
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
         raise ModelFileError(f"cannot read {entry.path} for an estimate: {exc}") from None
 
 

@@ -10,6 +10,7 @@ the elements."""
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +20,10 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _STRING, _ARRAY = 8, 9
 #: a header larger than this is not a model's (a corrupt length would read forever)
 _MOST_KEYS = 1 << 16
+#: arrays of numbers at most this long are read as values (per-layer counts), longer ones
+#: (a vocabulary's scores) as their length
+_SHORT = 4096
+_DEEPEST = 8
 
 
 class NotGguf(ValueError):
@@ -48,22 +53,39 @@ def _string(f: BinaryIO) -> str:
     return _read(f, length).decode("utf-8", errors="replace")
 
 
-def _skip_array(f: BinaryIO, kind: int, count: int) -> None:
+def _skip_array(f: BinaryIO, kind: int, count: int, size: int, depth: int = 0) -> None:
+    if depth > _DEEPEST:
+        raise NotGguf(f"arrays nested more than {_DEEPEST} deep")
     if kind in _SCALARS:
         f.seek(struct.calcsize("<" + _SCALARS[kind]) * count, 1)
     elif kind == _STRING:
+        if count > size // 8:
+            raise NotGguf(f"{count} strings in a file of {size} bytes")
         for _ in range(count):
             f.seek(int(_unpack(f, "Q")), 1)
     elif kind == _ARRAY:
+        if count > size // 12:
+            raise NotGguf(f"{count} arrays in a file of {size} bytes")
         for _ in range(count):
             inner, n = int(_unpack(f, "I")), int(_unpack(f, "Q"))
-            _skip_array(f, inner, n)
+            _skip_array(f, inner, n, size, depth + 1)
     else:
         raise NotGguf(f"unknown value type {kind}")
+    if f.tell() > size:
+        raise NotGguf("an array runs past the end of the file")
 
 
-def read(path: str | Path) -> dict[str, Value]:
-    """Every key's value; an array's value is its length (as `len:N` keys would be)."""
+def _numbers(f: BinaryIO, kind: int, count: int) -> tuple[Value, ...]:
+    """A short array of numbers or flags (a per-layer count), read whole."""
+    code = "<" + _SCALARS[kind] * count
+    values: tuple[Value, ...] = struct.unpack(code, _read(f, struct.calcsize(code)))
+    return values
+
+
+def read(path: str | Path) -> dict[str, Value | tuple[Value, ...]]:
+    """Every key's value: a short array of numbers as a tuple, any other array as its
+    length (a vocabulary's tokens: their count)."""
+    size = os.path.getsize(path)
     with open(path, "rb", buffering=1 << 16) as f:
         if _read(f, 4) != b"GGUF":
             raise NotGguf(f"{path} is not a GGUF file")
@@ -73,7 +95,7 @@ def read(path: str | Path) -> dict[str, Value]:
         _tensors, keys = int(_unpack(f, "Q")), int(_unpack(f, "Q"))
         if keys > _MOST_KEYS:
             raise NotGguf(f"{keys} metadata keys")
-        out: dict[str, Value] = {}
+        out: dict[str, Value | tuple[Value, ...]] = {}
         for _ in range(keys):
             key = _string(f)
             kind = int(_unpack(f, "I"))
@@ -83,8 +105,11 @@ def read(path: str | Path) -> dict[str, Value]:
                 out[key] = _string(f)
             elif kind == _ARRAY:
                 inner, count = int(_unpack(f, "I")), int(_unpack(f, "Q"))
-                _skip_array(f, inner, count)
-                out[key] = count
+                if inner in _SCALARS and count <= _SHORT:
+                    out[key] = _numbers(f, inner, count)
+                else:
+                    _skip_array(f, inner, count, size)
+                    out[key] = count
             else:
                 raise NotGguf(f"unknown value type {kind} for {key}")
         return out

@@ -45,21 +45,38 @@ _CELL_PAD = 256
 
 
 def _number(meta: Mapping[str, object], key: str, default: int = 0) -> int:
+    """A scalar count; a per-layer array's largest (the default where there is none)."""
+    found = _per_layer(meta, key, 0)
+    return max(found) if found else default
+
+
+def _per_layer(meta: Mapping[str, object], key: str, layers: int) -> list[int]:
+    """A value the metadata gives once or per layer (a tuple from gguf_header, or the text
+    "[8, 8, 0]" as llama.cpp's own metadata call writes an array), as one value per layer
+    ([] where it is not given, or not a count)."""
     value = meta.get(key)
-    return int(str(value)) if value is not None and str(value).isdigit() else default
+    if isinstance(value, str) and value.startswith("["):
+        parts = [p.strip() for p in value.strip("[]").split(",") if p.strip()]
+        value = tuple(int(p) for p in parts if p.isdigit()) if parts else ()
+    if isinstance(value, tuple):
+        return [int(v) for v in value]
+    if value is None or isinstance(value, float) or not str(value).isdigit():
+        return []
+    return [int(str(value))] * max(layers, 1)
 
 
 def bytes_per_token(metadata: Mapping[str, object], element_bytes: float) -> int:
     """KV cache bytes one token takes in every layer, from a GGUF's metadata (0 when it
-    does not say); `element_bytes` is fractional for a quantized cache."""
+    does not say); `element_bytes` is fractional for a quantized cache. A per-layer KV
+    head count (a model whose layers differ) is summed over its layers."""
     arch = str(metadata.get("general.architecture", "llama"))
     layers = _number(metadata, f"{arch}.block_count")
     heads = _number(metadata, f"{arch}.attention.head_count")
-    kv_heads = _number(metadata, f"{arch}.attention.head_count_kv", heads)
+    kv_heads = _per_layer(metadata, f"{arch}.attention.head_count_kv", layers) or [heads] * layers
     head_dim = _number(metadata, f"{arch}.embedding_length") // heads if heads else 0
     keys = _number(metadata, f"{arch}.attention.key_length", head_dim)
     values = _number(metadata, f"{arch}.attention.value_length", head_dim)
-    return round(layers * kv_heads * (keys + values) * element_bytes)
+    return round(sum(kv_heads[:layers]) * (keys + values) * element_bytes)
 
 
 def context_for_memory(trained: int, bytes_per_token: int, allowance: int, floor: int) -> int:
@@ -161,19 +178,31 @@ def largest_context(cost: Any, trained: int, room: int) -> int:
     return low * _CELL_PAD
 
 
+def _window_layers(meta: Mapping[str, object], arch: str, layers: int) -> int:
+    """How many layers keep only a sliding window: as the metadata says (a per-layer
+    array of flags, or one layer in N), else llama.cpp's table for the architecture."""
+    if not _number(meta, f"{arch}.attention.sliding_window"):
+        return 0
+    key = f"{arch}.attention.sliding_window_pattern"
+    value = meta.get(key)
+    if isinstance(value, tuple):
+        return sum(1 for flag in value[:layers] if flag)
+    pattern = _number(meta, key) or _WINDOW_PATTERN.get(arch, 1)
+    return layers - layers // pattern if pattern > 1 else 0
+
+
 def for_gguf(meta: Mapping[str, object], weights: int, options: Mapping[str, Any],
-             on_gpu: bool, available: int, where: str) -> Estimate:  # fmt: skip
-    """A GGUF load with the entry's options; `available` is the free memory where it loads
-    (the engine sizes an unset context to a share of it)."""
+             on_gpu: bool, allowance: int, room: int, where: str) -> Estimate:  # fmt: skip
+    """A GGUF load with the entry's options. `allowance` is the host RAM available, of which
+    the engine gives an unset context's KV cache a share (as the llama.cpp backend sizes
+    it, wherever the model then goes); `room` is the free memory where it loads."""
     arch = str(meta.get("general.architecture", "llama"))
     kv_type = str(options.get("kv_cache", "f16"))
     per_token = bytes_per_token(meta, KV_BYTES.get(kv_type, 2.0))
     layers = _number(meta, f"{arch}.block_count")
     window = _number(meta, f"{arch}.attention.sliding_window")
-    pattern = _number(meta, f"{arch}.attention.sliding_window_pattern") or _WINDOW_PATTERN.get(
-        arch, 1
-    )
-    full = layers // pattern if window and pattern > 1 else layers
+    windowed = _window_layers(meta, arch, layers)
+    full = layers - windowed
     trained = _number(meta, f"{arch}.context_length", 4096)
     _, ids = sequences(options, on_gpu)
     quantized = kv_type in ("q8_0", "q4_0")
@@ -182,7 +211,7 @@ def for_gguf(meta: Mapping[str, object], weights: int, options: Mapping[str, Any
         weights=weights,
         layer_bytes=per_token / layers if layers else 0.0,
         full_layers=full,
-        window_layers=layers - full,
+        window_layers=windowed,
         window=window,
         vocab=_number(meta, f"{arch}.vocab_size") or _number(meta, "tokenizer.ggml.tokens"),
         heads=_number(meta, f"{arch}.attention.head_count"),
@@ -193,23 +222,24 @@ def for_gguf(meta: Mapping[str, object], weights: int, options: Mapping[str, Any
         swa_full=bool(options.get("swa_full", False)),
     )
     n_ctx = int(options.get("n_ctx") or 0) or context_for_memory(
-        trained, per_token, int(available * KV_SHARE), CONTEXT_FLOOR
+        trained, per_token, int(allowance * KV_SHARE), CONTEXT_FLOOR
     )
     return Estimate(n_ctx, trained, weights, model.kv(n_ctx), model.compute(n_ctx), where,
-                    available, largest_context(model.total, trained, available))  # fmt: skip
+                    room, largest_context(model.total, trained, room))  # fmt: skip
 
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def for_transformers(config: Mapping[str, Any], weights: int, options: Mapping[str, Any],
-                     available: int, where: str) -> Estimate:  # fmt: skip
-    """A transformers load: its weights (converted to the entry's dtype, if it names one),
-    and the KV cache of one sequence at the model's whole context (transformers grows it
-    as the sequence does), and a chunk's logits."""
+                     on_gpu: bool, room: int, where: str) -> Estimate:  # fmt: skip
+    """A transformers load: its weights in the dtype the backend loads them in (the
+    entry's, else 16-bit on a card and float32 on the CPU), the KV cache of one sequence
+    at the model's whole context (transformers grows it as the sequence does), and a
+    chunk's logits."""
     text = config.get("text_config") or config
     stored = _DTYPE_BYTES.get(str(config.get("torch_dtype") or config.get("dtype")), 0)
-    wanted = _DTYPE_BYTES.get(str(options.get("dtype")), 0)
+    wanted = _DTYPE_BYTES.get(str(options.get("dtype") or ("bfloat16" if on_gpu else "float32")))
     if stored and wanted:
         weights = weights * wanted // stored
     element = wanted or stored or 2
@@ -227,5 +257,5 @@ def for_transformers(config: Mapping[str, Any], weights: int, options: Mapping[s
         return weights + per_token * context + N_BATCH * vocab * 4
 
     compute = N_BATCH * vocab * 4
-    return Estimate(n_ctx, trained, weights, per_token * n_ctx, compute, where, available,
-                    largest_context(cost, trained, available))  # fmt: skip
+    return Estimate(n_ctx, trained, weights, per_token * n_ctx, compute, where, room,
+                    largest_context(cost, trained, room))  # fmt: skip

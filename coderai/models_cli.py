@@ -16,7 +16,7 @@ import sys
 import urllib.error
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coderai import entry_estimate, model_scan
 from coderai.config import (
@@ -30,8 +30,10 @@ from coderai.config import (
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError, ModelFileError
 from coderai.local_server import request_json, server_url
-from coderai.pull import download
 from coderai.pull.plan import DEFAULT_QUANT
+
+if TYPE_CHECKING:
+    from coderai.pull import download
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -135,6 +137,8 @@ def _from_server(config: Config, model_id: str) -> dict[str, Any] | None:
         answer: dict[str, Any] = request_json(url + "/estimate", key)
         return answer
     except urllib.error.HTTPError as exc:
+        if exc.code == 404:  # an entry the server has not read yet: this machine's
+            return None
         raise ConfigError(f"the server refused: {exc.read()[:300]!r}") from None
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -146,10 +150,11 @@ def _estimate(args: argparse.Namespace, config: Config, entries: list[ModelEntry
         raise ConfigError(f"the catalogue has no model {args.model}")
     found = None if args.room_mb is not None else _from_server(config, entry.id)
     if found is None:
-        room = (args.room_mb << 20) if args.room_mb is not None else entry_estimate.host_room()
+        host = entry_estimate.host_room()
+        room = (args.room_mb << 20) if args.room_mb is not None else host
         where = "the room given" if args.room_mb is not None else "RAM"
         try:
-            found = entry_estimate.estimate(entry, room, False, where).public()
+            found = entry_estimate.estimate(entry, room, False, where, host).public()
         except ModelFileError as exc:
             raise ConfigError(exc.message) from None
     mib = entry_estimate.mib
@@ -158,8 +163,11 @@ def _estimate(args: argparse.Namespace, config: Config, entries: list[ModelEntry
     print(f"  weights {mib(found['weights'])}, KV cache {mib(found['kv'])}, "
           f"compute {mib(found['compute'])}")  # fmt: skip
     verdict = "fits" if found["fits"] else "does NOT fit"
-    print(f"  {verdict} in {found['where']} ({mib(found['room'])} free); the largest context "
+    where = found["where"] + (f" of engine {found['engine']}" if found.get("engine") else "")
+    print(f"  {verdict} in {where} ({mib(found['room'])} free); the largest context "
           f"that fits: {found['largest_context']:,} tokens")  # fmt: skip
+    if found.get("loaded"):
+        print("  (it is loaded there now: its memory is already taken from that room)")
     return 0 if found["fits"] else 1
 
 
@@ -184,6 +192,10 @@ class _Bar:
 
 def _pull(args: argparse.Namespace, config: Config, catalogue: Path,
           entries: list[ModelEntry]) -> int:  # fmt: skip
+    # here, not at the top: every `coderai` command (an engine's too) would pay the hub's
+    # library's import
+    from coderai.pull import download
+
     hub = download.Hub.from_env(args.endpoint)
     try:
         job, commit = download.resolve(hub, args.model)

@@ -70,7 +70,7 @@ def test_the_estimate_is_within_15_percent_of_what_llamacpp_allocates(
     path = SMOLLM2 if model == "smollm2" else str(tiny_models[1])
     entry = ModelEntry(id="m", path=path, format="gguf", options=options)
     room = entry_estimate.host_room()
-    estimate = entry_estimate.estimate(entry, room, False, "RAM")
+    estimate = entry_estimate.estimate(entry, room, False, "RAM", room)
     measured = allocated(path, options)
     assert abs(estimate.total - measured) <= 0.15 * measured, (estimate, measured)
     trained = gguf_header.read(path)["llama.context_length"]
@@ -131,5 +131,6 @@ def test_the_admin_route_estimates_against_its_engines_room(tmp_path: Path) -> N
         done = run_estimate(tmp_path, "smol", "--config", str(srv.workdir / "config.json"))
         assert done.returncode == 0, done.stderr
         assert f"{entry_estimate.mib(body['total'])} at a context" in done.stdout
+        assert f"in RAM of engine {body['engine']}" in done.stdout  # the server's answer
     finally:
         srv.stop()

@@ -86,6 +86,7 @@ def test_a_gguf_is_fetched_into_the_hub_cache_and_added(
     assert path.read_bytes() == tiny_models[1].read_bytes()
     assert path.is_symlink() and path.resolve().parent.name == "blobs"  # the hub's layout
     assert "mmproj-tiny-F16.gguf (a vision projector) not fetched" in done.stderr
+    assert "tiny-Q8_0.gguf: 0.5 of 0.5 MB (100%)" in done.stderr  # progress, a line a tenth
     entry = catalogue(tmp_path)["acme/tiny-GGUF:Q8_0"]
     assert entry == {"id": "acme/tiny-GGUF:Q8_0", "path": str(path), "format": "gguf"}
     # `models scan` knows the file as that entry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import secrets
 import time
@@ -24,9 +25,18 @@ from coderai.state.passwords import hash_password, verify_password
 
 PREFIX = ADMIN_PREFIX
 USERNAME = r"^[A-Za-z0-9_.@-]{1,64}$"
-#: compared against when the user does not exist, so that an unknown name takes as long
-#: to refuse as a wrong password (no user enumeration by timing)
-_NOBODY = hash_password(secrets.token_hex(16))
+
+
+def _check(password: str, stored: str | None) -> bool:
+    return verify_password(password, stored or _nobody())
+
+
+@functools.cache
+def _nobody() -> str:
+    """A hash compared against when the user does not exist, so that an unknown name
+    takes as long to refuse as a wrong password (no user enumeration by timing). Made at
+    the first login, not at import: scrypt is 0.15 s of CPU every front start would pay."""
+    return hash_password(secrets.token_hex(16))
 
 
 class Strict(BaseModel):
@@ -108,7 +118,7 @@ class AccountRoutes:
         delay = self.guard.failed(body.username, address, time.monotonic())
         stored = await self.store.run(lambda db: db.password_hash(body.username))
         # scrypt is ~0.15 s of CPU: off the loop, and off the state thread
-        right = await asyncio.to_thread(verify_password, body.password, stored or _NOBODY)
+        right = await asyncio.to_thread(_check, body.password, stored)
         if stored is None or not right:
             await asyncio.sleep(delay)
             raise WrongPassword("wrong username or password")

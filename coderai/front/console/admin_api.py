@@ -22,6 +22,8 @@ from coderai.front.http import ADMIN_PREFIX, read_json, validate
 log = logging.getLogger("coderai.front")
 
 PREFIX = ADMIN_PREFIX
+#: the most an estimate may take to read a model's header (a file on a stalled disk)
+ESTIMATE_SECONDS = 10
 
 
 class AdminRoutes:
@@ -198,20 +200,27 @@ class AdminRoutes:
     async def estimate(self, request: web.Request) -> web.Response:
         """The memory the model takes loaded (weights, KV cache, compute), against the room
         where its owner engine loads it: the free VRAM of its cards, else this host's
-        available RAM; and the largest context that fits."""
+        available RAM; and the largest context that fits. A model loaded there already
+        holds part of that memory: `loaded` says so."""
         entry = self._entry_at(request)
         owner = self.directory.owner_of(entry)
         view = next((v for v in self.views() if v.name == owner), None)
         vram = view.vram() if view is not None else None
+        host = entry_estimate.host_room()
         if vram is not None and vram["total_mb"]:
             room, on_gpu, where = (vram["total_mb"] - vram["used_mb"]) << 20, True, "VRAM"
         else:
-            room, on_gpu, where = entry_estimate.host_room(), False, "RAM"
+            room, on_gpu, where = host, False, "RAM"
         try:
-            found = await asyncio.to_thread(entry_estimate.estimate, entry, room, on_gpu, where)
+            reading = asyncio.to_thread(entry_estimate.estimate, entry, room, on_gpu, where, host)
+            found = await asyncio.wait_for(reading, ESTIMATE_SECONDS)
         except ModelFileError as exc:
             raise InvalidRequest(exc.message) from None
-        return web.json_response({"model": entry.id, "engine": owner, **found.public()})
+        except TimeoutError:
+            raise InvalidRequest(f"{entry.path} took over {ESTIMATE_SECONDS} s to read") from None
+        loaded = view is not None and entry.id in view.loaded_models
+        return web.json_response({"model": entry.id, "engine": owner, "loaded": loaded,
+                                  **found.public()})  # fmt: skip
 
     async def save_models(self, request: web.Request) -> web.Response:
         """Replace the catalogue: validated, its files checked (off the loop), written

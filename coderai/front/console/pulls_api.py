@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,8 +28,12 @@ from coderai.config import ModelEntry
 from coderai.errors import CoderaiError, Conflict, NotFound
 from coderai.front.http import ADMIN_PREFIX, read_json, validate
 from coderai.front.hub import EventHub
-from coderai.pull import download
-from coderai.pull.plan import Plan
+
+if TYPE_CHECKING:
+    # imported where a pull starts: the hub's library takes 0.2-0.4 s to import, which
+    # every front start would pay
+    from coderai.pull import download
+    from coderai.pull.plan import Plan
 
 log = logging.getLogger("coderai.front")
 
@@ -104,6 +108,8 @@ class Pulls:
         return web.json_response(self.snapshot())
 
     async def start(self, request: web.Request) -> web.Response:
+        from coderai.pull import download
+
         body = validate(PullBody, await read_json(request))
         if any(p.active and p.model == body.model for p in self._pulls.values()):
             raise Conflict(f"{body.model} is being pulled already", param="model")
@@ -145,6 +151,8 @@ class Pulls:
         self.hub.publish("pull", pull.public())
 
     async def _run(self, pull: Pull, where: download.Hub, job: Plan, commit: str) -> None:
+        from coderai.pull import download
+
         loop = asyncio.get_running_loop()
         shown = [-1]
 

@@ -31,7 +31,8 @@ export function pulls(added) {
     message.clear();
     try {
       const pull = await post('pulls', { model: model.value.trim(), ...(id.value.trim() ? { id: id.value.trim() } : {}) });
-      state.pulls.set(pull.id, pull);
+      // the feed may have told of it already, and of a later state: that one stays
+      if (!state.pulls.has(pull.id)) state.pulls.set(pull.id, pull);
       draw();
       message.ok(`${pull.model}: ${pull.files.length} file(s), ${bytes(pull.total)}`);
     } catch (error) {
@@ -40,7 +41,7 @@ export function pulls(added) {
   }
 
   const seen = new Map();
-  function draw(changed) {
+  function draw() {
     const rows = [...state.pulls.values()].sort((a, b) => b.started - a.started);
     if (!rows.length) {
       fill(list);
@@ -50,8 +51,11 @@ export function pulls(added) {
       fill(list, h('h2', {}, 'Downloads'), h('table', { 'data-testid': 'pulls-table' }, h('thead', {}, h('tr', {}, ['Model', 'Becomes', 'Progress', 'State', ''].map((c) => h('th', {}, c)))), h('tbody')));
     }
     keyed(list.querySelector('tbody'), rows, (p) => p.id, pullRow);
-    // a pull that just finished added an entry: the catalogue is fetched again
-    if (changed && changed.state === 'done' && seen.get(changed.id) !== 'done') get('models').then(added);
+    // a pull seen running that has finished (told by one event, or by the snapshot of a
+    // feed opened again) added an entry: the catalogue is fetched again
+    if (rows.some((p) => p.state === 'done' && seen.has(p.id) && seen.get(p.id) !== 'done')) {
+      get('models').then(added).catch((error) => message.error(error.message));
+    }
     for (const p of rows) seen.set(p.id, p.state);
   }
 

@@ -25,8 +25,10 @@ export function mount(root) {
   const scan = h('button', { type: 'button', onclick: () => onDisk.run() }, 'Find on this machine');
   downloads.el.hidden = state.pulls.size === 0;
   root.append(h('h1', {}, 'Models ', add, ' ', pull, ' ', scan), message.el, warnings, list, editor, downloads.el, onDisk.el);
-  /** each model's memory estimate (GET models/{id}/estimate), by id */
+  /** each model's memory estimate (GET models/{id}/estimate), by id, with the entry it
+   * was made for: an entry unchanged is not estimated again */
   const memory = new Map();
+  const estimatedFor = new Map();
 
   function show(answer) {
     catalogue = answer;
@@ -35,22 +37,30 @@ export function mount(root) {
     estimate();
   }
 
-  async function estimate() {
-    await Promise.all(catalogue.models.map(async (m) => {
-      try {
-        memory.set(m.id, await get(`models/${seg(m.id)}/estimate`));
-      } catch (error) {
-        memory.set(m.id, { error: error.message });
-      }
-    }));
-    for (const cell of list.querySelectorAll('.model-memory')) fill(cell, memoryOf(cell.dataset.model));
+  function estimate() {
+    for (const m of catalogue.models) {
+      const key = JSON.stringify([m.path, m.format, m.options, m.owner]);
+      if (estimatedFor.get(m.id) === key) continue;
+      estimatedFor.set(m.id, key);
+      memory.delete(m.id);
+      get(`models/${seg(m.id)}/estimate`)
+        .then((answer) => answer, (error) => ({ error: error.message }))
+        .then((answer) => {
+          if (estimatedFor.get(m.id) !== key) return; // the entry changed meanwhile
+          memory.set(m.id, answer);
+          const cell = list.querySelector(`.model-memory[data-model="${CSS.escape(m.id)}"]`);
+          if (cell) fill(cell, memoryOf(m.id));
+        });
+    }
   }
 
   function memoryOf(id) {
     const e = memory.get(id);
     if (e === undefined) return h('span', { class: 'muted' }, '…');
     if (e.error) return h('span', { class: 'muted', title: e.error }, '—');
-    const fits = e.fits
+    const fits = e.loaded
+      ? h('span', { class: 'chip' }, `loaded (${e.where})`)
+      : e.fits
       ? h('span', { class: 'chip' }, `fits ${e.where}`)
       : h('span', { class: 'chip warning-text' }, `needs more than the ${bytes(e.room)} free in ${e.where}`);
     const largest = e.largest_context < e.context ? h('div', { class: 'muted' }, `largest context that fits: ${count(e.largest_context)}`) : null;
