@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script: the repo's packages (coderai, tests, bench)
 SITE = Path("/tmp/coderai-site")
 ADMIN = "gpu-check-admin-key"
 
@@ -268,7 +269,11 @@ def summary(result: dict[str, Any]) -> str:
     for when, found in (("before", vram.get("before")), ("loaded", vram.get("after")),
                         ("unloaded", after_unload)):  # fmt: skip
         for card in found or []:
-            lines.append(f"  VRAM {when:<8} card {card.get('index')}: {card.get('used_mib')} MiB")
+            if "error" in card:
+                lines.append(f"  VRAM {when:<8} NVML: {card['error']}")
+            else:
+                lines.append(f"  VRAM {when:<8} card {card['index']}: {card['used_mib']} MiB used"
+                             f" of {card['total_mib']}, {card['temp_c']} C")  # fmt: skip
     for case in (result.get("gpu_tests") or {}).get("tests", []):
         lines.append(f"  test {case['test']}: {case['outcome']}")
     return "\n".join(lines) + "\n"
