@@ -59,8 +59,8 @@ from bench.chat_stream import stream_chat
 from bench.llamacpp import OPENMP_ENV
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
-from coderai.cli import brief_openmp_spin
 from coderai.defaults import embedded_gguf
+from coderai.engine_main import brief_openmp_spin
 
 CONTEXT = 32768
 PARALLEL = 4

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
-from coderai.cli import brief_openmp_spin
+from coderai.engine_main import brief_openmp_spin
 from tests.support.sse import DONE, event
 
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
