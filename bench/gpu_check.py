@@ -95,6 +95,11 @@ class Check:
     def save(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "gpu_check.json").write_text(json.dumps(self.result, indent=2))
+        (self.out / "gpu_check.txt").write_text(summary(self.result))
+
+    def within(self, seconds: float) -> float:
+        """A wait of at most `seconds`, and never past the budget's last 15 s."""
+        return max(1.0, min(seconds, self.left() - 15))
 
 
 def install(carried: Path) -> str:
@@ -111,6 +116,13 @@ def install(carried: Path) -> str:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
+    # what the front, an engine and the backends import, beside the image's packages: a
+    # version check at import (transformers') fails here, not in every later step
+    probe = "import transformers, accelerate, pydantic, zmq, llguidance, gguf, coderai.front.app"
+    done = subprocess.run([sys.executable, "-c", probe + ", coderai.engine.worker"],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"the packages do not import together: {done.stderr[-1500:]}")
     return f"{len(wheels)} wheels into {SITE}"
 
 
@@ -122,7 +134,9 @@ def environment(dry: bool) -> dict[str, Any]:
     found: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__,
                              "torch_cuda": torch.version.cuda}  # fmt: skip
     for name in ("transformers", "accelerate", "tokenizers", "huggingface-hub", "pyzmq",
-                 "pydantic", "llguidance", "aiohttp", "nvidia-ml-py"):  # fmt: skip
+                 "pydantic", "pydantic-core", "llguidance", "aiohttp", "nvidia-ml-py",
+                 "safetensors", "regex", "typing-extensions", "anyio", "idna", "hf-xet",
+                 "msgpack", "psutil", "prometheus-client", "jinja2"):  # fmt: skip
         try:
             found[name] = version(name)
         except PackageNotFoundError:
@@ -156,14 +170,36 @@ def cards() -> list[dict[str, Any]]:
         pynvml.nvmlShutdown()
 
 
-def models(work: Path, carried: Path) -> dict[str, str]:
-    """The tiny model, and a model of SmolLM2's shape (random weights, its tokenizer)."""
+def smollm2(weights: Path, carried: Path) -> Path | None:
+    """SmolLM2's GGUF, joined from the halves earlier calls left in `weights` and checked
+    against the sha256 carried; None where they are not all there."""
+    import hashlib
+
+    parts = [weights / f"smollm2.gguf.{n}" for n in (1, 2)]
+    if not all(p.is_file() for p in parts):
+        return None
+    whole = weights / "smollm2.gguf"
+    with whole.open("wb") as out:
+        for part in parts:
+            out.write(part.read_bytes())
+    expected = (carried / "smollm2" / "gguf.sha256").read_text().strip()
+    if hashlib.sha256(whole.read_bytes()).hexdigest() != expected:
+        raise RuntimeError(f"{whole} does not match the sha256 carried")
+    return whole
+
+
+def models(work: Path, carried: Path, weights: Path) -> dict[str, str]:
+    """The tiny model, and SmolLM2: its GGUF (which transformers converts as it loads), or
+    where its halves did not travel, its shape with random weights and its tokenizer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from coderai.tinymodel import build
 
     tiny, _ = build(work / "tiny")
+    gguf = smollm2(weights, carried)
+    if gguf is not None:
+        return {"tiny": str(tiny), "smol": str(gguf)}
     smol = work / "smol"
     config = AutoConfig.from_pretrained(carried / "smollm2")
     torch.manual_seed(0)
@@ -173,6 +209,14 @@ def models(work: Path, carried: Path) -> dict[str, str]:
         if (carried / "smollm2" / name).exists():
             shutil.copy(carried / "smollm2" / name, smol / name)
     return {"tiny": str(tiny), "smol": str(smol)}
+
+
+def entry(name: str, path: str, dtype: str) -> dict[str, Any]:
+    """A catalogue entry the transformers backend runs (a GGUF too: it converts it)."""
+    if path.endswith(".gguf"):
+        options = {"dtype": dtype, "backend": "transformers"}
+        return {"id": name, "path": path, "format": "gguf", "options": options}
+    return {"id": name, "path": path, "format": "transformers", "options": {"dtype": dtype}}
 
 
 def _admin(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -198,19 +242,28 @@ def _loaded(url: str, model: str) -> bool:
     return any(model in e.get("loaded_models", []) for e in _admin(url, "engines")["engines"])
 
 
-def load(url: str, names: list[str]) -> dict[str, Any]:
+def _used(found: list[dict[str, Any]]) -> int:
+    return sum(int(card.get("used_mib") or 0) for card in found)
+
+
+def load(url: str, names: list[str], wait: Callable[[float], float], gpu: bool) -> dict[str, Any]:
+    """Each model loaded by its engine; on a GPU machine the cards' memory must rise (a
+    model left on the CPU would pass every other step)."""
     out: dict[str, Any] = {"before": cards()}
     for name in names:
         _admin(url, f"models/{urllib.parse.quote(name)}/load")
-        out[f"{name}_seconds"] = _wait(lambda n=name: _loaded(url, n), 180)  # type: ignore[misc]
+        out[f"{name}_seconds"] = _wait(lambda n=name: _loaded(url, n), wait(180))  # type: ignore[misc]
     out["after"] = cards()
+    out["rise_mib"] = _used(out["after"]) - _used(out["before"])
+    if gpu and out["rise_mib"] <= 0:
+        raise RuntimeError(f"the cards' memory did not rise ({out}): the models are not on them")
     return out
 
 
-def unload(url: str, names: list[str]) -> dict[str, Any]:
+def unload(url: str, names: list[str], wait: Callable[[float], float]) -> dict[str, Any]:
     for name in names:
         _admin(url, f"models/{urllib.parse.quote(name)}/unload")
-        _wait(lambda n=name: not _loaded(url, n), 60)  # type: ignore[misc]
+        _wait(lambda n=name: not _loaded(url, n), wait(60))  # type: ignore[misc]
     time.sleep(2)  # the engines' next VRAM reading; NVML is read directly below too
     return {"after_unload": cards(), "engines": _admin(url, "engines")["engines"]}
 
@@ -224,20 +277,24 @@ def readings(url: str) -> dict[str, Any]:
     return {"metrics": gpu, "healthz_engines": health.get("engines")}
 
 
-def eos_bias(folder: str) -> dict[str, float]:
-    """A random model may end at once: its end-of-text tokens are banned, so each stream
-    runs to max_tokens and the levels compare like with like."""
-    config = json.loads((Path(folder) / "config.json").read_text())
+def eos_bias(path: str, carried: Path) -> dict[str, float]:
+    """A model may end early (a random one at once): its end-of-text tokens are banned, so
+    each stream runs to max_tokens and the levels compare like with like."""
+    folder = carried / "smollm2" if path.endswith(".gguf") else Path(path)
+    config = json.loads((folder / "config.json").read_text())
     eos = config.get("eos_token_id")
     ids = eos if isinstance(eos, list) else [eos] if eos is not None else []
     return {str(i): -100.0 for i in ids}
 
 
-def gpu_tests(out: Path) -> dict[str, Any]:
+def gpu_tests(out: Path, seconds: float) -> dict[str, Any]:
+    """The tests marked gpu. The project's pytest settings name plugins (pytest-timeout)
+    the machine may lack: an unknown setting is a warning there, not an error."""
     xml = out / "gpu-tests.xml"
     done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu", "-q",
-                           "-p", "no:cacheprovider", f"--junitxml={xml}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+                           "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestConfigWarning",
+                           f"--junitxml={xml}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=seconds)  # fmt: skip
     import xml.etree.ElementTree as ET
 
     cases = []
@@ -249,12 +306,17 @@ def gpu_tests(out: Path) -> dict[str, Any]:
                     outcome = child.tag
             cases.append({"test": case.get("name"), "outcome": outcome,
                           "seconds": float(case.get("time") or 0)})  # fmt: skip
-    return {"exit": done.returncode, "tests": cases, "tail": done.stdout[-1500:]}
+    found = {"exit": done.returncode, "tests": cases, "tail": done.stdout[-1500:]}
+    if done.returncode not in (0, 5):  # 5: none collected
+        raise RuntimeError(f"pytest exited {done.returncode}: {done.stdout[-800:]}")
+    return found
 
 
 def summary(result: dict[str, Any]) -> str:
-    device = (result.get("environment") or {}).get("device", "no GPU (dry run)")
-    lines = [f"CoderAI GPU check: {device}"]
+    device = (result.get("environment") or {}).get("device") or (
+        "no GPU (dry run)" if result.get("dry_run") else "GPU not read"
+    )
+    lines = [f"CoderAI GPU check: {device}; SmolLM2: {result.get('smol_weights', '-')}"]
     for step in result["steps"]:
         said = step.get("error", step.get("why", ""))[:100]
         lines.append(f"  {step['name']:<14} {step['outcome']:<8} {step['seconds']:>7.1f} s  {said}")
@@ -263,6 +325,7 @@ def summary(result: dict[str, Any]) -> str:
             f"  {row['model']:<5} x{row['concurrency']:<3} {row['tokens_per_second']:>8.1f} tok/s"
             f"  TTFT {row['ttft_p50_ms']:>7.1f} ms  gap p50 {row['itl_p50_ms']:>6.2f} ms"
             f"  front {row['front_cpu_us_per_token']:>6.1f} us/token  errors {len(row['errors'])}"
+            f"  short {row['short']}"
         )
     vram = result.get("vram") or {}
     after_unload = (result.get("unload") or {}).get("after_unload") or []
@@ -290,68 +353,79 @@ def main() -> None:
     parser.add_argument("--levels", default="1,8,32")
     parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     parser.add_argument("--budget", type=float, default=470, help="seconds in all")
+    parser.add_argument("--weights", type=Path, default=Path("/tmp/coderai-weights"),
+                        help="where earlier calls left SmolLM2's GGUF in halves")  # fmt: skip
     args = parser.parse_args()
     check = Check(args.out, args.budget)
+    work = Path(tempfile.mkdtemp(prefix="coderai-gpu-"))
+    try:
+        run(args, check, work)
+    except BaseException as exc:  # recorded, then raised: the JSON says where it stopped
+        check.result["crashed"] = f"{exc.__class__.__name__}: {exc}"
+        raise
+    finally:
+        check.result["seconds"] = round(time.monotonic() - check.started, 1)
+        check.save()
+        print(summary(check.result))
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, check: Check, work: Path) -> None:
     result = check.result
     dry = args.dry_run
     result["dry_run"] = dry
     result["wheels"] = check.step("wheels", lambda: install(args.carried))
     result["environment"] = check.step("environment", lambda: environment(dry))
     result["nvml"] = check.step("nvml", cards)
-    work = Path(tempfile.mkdtemp(prefix="coderai-gpu-"))
-    paths = check.step("models", lambda: models(work, args.carried)) or {}
-
-    from tests.support.server import Server
-
+    paths = check.step("models", lambda: models(work, args.carried, args.weights)) or {}
+    real = paths.get("smol", "").endswith(".gguf")
+    result["smol_weights"] = (
+        "SmolLM2-135M-Instruct Q4_1 (transformers dequantizes it)"
+        if real
+        else "random, in SmolLM2-135M's shape, with its tokenizer"
+    )
     dtype = "float32" if dry else "bfloat16"
-    entries = [{"id": name, "path": path, "format": "transformers",
-                "options": {"dtype": dtype}} for name, path in paths.items()]  # fmt: skip
-    server_config = {"heartbeat_interval": 0.5}
-    srv = None
+    entries = [entry(name, path, dtype) for name, path in paths.items()]
+    srv: Any = None
+
+    def start() -> dict[str, Any]:
+        nonlocal srv
+        from tests.support.server import Server
+
+        srv = Server(work / "server", {"heartbeat_interval": 0.5}, entries,
+                     extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
+        srv.wait_ready(1, timeout=check.within(120))
+        return {"engines": _admin(srv.url, "engines")["engines"]}
+
     try:
-
-        def start() -> dict[str, Any]:
-            nonlocal srv
-            srv = Server(work / "server", server_config, entries,
-                         extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
-            srv.wait_ready(1, timeout=120)
-            return {"engines": _admin(srv.url, "engines")["engines"]}
-
         result["server"] = check.step("server", start, None if paths else "no models")
-        up = srv is not None and result["server"] is not None
+        down = None if result["server"] is not None else "no server"
         url = srv.url if srv is not None else ""
         names = list(paths)
-        result["vram"] = check.step("load", lambda: load(url, names), None if up else "no server")
-        levels = [int(n) for n in args.levels.split(",")]
+        result["vram"] = check.step("load", lambda: load(url, names, check.within, not dry), down)
+        concurrencies = [int(n) for n in args.levels.split(",")]
         rows: list[dict[str, Any]] = []
         result["levels"] = rows
         for name in names:
 
             def stream(name: str = name) -> list[dict[str, Any]]:
-                from bench.gpu_load import levels as run_levels
+                from bench.gpu_load import levels
 
-                assert srv is not None
                 engines = [int(e["pid"]) for e in srv.health()["engines"] if "pid" in e]
-                found = run_levels(url, name, levels, args.tokens, srv.proc.pid, engines,
-                                   eos_bias(paths[name]))  # fmt: skip
+                deadline = time.monotonic() + check.within(150)
+                found = levels(url, name, concurrencies, args.tokens, srv.proc.pid, engines,
+                               eos_bias(paths[name], args.carried), deadline)  # fmt: skip
                 rows.extend(found)
                 return found
 
             check.step(f"stream-{name}", stream, None if result["vram"] else "not loaded")
-        down = None if up else "no server"
         result["readings"] = check.step("readings", lambda: readings(url), down)
-        result["unload"] = check.step("unload", lambda: unload(url, names), down)
+        result["unload"] = check.step("unload", lambda: unload(url, names, check.within), down)
     finally:
         if srv is not None:
             result["server_log_tail"] = srv.log()[-3000:]
             srv.stop()
-    result["gpu_tests"] = check.step("gpu-tests", lambda: gpu_tests(args.out))
-    result["seconds"] = round(time.monotonic() - check.started, 1)
-    check.save()
-    text = summary(result)
-    (args.out / "gpu_check.txt").write_text(text)
-    print(text)
-    shutil.rmtree(work, ignore_errors=True)
+    result["gpu_tests"] = check.step("gpu-tests", lambda: gpu_tests(args.out, check.within(240)))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ import psutil
 @dataclass
 class Stream:
     ttft: float = 0.0
+    #: chunks with text: a slow front merges several tokens into one (engine/outbox.py)
+    chunks: int = 0
+    #: the tokens the stream's usage counts
     tokens: int = 0
     seconds: float = 0.0
     gaps: list[float] = field(default_factory=list)
@@ -41,16 +44,18 @@ async def one(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) ->
                 if chunk.get("error"):
                     out.error = str(chunk["error"])[:200]
                     break
+                if chunk.get("usage"):
+                    out.tokens = int(chunk["usage"].get("completion_tokens") or 0)
                 choices = chunk.get("choices") or []
                 if not (choices and choices[0].get("delta", {}).get("content")):
                     continue
                 now = time.perf_counter()
-                if out.tokens == 0:
+                if out.chunks == 0:
                     out.ttft = now - start
                 else:
                     out.gaps.append(now - last)
                 last = now
-                out.tokens += 1
+                out.chunks += 1
     except (TimeoutError, aiohttp.ClientError) as exc:
         out.error = f"{exc.__class__.__name__}: {exc}"
     out.seconds = time.perf_counter() - start
@@ -75,6 +80,9 @@ class Level:
     streams: int
     errors: list[str]
     tokens: int
+    chunks: int
+    #: streams that ended before max_tokens
+    short: int
     seconds: float
     tokens_per_second: float
     ttft_p50_ms: float
@@ -85,13 +93,15 @@ class Level:
 
 
 async def level(url: str, model: str, concurrency: int, max_tokens: int, front: int,
-                engines: list[int], logit_bias: dict[str, float]) -> Level:  # fmt: skip
-    """`concurrency` streams of `max_tokens` tokens at once (the chunks counted are those
-    with text: a token the tokenizer holds back shows in the next chunk)."""
+                engines: list[int], logit_bias: dict[str, float],
+                seconds_left: float = 300) -> Level:  # fmt: skip
+    """`concurrency` streams of `max_tokens` tokens at once: tokens as the streams' usage
+    counts them; the gaps are between chunks with text (one token each unless the front
+    fell behind and the engine merged several)."""
     body = {"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 0.8,
             "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}],
-            "logit_bias": logit_bias}  # fmt: skip
-    timeout = aiohttp.ClientTimeout(total=300)
+            "logit_bias": logit_bias, "stream_options": {"include_usage": True}}  # fmt: skip
+    timeout = aiohttp.ClientTimeout(total=max(5.0, seconds_left))
     async with aiohttp.ClientSession(timeout=timeout) as session:
         front_before, engines_before = _cpu([front]), _cpu(engines)
         start = time.perf_counter()
@@ -100,26 +110,35 @@ async def level(url: str, model: str, concurrency: int, max_tokens: int, front: 
         front_cpu, engine_cpu = _cpu([front]) - front_before, _cpu(engines) - engines_before
     tokens = sum(s.tokens for s in streams)
     gaps = sorted(g for s in streams for g in s.gaps)
-    firsts = [s.ttft for s in streams if s.tokens]
+    firsts = [s.ttft for s in streams if s.chunks]
 
     def pick(values: list[float], share: float) -> float:
-        return (
-            round(values[min(len(values) - 1, int(share * len(values)))] * 1000, 2)
-            if values
-            else 0.0
-        )
+        """The `share` quantile (nearest rank), in ms."""
+        if not values:
+            return 0.0
+        return round(values[round(share * (len(values) - 1))] * 1000, 2)
 
     per_token = 1e6 / tokens if tokens else 0.0
+    short = sum(1 for s in streams if s.tokens < max_tokens)
     return Level(model, concurrency, len(streams), [s.error for s in streams if s.error],
-                 tokens, round(seconds, 3), round(tokens / seconds, 1) if seconds else 0.0,
+                 tokens, sum(s.chunks for s in streams), short, round(seconds, 3),
+                 round(tokens / seconds, 1) if seconds else 0.0,
                  round(statistics.median(firsts) * 1000, 1) if firsts else 0.0,
                  pick(gaps, 0.5), pick(gaps, 0.9), round(front_cpu * per_token, 1),
                  round(engine_cpu * per_token, 1))  # fmt: skip
 
 
 def levels(url: str, model: str, concurrencies: list[int], max_tokens: int, front: int,
-           engines: list[int], logit_bias: dict[str, float]) -> list[dict[str, Any]]:  # fmt: skip
-    """A warm-up stream, then each level in turn."""
-    asyncio.run(level(url, model, 1, 4, front, engines, logit_bias))
-    return [asdict(asyncio.run(level(url, model, n, max_tokens, front, engines, logit_bias)))
-            for n in concurrencies]  # fmt: skip
+           engines: list[int], logit_bias: dict[str, float],
+           deadline: float) -> list[dict[str, Any]]:  # fmt: skip
+    """A warm-up stream, then each level in turn, as far as `deadline` (a monotonic time)
+    lets them: a level still running there ends with its streams' errors."""
+    asyncio.run(level(url, model, 1, 4, front, engines, logit_bias, deadline - time.monotonic()))
+    found = []
+    for n in concurrencies:
+        left = deadline - time.monotonic()
+        if left < 5:
+            break
+        found.append(asdict(asyncio.run(level(url, model, n, max_tokens, front, engines,
+                                              logit_bias, left))))  # fmt: skip
+    return found

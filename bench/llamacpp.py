@@ -66,7 +66,7 @@ with _extra_buffer_types(extra_buffer_types(None)):
     main()
 """
 #: the peers the throughput section may run, by the name their results go under
-#: the OpenMP settings every side ran with (the engine's, see coderai.cli.brief_openmp_spin)
+#: the OpenMP settings every side ran with (the engine's, see coderai.engine_main.brief_openmp_spin)
 OPENMP_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SERVERS = {"llama_cpp.server": "llama_cpp_server", "llama-server": "llama_server"}
 

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
 
     engine = sub.add_parser("engine", help="one engine process (started by `coderai run`)")
     engine_main.add_arguments(engine)
+    # after `engine` too, as `python -m coderai engine` takes it (engine_main.main)
+    engine.add_argument("--log-level", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     accounts_cli.add_parsers(sub)
     cluster_cli.add_parser(sub)
     launch_cli.add_parser(sub)

@@ -81,7 +81,9 @@ def add_arguments(engine: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`coderai engine ARGS` (or the seed's `--engine-only ARGS`), as cli.main runs it."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="coderai engine", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="coderai engine", description="one engine process (started by `coderai run`)"
+    )
     parser.add_argument("--log-level", default=os.environ.get("CODERAI_LOG_LEVEL", "INFO"))
     add_arguments(parser)
     args = parser.parse_args(argv[1:])
