@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.support.hub import Hub, HubRepo, serve
-from tests.support.server import Server
+from tests.support.server import Server, serving
 
 ADMIN = "test-admin-key"
 #: past the library's 10 MiB read: a cut halfway is resumed from a Range, not from zero
@@ -225,46 +225,44 @@ def events(srv: Server, until: Any) -> Iterator[dict[str, Any]]:
                         return
 
 
-def test_the_admin_api_pulls_while_serving_and_the_model_is_served_at_once(
-    hub: Hub, tmp_path: Path
+@pytest.fixture
+def srv(hub: Hub, tmp_path: Path) -> Iterator[Server]:
+    """A server whose hub is the stand-in, its cache in the test's folder."""
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf")}
+    with serving(tmp_path / "server", {"engines": 1}, [{"id": "fake", "format": "fake"}], 1,
+                 ADMIN, env=env) as running:  # fmt: skip
+        yield running
+
+
+def test_the_admin_api_pulls_while_serving_and_the_model_is_served_at_once(srv: Server) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    refused = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/nope"},
+                         headers=admin, timeout=30)  # fmt: skip
+    assert refused.status_code == 400 and "has no repo" in refused.json()["error"]["message"]
+    started = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/tiny-GGUF"},
+                         headers=admin, timeout=30)  # fmt: skip
+    assert started.status_code == 202, started.text
+    pull_id = started.json()["id"]
+    seen = list(events(srv, lambda e: e["id"] == pull_id and e["state"] not in
+                       ("queued", "downloading", "adding")))  # fmt: skip
+    assert seen[-1]["state"] == "done", seen[-1]
+    assert seen[-1]["done"] == seen[-1]["total"] > 0
+    body = {"model": "acme/tiny-GGUF:Q4_K_M", "prompt": "The quick", "max_tokens": 4}
+    answer = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    listed = httpx.get(f"{srv.url}/admin/api/models", headers=admin, timeout=30).json()
+    assert "acme/tiny-GGUF:Q4_K_M" in [m["id"] for m in listed["models"]]
+    taken = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/tiny-GGUF"},
+                       headers=admin, timeout=30)  # fmt: skip
+    assert taken.status_code == 409 and taken.json()["error"]["param"] == "id"
+
+
+def test_a_pull_cancelled_midway_leaves_no_file_and_no_entry(
+    hub: Hub, srv: Server, tmp_path: Path
 ) -> None:
-    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf")}
-    srv = Server(tmp_path / "server", {"engines": 1}, [{"id": "fake", "format": "fake"}],
-                 env=env, extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
-    admin = {"Authorization": f"Bearer {ADMIN}"}
-    try:
-        srv.wait_ready(1)
-        refused = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/nope"},
-                             headers=admin, timeout=30)  # fmt: skip
-        assert refused.status_code == 400 and "has no repo" in refused.json()["error"]["message"]
-        started = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/tiny-GGUF"},
-                             headers=admin, timeout=30)  # fmt: skip
-        assert started.status_code == 202, started.text
-        pull_id = started.json()["id"]
-        seen = list(events(srv, lambda e: e["id"] == pull_id and e["state"] not in
-                           ("queued", "downloading", "adding")))  # fmt: skip
-        assert seen[-1]["state"] == "done", seen[-1]
-        assert seen[-1]["done"] == seen[-1]["total"] > 0
-        body = {"model": "acme/tiny-GGUF:Q4_K_M", "prompt": "The quick", "max_tokens": 4}
-        answer = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120)
-        assert answer.status_code == 200, answer.text
-        listed = httpx.get(f"{srv.url}/admin/api/models", headers=admin, timeout=30).json()
-        assert "acme/tiny-GGUF:Q4_K_M" in [m["id"] for m in listed["models"]]
-        taken = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/tiny-GGUF"},
-                           headers=admin, timeout=30)  # fmt: skip
-        assert taken.status_code == 409 and taken.json()["error"]["param"] == "id"
-    finally:
-        srv.stop()
-
-
-def test_a_pull_cancelled_midway_leaves_no_file_and_no_entry(hub: Hub, tmp_path: Path) -> None:
     release = hub.held.setdefault("big-Q4_K_M.gguf", threading.Event())
-    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf")}
-    srv = Server(tmp_path / "server", {"engines": 1}, [{"id": "fake", "format": "fake"}],
-                 env=env, extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
     admin = {"Authorization": f"Bearer {ADMIN}"}
     try:
-        srv.wait_ready(1)
         started = httpx.post(f"{srv.url}/admin/api/pulls", json={"model": "acme/big-GGUF"},
                              headers=admin, timeout=30)  # fmt: skip
         pull_id = started.json()["id"]
@@ -283,4 +281,3 @@ def test_a_pull_cancelled_midway_leaves_no_file_and_no_entry(hub: Hub, tmp_path:
     finally:
         hub.held.pop("big-Q4_K_M.gguf", None)
         release.set()
-        srv.stop()

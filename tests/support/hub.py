@@ -144,28 +144,26 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 return
             if self.command == "GET" and name in hub.cut_once:
                 hub.cut_once.discard(name)
-                self.send_response(200)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data[: len(data) // 2])
-                self.wfile.flush()
+                self._first_half(headers, data)
                 self.close_connection = True
                 self.connection.shutdown(2)  # the peer sees the body end short
                 return
             if self.command == "GET" and name in hub.held:
-                self.send_response(200)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data[: len(data) // 2])
-                self.wfile.flush()
+                self._first_half(headers, data)
                 hub.held[name].wait(60)
                 self.wfile.write(data[len(data) // 2 :])
                 return
             self._send(200, headers, data)
+
+        def _first_half(self, headers: dict[str, str], data: bytes) -> None:
+            """The answer's head, for all of `data`, and half its bytes."""
+            self.send_response(200)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
 
     return Handler
 
