@@ -31,6 +31,8 @@ _QUANT = re.compile(
 _SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 OLLAMA_REGISTRY = "registry.ollama.ai"
+#: how deep an operator's folder is looked into (ORG/REPO/QUANT/FILE is 3 folders down)
+FOLDER_DEPTH = 5
 OLLAMA_MODEL = "application/vnd.ollama.image.model"
 
 
@@ -143,13 +145,23 @@ def lmstudio(root: Path) -> Iterator[Found]:
             yield Found(_named(base, path), str(path), "gguf", "lmstudio")
 
 
+def _folders(root: Path) -> Iterator[Path]:
+    """`root` and the folders below it, FOLDER_DEPTH deep at most, hidden ones left out: a
+    folder named to scan may be a whole disk (the console lets an admin name any)."""
+    for here, below, _ in os.walk(root):
+        depth = len(Path(here).relative_to(root).parts)
+        below[:] = [] if depth >= FOLDER_DEPTH else sorted(d for d in below if d[:1] != ".")
+        yield Path(here)
+
+
 def folder(root: Path) -> Iterator[Found]:
-    for path in sorted(root.rglob("*.gguf")):
-        if path in set(_ggufs(path.parent)):
+    folders = sorted(_folders(root))
+    for here in folders:
+        for path in _ggufs(here):
             yield Found(path.stem, str(path), "gguf", str(root))
-    for config in sorted(root.rglob("config.json")):
-        if _is_transformers(config.parent):
-            yield Found(config.parent.name, str(config.parent), "transformers", str(root))
+    for here in folders:
+        if _is_transformers(here):
+            yield Found(here.name, str(here), "transformers", str(root))
 
 
 def standing(found: Found, entries: Sequence[ModelEntry]) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coderai import model_scan
 from coderai.model_scan import quant
 from tests.support.server import Server
 
@@ -136,3 +137,13 @@ def test_a_running_server_is_told_and_serves_the_model_from_its_store(
         assert answer.json()["usage"]["completion_tokens"] >= 1
     finally:
         srv.stop()
+
+
+def test_an_operators_folder_is_looked_into_a_few_levels_deep_and_not_into_hidden_ones(
+    tmp_path: Path,
+) -> None:
+    for where in ("a/b/c-Q4_K_M.gguf", "a/b/c/d/e/f/g/deep.gguf", ".cache/hidden.gguf"):
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_bytes(b"GGUF")
+    found = [f.id for f in model_scan.folder(tmp_path)]
+    assert found == ["c-Q4_K_M"]
