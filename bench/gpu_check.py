@@ -188,7 +188,7 @@ def smollm2(weights: Path, carried: Path) -> Path | None:
     return whole
 
 
-def models(work: Path, carried: Path, weights: Path) -> dict[str, str]:
+def models(work: Path, carried: Path, weights: Path, tiny_only: bool) -> dict[str, str]:
     """The tiny model, and SmolLM2: its GGUF (which transformers converts as it loads), or
     where its halves did not travel, its shape with random weights and its tokenizer."""
     import torch
@@ -197,6 +197,8 @@ def models(work: Path, carried: Path, weights: Path) -> dict[str, str]:
     from coderai.tinymodel import build
 
     tiny, _ = build(work / "tiny")
+    if tiny_only:
+        return {"tiny": str(tiny)}
     gguf = smollm2(weights, carried)
     if gguf is not None:
         return {"tiny": str(tiny), "smol": str(gguf)}
@@ -260,11 +262,12 @@ def load(url: str, names: list[str], wait: Callable[[float], float], gpu: bool) 
     return out
 
 
-def unload(url: str, names: list[str], wait: Callable[[float], float]) -> dict[str, Any]:
+def unload(url: str, names: list[str], wait: Callable[[float], float], gpu: bool) -> dict[str, Any]:
     for name in names:
         _admin(url, f"models/{urllib.parse.quote(name)}/unload")
         _wait(lambda n=name: not _loaded(url, n), wait(60))  # type: ignore[misc]
-    time.sleep(2)  # the engines' next VRAM reading; NVML is read directly below too
+    if gpu:
+        time.sleep(2)  # the engines' next VRAM reading; NVML is read directly below too
     return {"after_unload": cards(), "engines": _admin(url, "engines")["engines"]}
 
 
@@ -353,8 +356,14 @@ def main() -> None:
     parser.add_argument("--levels", default="1,8,32")
     parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     parser.add_argument("--budget", type=float, default=470, help="seconds in all")
-    parser.add_argument("--weights", type=Path, default=Path("/tmp/coderai-weights"),
-                        help="where earlier calls left SmolLM2's GGUF in halves")  # fmt: skip
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=Path("/tmp/coderai-weights"),
+        help="where earlier calls left SmolLM2's GGUF in halves",
+    )
+    parser.add_argument("--tiny-only", action="store_true",
+                        help="the tiny model alone (test_gpu_check.py)")  # fmt: skip
     args = parser.parse_args()
     check = Check(args.out, args.budget)
     work = Path(tempfile.mkdtemp(prefix="coderai-gpu-"))
@@ -377,7 +386,8 @@ def run(args: argparse.Namespace, check: Check, work: Path) -> None:
     result["wheels"] = check.step("wheels", lambda: install(args.carried))
     result["environment"] = check.step("environment", lambda: environment(dry))
     result["nvml"] = check.step("nvml", cards)
-    paths = check.step("models", lambda: models(work, args.carried, args.weights)) or {}
+    made = check.step("models", lambda: models(work, args.carried, args.weights, args.tiny_only))
+    paths: dict[str, str] = made or {}
     real = paths.get("smol", "").endswith(".gguf")
     result["smol_weights"] = (
         "SmolLM2-135M-Instruct Q4_1 (transformers dequantizes it)"
@@ -420,7 +430,9 @@ def run(args: argparse.Namespace, check: Check, work: Path) -> None:
 
             check.step(f"stream-{name}", stream, None if result["vram"] else "not loaded")
         result["readings"] = check.step("readings", lambda: readings(url), down)
-        result["unload"] = check.step("unload", lambda: unload(url, names, check.within), down)
+        result["unload"] = check.step(
+            "unload", lambda: unload(url, names, check.within, not dry), down
+        )
     finally:
         if srv is not None:
             result["server_log_tail"] = srv.log()[-3000:]
