@@ -161,14 +161,17 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real filesystem of 4 MiB (tmpfs), where this machine lets the tests mount one."""
     mount = tmp_path / "small"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)  # fmt: skip
+    try:
+        made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                              capture_output=True, text=True)  # fmt: skip
+    except OSError as exc:  # no mount command at all
+        pytest.skip(f"no small filesystem can be mounted here: {exc}")
     if made.returncode != 0:
         pytest.skip(f"no small filesystem can be mounted here: {made.stderr.strip()}")
     try:
         yield mount
     finally:
-        subprocess.run(["umount", str(mount)], check=True)
+        subprocess.run(["umount", "-l", str(mount)], check=False)  # lazily: never a teardown error
 
 
 def test_a_disk_that_fills_midway_ends_with_a_clear_error_and_no_partial_file(
