@@ -134,3 +134,19 @@ def test_the_admin_route_estimates_against_its_engines_room(tmp_path: Path) -> N
         assert f"in RAM of engine {body['engine']}" in done.stdout  # the server's answer
     finally:
         srv.stop()
+
+
+def test_a_context_the_machine_cannot_hold_is_refused_before_llamacpp_allocates() -> None:
+    """The estimate checked at load: 50 million tokens of SmolLM2's KV cache (about a
+    terabyte) is refused with the sizes and the context that would fit, at once."""
+    from coderai.bus.messages import ModelSpec
+    from coderai.engine.backends.base import LoadProgress
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
+    from coderai.errors import JobError
+
+    spec = ModelSpec("huge", SMOLLM2, "gguf", {"n_ctx": 50_000_000})
+    with pytest.raises(JobError, match=r"takes about [\d,]+ MiB, more than this machine's") as e:
+        LlamaCppBackend().load(spec, LoadProgress())
+    assert "the largest context that fits the RAM available now is 8,192 (set n_ctx)" in str(
+        e.value
+    )

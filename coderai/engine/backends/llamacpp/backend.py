@@ -40,6 +40,7 @@ from coderai.model_memory import (
     KV_SHARE,
     bytes_per_token,
     context_for_memory,
+    for_gguf,
     sequences,
 )
 
@@ -121,6 +122,9 @@ class LlamaCppBackend(Backend):
             trained, per_token, int(psutil.virtual_memory().available * KV_SHARE), CONTEXT_FLOOR
         )
         on_gpu = gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload()
+        if not on_gpu:
+            weights = int(llama_cpp.llama_model_size(model.model))
+            _check_room(spec, model.metadata(), model.n_vocab(), weights, n_ctx)
         # a sequence id per running sequence and per kept prefix (one per running sequence
         # at most), and one to save part of a sequence's cells through (batch.py, _save;
         # left out where llama.cpp's bound on sequences is reached)
@@ -201,6 +205,29 @@ class LlamaCppBackend(Backend):
                 verbose=False,
             )
         return LlamaCppEmbedder(llm)
+
+
+def _check_room(
+    spec: ModelSpec, metadata: dict[str, str], vocab: int, weights: int, n_ctx: int
+) -> None:
+    """Before llama.cpp allocates a context on the CPU: one this machine cannot hold at all
+    (its RAM and swap) is refused with the sizes and the context that would fit, where
+    llama.cpp would fail to allocate or the kernel kill the engine; one larger than the RAM
+    available now is loaded with a warning (pages are only taken as they are used)."""
+    arch = metadata.get("general.architecture", "llama")
+    metadata = {f"{arch}.vocab_size": str(vocab), **metadata}
+    memory = psutil.virtual_memory()
+    machine = memory.total + psutil.swap_memory().total
+    options = {**spec.options, "n_ctx": n_ctx}
+    found = for_gguf(metadata, weights, options, False, memory.available, memory.available, "RAM")
+    need = f"a context of {n_ctx:,} tokens takes about {found.total >> 20:,} MiB"
+    if found.total > machine:
+        raise JobError(f"model {spec.id}: {need}, more than this machine's {machine >> 20:,} MiB; "
+                       f"the largest context that fits the RAM available now is "
+                       f"{found.largest_context:,} (set n_ctx)", kind="bad_model")  # fmt: skip
+    if found.total > memory.available:
+        log.warning("model %s: %s, more than the %d MiB available now", spec.id, need,
+                    memory.available >> 20)  # fmt: skip
 
 
 def default_flash_attn(on_gpu: bool, kv: str, windowed: bool) -> bool:
