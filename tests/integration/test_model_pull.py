@@ -284,3 +284,14 @@ def test_a_pull_cancelled_midway_leaves_no_file_and_no_entry(
     finally:
         hub.held.pop("big-Q4_K_M.gguf", None)
         release.set()
+
+
+def test_offline_mode_and_a_name_the_hub_refuses_are_said_as_such(hub: Hub, tmp_path: Path) -> None:
+    offline = pull(tmp_path, hub.url, "acme/tiny-GGUF", HF_HUB_OFFLINE="1")
+    assert offline.returncode == 2, offline.stderr
+    assert "HF_HUB_OFFLINE is set: unset it to fetch from the hub" in offline.stderr
+    refused = pull(tmp_path, hub.url, "acme/double--dash")  # the hub's names allow no "--"
+    assert refused.returncode == 2, refused.stderr
+    assert "acme/double--dash is not a name the hub takes" in refused.stderr
+    assert "Traceback" not in offline.stderr + refused.stderr
+    assert catalogue(tmp_path) == {}
