@@ -21,7 +21,7 @@ import pytest
 from coderai import entry_estimate, gguf_header
 from coderai.config import ModelEntry
 from coderai.defaults import embedded_gguf
-from tests.support.server import Server
+from tests.support.server import Server, wait_for
 
 ADMIN = "test-admin-key"
 SMOLLM2 = str(embedded_gguf())
@@ -108,6 +108,44 @@ def test_the_command_says_whether_it_fits_and_the_largest_context_that_does(
     assert not entry_estimate.estimate(entry, 300 << 20, False, "x").fits
     missing = run_estimate(tmp_path, "nope", "--config", str(config))
     assert missing.returncode == 2 and "the catalogue has no model nope" in missing.stderr
+
+
+def test_an_engine_with_a_card_is_estimated_against_its_free_vram(tmp_path: Path) -> None:
+    """The card is the engines' injectable sensors file (there is no GPU here): its
+    readings are fractional MiB, as NVML's are. A GGUF kept off the card (n_gpu_layers 0)
+    is estimated against the RAM."""
+    sensors = tmp_path / "sensors.json"
+    card = {"vendor": "nvidia", "temp": 50, "vram_total_mb": 2048.5, "vram_used_mb": 512.25}
+    sensors.write_text(json.dumps({"gpus": {"GPU-a": card}}))
+    spec = {"name": "gpu0", "backend": "nvidia", "capabilities": ["gguf", "fake"],
+            "env": {"CUDA_VISIBLE_DEVICES": "GPU-a"}}  # fmt: skip
+    models: list[dict[str, Any]] = [
+        {"id": "smol", "path": SMOLLM2},
+        {"id": "cpu-smol", "path": SMOLLM2, "options": {"n_gpu_layers": 0}},
+    ]
+    srv = Server(tmp_path / "server", {"engine_specs": [spec], "heartbeat_interval": 0.2},
+                 models, env={"CODERAI_SENSORS_FILE": str(sensors)},
+                 extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    try:
+        srv.wait_ready(1)
+        wait_for(lambda: srv.health()["engines"][0].get("gpu_readings", {}).get("GPU-a"))
+
+        def estimate(model: str) -> dict[str, Any]:
+            answer = httpx.get(f"{srv.url}/admin/api/models/{model}/estimate", headers=headers,
+                               timeout=30)  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            body: dict[str, Any] = answer.json()
+            return body
+
+        on_card = estimate("smol")
+        assert on_card["where"] == "VRAM" and on_card["engine"] == "gpu0"
+        assert on_card["room"] == int((2048.5 - 512.25) * (1 << 20))
+        assert on_card["fits"] is (on_card["total"] <= on_card["room"])
+        off_card = estimate("cpu-smol")
+        assert off_card["where"] == "RAM" and off_card["room"] > on_card["room"]
+    finally:
+        srv.stop()
 
 
 def test_the_admin_route_estimates_against_its_engines_room(tmp_path: Path) -> None:

@@ -208,7 +208,9 @@ class AdminRoutes:
         vram = view.vram() if view is not None else None
         host = entry_estimate.host_room()
         if vram is not None and vram["total_mb"]:
-            room, on_gpu, where = (vram["total_mb"] - vram["used_mb"]) << 20, True, "VRAM"
+            # readings are MiB as NVML gives them: fractional
+            free = int((vram["total_mb"] - vram["used_mb"]) * (1 << 20))
+            room, on_gpu, where = free, True, "VRAM"
         else:
             room, on_gpu, where = host, False, "RAM"
         try:
