@@ -5,25 +5,22 @@ safetensors. Blocking file I/O: the front calls it from a thread."""
 from __future__ import annotations
 
 import json
-import re
 import stat
 from pathlib import Path
 
 from coderai import gguf_header, model_memory
 from coderai.config import ModelEntry
 from coderai.errors import ModelFileError, NotAFileOrFolder
+from coderai.model_scan import shard
 from coderai.modelfile import detect_format
-
-_SHARD = re.compile(r"-00001-of-(\d{5})\.gguf$")
 
 
 def _gguf_bytes(path: Path) -> int:
     """The file's size, and its other parts' where it is the first of a split model."""
-    shard = _SHARD.search(path.name)
-    if shard is None:
+    first = shard(path.name)
+    if first is None or first.part != 1:
         return path.stat().st_size
-    total = int(shard.group(1))
-    stem = path.name[: shard.start()]
+    stem, total = first.stem, first.total
     parts = [path.with_name(f"{stem}-{i:05d}-of-{total:05d}.gguf") for i in range(1, total + 1)]
     missing = [p.name for p in parts if not p.is_file()]
     if missing:

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from huggingface_hub import constants
 
@@ -28,7 +29,7 @@ from coderai.config import ModelEntry
 _QUANT = re.compile(
     r"(?i)[-._](I?Q\d(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|F16|BF16|F32)(?=\.gguf$|[-._])"
 )
-_SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
+_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 OLLAMA_REGISTRY = "registry.ollama.ai"
 #: how deep an operator's folder is looked into (ORG/REPO/QUANT/FILE is 3 folders down)
@@ -65,6 +66,27 @@ class Places:
         return cls(Path(hf), Path(ollama), lmstudio, folders)
 
 
+class Shard(NamedTuple):
+    """A part of a split GGUF, `STEM-00002-of-00005.gguf`: its stem, number and count."""
+
+    stem: str
+    part: int
+    total: int
+
+
+def shard(name: str) -> Shard | None:
+    """The part a GGUF's name says it is; None for a whole file."""
+    found = _SHARD.search(name)
+    if found is None:
+        return None
+    return Shard(name[: found.start()], int(found.group(1)), int(found.group(2)))
+
+
+def is_projector(name: str) -> bool:
+    """A vision projector (`mmproj-…`), which is no model by itself."""
+    return name.rsplit("/", 1)[-1].lower().startswith("mmproj")
+
+
 def quant(name: str) -> str:
     """A GGUF file's quantisation from its name (`Q4_K_M`, `IQ2_XS`, `F16`); "" if none."""
     found = _QUANT.findall(name)
@@ -82,12 +104,9 @@ def _is_gguf(path: Path) -> bool:
 def _ggufs(folder: Path) -> Iterator[Path]:
     """A folder's model GGUFs: no projector, a split model by its first part only."""
     for path in sorted(folder.glob("*.gguf")):
-        if path.name.lower().startswith("mmproj"):
-            continue
-        shard = _SHARD.search(path.name)
-        if shard and shard.group(1) != "00001":
-            continue
-        yield path
+        part = shard(path.name)
+        if not is_projector(path.name) and (part is None or part.part == 1):
+            yield path
 
 
 def _is_transformers(folder: Path) -> bool:

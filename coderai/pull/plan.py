@@ -15,14 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from coderai.model_scan import quant
+from coderai.model_scan import is_projector, quant, shard
 
 DEFAULT_QUANT = "Q4_K_M"
 _HOST = re.compile(r"^(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/", re.IGNORECASE)
 #: a file's page or download address: `USER/REPO/blob/REV/FILE`, `…/resolve/REV/FILE`
 _FILE_PAGE = re.compile(r"^([^/]+/[^/]+)/(?:blob|resolve)/[^/]+/(.+)$")
 _REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-_SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 #: a transformers model's files besides its weights (the ones its loaders read)
 _TRANSFORMERS_FILES = frozenset({
     "config.json", "generation_config.json", "model.safetensors.index.json",
@@ -90,24 +89,21 @@ def parse(text: str) -> Request:
     return Request(repo, quant=None if tag.lower() in ("", "latest") else tag.upper())
 
 
-def _is_projector(name: str) -> bool:
-    return name.rsplit("/", 1)[-1].lower().startswith("mmproj")
-
-
 def _parts(first: str, ggufs: list[RepoFile]) -> list[RepoFile]:
     """A GGUF and, if it is split, all its parts in order."""
-    shard = _SHARD.search(first)
-    if shard is None:
+    whole = shard(first)
+    if whole is None:
         return [f for f in ggufs if f.name == first]
-    stem = first[: shard.start()]
-    total = shard.group(2)
     parts = sorted(
-        (f for f in ggufs if f.name.startswith(stem) and (m := _SHARD.search(f.name)) and
-         m.group(2) == total and f.name[: m.start()] == stem),
+        (
+            f
+            for f in ggufs
+            if (s := shard(f.name)) and (s.stem, s.total) == (whole.stem, whole.total)
+        ),
         key=lambda f: f.name,
-    )  # fmt: skip
-    if len(parts) != int(total):
-        raise PlanError(f"{first} is split in {int(total)} parts and the repo has "
+    )
+    if len(parts) != whole.total:
+        raise PlanError(f"{first} is split in {whole.total} parts and the repo has "
                         f"{len(parts)} of them")  # fmt: skip
     return parts
 
@@ -116,8 +112,8 @@ def _models(ggufs: list[RepoFile]) -> list[str]:
     """The first file of each model GGUF (a split model is one model)."""
     firsts = []
     for f in ggufs:
-        shard = _SHARD.search(f.name)
-        if not _is_projector(f.name) and (shard is None or int(shard.group(1)) == 1):
+        part = shard(f.name)
+        if not is_projector(f.name) and (part is None or part.part == 1):
             firsts.append(f.name)
     return sorted(firsts)
 
@@ -134,7 +130,7 @@ def _gguf_id(repo: str, name: str) -> str:
 
 
 def _projector(ggufs: list[RepoFile]) -> str | None:
-    projectors = sorted(f.name for f in ggufs if _is_projector(f.name))
+    projectors = sorted(f.name for f in ggufs if is_projector(f.name))
     preferred = [n for n in projectors if quant(n) in ("F16", "BF16")]
     return next(iter(preferred or projectors), None)
 
@@ -145,7 +141,7 @@ def plan(request: Request, files: list[RepoFile]) -> Plan:
         wanted = next((f for f in files if f.name == request.file), None)
         if wanted is None:
             raise PlanError(f"{request.repo} has no file {request.file!r}")
-        if not wanted.name.lower().endswith(".gguf") or _is_projector(wanted.name):
+        if not wanted.name.lower().endswith(".gguf") or is_projector(wanted.name):
             raise PlanError(f"{request.file!r} is not a model GGUF; name one, or the repo")
         parts = _parts(wanted.name, ggufs)
         return Plan(request.repo, _gguf_id(request.repo, wanted.name), "gguf", tuple(parts),
