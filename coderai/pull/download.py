@@ -102,12 +102,12 @@ class Progress:
         self.report(self)
 
     def advance(self, n: int) -> None:
-        if self.cancelled:
-            raise Cancelled("the pull was cancelled")
+        self.check()
         self.done += n
         self.report(self)
 
     def check(self) -> None:
+        """Raise Cancelled once the pull has been cancelled."""
         if self.cancelled:
             raise Cancelled("the pull was cancelled")
 

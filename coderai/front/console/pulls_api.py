@@ -166,8 +166,7 @@ class Pulls:
         pull.progress.report = report
 
         def fetch() -> Any:
-            if pull.progress.cancelled:
-                raise download.Cancelled("the pull was cancelled")
+            pull.progress.check()  # cancelled while it was queued
             loop.call_soon_threadsafe(self._began, pull)
             return download.fetch(where, job, commit, pull.progress)
 
