@@ -55,14 +55,14 @@ from tests.support.sse import DONE, event
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
           "a winter forest", "a busy market", "a small robot"]  # fmt: skip
 #: llama-cpp-python's server, with llama.cpp's extra buffer types on or off as our backend
-#: has them by default (cpu_features.extra_buffer_types)
+#: has them by default (this machine's verdict: repack.py)
 PYTHON_SERVER = """
 import sys
 from coderai.engine.backends.llamacpp.backend import _extra_buffer_types
-from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
+from coderai.engine.backends.llamacpp.repack import KERNELS
 from llama_cpp.server.__main__ import main
 sys.argv = ["llama_cpp.server", *sys.argv[1:]]
-with _extra_buffer_types(extra_buffer_types(None)):
+with _extra_buffer_types(KERNELS.machine_on()):
     main()
 """
 #: the peers the throughput section may run, by the name their results go under
@@ -244,13 +244,14 @@ def same_kernels(options: dict[str, Any], tool: str) -> list[str]:
     """llama-server's or llama-bench's flags for the engine's batch, KV type, attention
     kernels and weight repacking (the llama.cpp backend's defaults on the CPU)."""
     from coderai.engine.backends.llamacpp.backend import default_flash_attn
-    from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
+    from coderai.engine.backends.llamacpp.repack import KERNELS
 
     batch = str(options.get("n_batch") or 512)
     kv = options.get("kv_cache", "f16")
     # SmolLM2, the only model here, on the CPU: no window
     flash = options.get("flash_attn", default_flash_attn(False, kv, windowed=False))
-    repack = extra_buffer_types(options.get("extra_buffer_types"))
+    option = options.get("extra_buffer_types")
+    repack = bool(option) if option is not None else KERNELS.machine_on()
     flags = ["-b", batch, "-ub", batch, "-ctk", kv, "-ctv", kv, "-fa", "on" if flash else "off"]
     return (
         [*flags, "--repack" if repack else "--no-repack"]

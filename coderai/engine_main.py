@@ -64,7 +64,15 @@ def run(args: argparse.Namespace) -> int:
         gpus=[g for g in os.environ.get("CODERAI_ENGINE_GPUS", "").split(",") if g],
         curve=curve_keys,
     )
-    return asyncio.run(EngineWorker(settings).run())
+    from coderai.engine.backends.llamacpp.repack import KERNELS, PREVIOUS_VARIABLE
+
+    # the incarnation this one replaces died how? (a SIGILL with llama.cpp's extra buffer
+    # types on heals: repack.py)
+    KERNELS.after(os.environ.get(PREVIOUS_VARIABLE, ""))
+    try:
+        return asyncio.run(EngineWorker(settings).run())
+    finally:
+        KERNELS.close()
 
 
 def add_arguments(engine: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ ANY = frozenset({
     "reasoning_format",  # engine/chat_template.py
     "backend",  # a GGUF run by transformers (modelfile.required_capability)
     "context_length",  # a node's or broker's report of the context
+    "bare_tool_calls",  # engine/decoding/bare_call.py (false: off)
 })  # fmt: skip
 
 #: what each backend reads, by the capability that runs it (modelfile.required_capability)

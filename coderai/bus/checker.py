@@ -99,6 +99,27 @@ def residents_of(residents: object) -> list[dict[str, Any]]:
     return residents
 
 
+def kernels_of(kernels: object) -> dict[str, Any]:
+    """A HEARTBEAT's kernel decisions, checked: llama.cpp's extra buffer types, the
+    machine's verdict and each model's, each on or off with why in words."""
+
+    def decision(d: object) -> bool:
+        return (
+            isinstance(d, dict) and isinstance(d.get("on"), bool) and isinstance(d.get("why"), str)
+        )
+
+    repack = kernels.get("extra_buffer_types", {}) if isinstance(kernels, dict) else None
+    if not (
+        isinstance(kernels, dict)
+        and isinstance(repack, dict)
+        and ("machine" not in repack or decision(repack["machine"]))
+        and isinstance(repack.get("models", {}), dict)
+        and all(isinstance(m, str) and decision(d) for m, d in repack.get("models", {}).items())
+    ):
+        raise BusProtocolError(f"HEARTBEAT.kernels {kernels!r} is malformed")
+    return kernels
+
+
 def model_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
     """A HEARTBEAT's per-model counters, checked: names to maps of names to integers."""
     for model, counters in models.items():

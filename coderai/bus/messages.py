@@ -68,6 +68,10 @@ class Heartbeat(Message):
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
+    #: what its backends decided about the machine: {"extra_buffer_types": {"machine":
+    #: {on, why, signal, kept, cpu, off_for}, "models": {id: {on, why}}}} (llama.cpp's
+    #: trial of its CPU kernels; checked by the front with kernels_of)
+    kernels: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

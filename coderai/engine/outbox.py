@@ -38,6 +38,10 @@ class Outbox:
         self._notes: list[Message] = []
         self._woken = False
         self._ready = asyncio.Event()
+        #: set while everything published has been sent (the test seam waits on it before
+        #: it kills the engine: engine/die_at.py)
+        self.sent = threading.Event()
+        self.sent.set()
         self._last_flush = 0.0
         #: loop thread only
         self._held: set[int] = set()
@@ -60,6 +64,7 @@ class Outbox:
                 else:
                     parts.append(text)
             self._terminal.extend(terminal)
+            self.sent.clear()
             if self._woken:
                 return
             self._woken = True
@@ -130,6 +135,9 @@ class Outbox:
                 await send(encode_body(MsgType.CHUNKS, {"deltas": flat}))
             for msg in terminal:
                 await send(encode(msg))
+            with self._lock:
+                if not self._woken:
+                    self.sent.set()
 
 
 def _merged(parts: list[Delta]) -> Delta | list[Delta]:

@@ -179,6 +179,7 @@ class ModelPool:
         for key, instances in list(self.resident.items()):
             for resident in [r for r in instances if r.model_id == model_id and not r.active]:
                 instances.remove(resident)
+                resident.instance.unloaded()
                 self._shrinks(resident.size)
                 gone += 1
             if not instances:
@@ -248,6 +249,7 @@ class ModelPool:
             if str(id(resident)) in doomed:
                 log.info("unloading idle model %s to make room", resident.model_id)
                 self.resident[resident.key].remove(resident)
+                resident.instance.unloaded()
                 self._shrinks(resident.size)
                 if not self.resident[resident.key]:
                     del self.resident[resident.key]

@@ -27,6 +27,7 @@ from coderai.bus.messages import (
     Prompt,
     Tokens,
 )
+from coderai.engine import die_at
 from coderai.engine.backends import structured
 from coderai.engine.backends.base import (
     END,
@@ -65,6 +66,8 @@ ANSWERED = frozenset({JobKind.EMBEDDING, JobKind.TOKENIZE, JobKind.DETOKENIZE})
 STATS_INTERVAL = 0.2
 #: seconds between two reports of one prompt's progress while it is read
 PROGRESS_INTERVAL = 0.25
+#: how long the test seam waits for what admission decided to be sent before it kills
+OUTBOX_DRAIN_SECONDS = 2.0
 
 
 class Scheduler:
@@ -388,6 +391,8 @@ class Scheduler:
             due = list(self._due(instance, batch) if self._held else batch)
             if not due:
                 continue
+            if die_at.RULES:
+                self._die_at(instance, due)
             try:
                 results = instance.step(due)
             except Exception as exc:  # a backend bug fails its batch, never the engine
@@ -409,6 +414,16 @@ class Scheduler:
                 self._next_step[instance] = max(
                     self._next_step[instance] + instance.step_interval, now
                 )
+
+    def _die_at(self, instance: ModelInstance, due: list[Sequence]) -> None:
+        """The test seam (die_at.py): the step about to read a prompt or decode a token
+        kills the engine where a rule says. What admission decided is sent first (as the
+        flush before each step lets it be, ahead of a real crash inside the step)."""
+        reading = any(seq.completion_tokens == 0 for seq in due)
+        phase = "prompt" if reading else "generate"
+        if die_at.due(die_at.RULES, phase, instance.extra_buffer_types) is not None:
+            self._outbox.sent.wait(OUTBOX_DRAIN_SECONDS)
+            die_at.at(phase, instance.extra_buffer_types)
 
     def _report(self, seq: Sequence, now: float = 0.0) -> None:
         """Tell the front how far the prompt is read: once at admission (now 0), then at

@@ -418,6 +418,7 @@ class EngineWorker:
             room_mb=None if self._room is None else self._room.room_mb,
             coming_mb=0.0 if self._room is None else self._room.coming_mb,
             measures=self._measures,
+            kernels={k: v for b in self._backends.values() for k, v in b.facts().items()},
         )
 
     async def _check_thermal(self) -> None:

@@ -104,7 +104,9 @@ class Front:
         """Every planned engine as /healthz, the admin API and /metrics show it."""
         dispatcher = self.dispatcher
         statuses = dispatcher.host.statuses()
-        return engine_views(self.directory.plans, dispatcher.registry.all(), statuses)
+        return engine_views(
+            self.directory.plans, dispatcher.registry.all(), statuses, dispatcher.deaths
+        )
 
     def engines_body(self) -> dict[str, Any]:
         """The engines as the console's Engines panel shows them."""

@@ -140,6 +140,11 @@ def error_boundary(on_answer: Callable[[web.Request, web.StreamResponse], None])
             for name, value in exc.headers.items():
                 if name.lower() not in ("content-type", "content-length"):
                     response.headers[name] = value
+            if exc.status == 413:
+                # the body was not read to its end (a gzip bomb's stops at the limit): the
+                # connection cannot carry another request, and the client must be told so
+                # rather than have its next request on it reset
+                response.force_close()
         except HttpProcessingError as exc:
             response = error_response(UnreadableBody(f"bad request: {exc.message}"))
         except Exception:

@@ -137,7 +137,8 @@ def assemble(
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
     else:
         endpoint = ipc_endpoint(runtime_dir)
-        host = Supervisor(plans, endpoint, token, logbook, config.server.engine_join_timeout)
+        host = Supervisor(plans, endpoint, token, logbook, config.server.engine_join_timeout,
+                          files.state_dir)  # fmt: skip
     cluster = None
     if config.cluster.bind is not None:
         from coderai.front.dispatch.cluster_link import ClusterLink

@@ -218,6 +218,13 @@ class ModelInstance(abc.ABC):
     def release(self, seq: Sequence) -> None:  # noqa: B027 - optional hook
         """Free a finished sequence's resources."""
 
+    #: llama.cpp's CPU extra buffer types are on for its weights (the test seam's
+    #: `repack` rules fire only there: engine/die_at.py)
+    extra_buffer_types: bool = False
+
+    def unloaded(self) -> None:  # noqa: B027 - optional hook
+        """The pool let the instance go (its memory goes with the last reference)."""
+
     #: the model's tool-call format (tool_parse.FORMATS) for tool_choice "auto"
     tool_format: str = "hermes"
     #: how it writes its reasoning (reasoning.REASONING_FORMATS), for chat jobs
@@ -266,6 +273,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
         """Load a model (blocking; runs on the engine's loader thread)."""
+
+    def facts(self) -> dict[str, Any]:
+        """What the backend decided about this machine, for the heartbeat (llama.cpp: its
+        extra buffer types); called from the event loop."""
+        return {}
 
 
 class LoadProgress:

@@ -13,6 +13,7 @@ from typing import Any
 from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
+from coderai.engine.decoding.bare_call import BareCallReader
 from coderai.engine.decoding.call_grammar import (
     LAZY_OWN,
     OWN_FORMATS,
@@ -77,6 +78,9 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
                 tools=job.tools,
                 tags=instance.call_tags,
             )
+            if job.model.get("options", {}).get("bare_tool_calls", True) is not False:
+                # a call written without its tags (Qwen2.5-Coder's habit): bare_call.py
+                seq.parser = BareCallReader(seq.parser, job.tools)
             seq.render_special = True
         if harmony and seq.parser is None and seq.constraint is None:
             seq.parser = HarmonyReader(calls=False)  # its reasoning is still read apart

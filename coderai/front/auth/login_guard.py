@@ -1,10 +1,15 @@
-"""Wrong console passwords are slowed, then locked out, per user and per address.
+"""Wrong console passwords are slowed, then locked out: per user *and* address, and per
+address; a user attacked from many addresses is slowed, never locked.
 
-Each failure within the window makes the next answer for that user or address later by
-`delay` seconds more; `max_failures` within the window lock both for `lock` seconds (the
-right password is refused too, so guessing cannot continue at a slower pace). Decisions
-over in-memory counters with the time passed in; a restart forgets them, which costs an
-attacker a restart of our process — not something they can cause.
+Each failure within the window makes the next wrong answer for that user at that address
+(or for that address) later by `delay` seconds more; `max_failures` within the window lock
+that pair, and an address that many for any users, for `lock` seconds (the right password
+is refused there too, so guessing cannot go on at a slower pace). A lock by user alone
+would let a stranger lock the admin out by guessing from anywhere; instead a user's
+failures from all addresses slow each wrong answer for that user, up to USER_DELAY_MOST,
+while the right password from an address that has not failed still goes straight in.
+Decisions over in-memory counters with the time passed in; a restart forgets them, which
+costs an attacker a restart of our process — not something they can cause.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from dataclasses import dataclass
 
 #: tracked names and addresses beyond which stale ones are forgotten
 _PRUNE_ABOVE = 10_000
+#: the longest a wrong answer waits for the failures of its user from everywhere (s)
+USER_DELAY_MOST = 30.0
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,9 @@ class LoginGuard:
         return failures
 
     def locked_for(self, user: str, address: str, now: float) -> float:
-        """Seconds until this user and address may try again; 0 if they may now."""
+        """Seconds until this user may try again from this address; 0 if they may now."""
         wait = 0.0
-        for who in (f"user:{user}", f"addr:{address}"):
+        for who in (f"pair:{user}\n{address}", f"addr:{address}"):
             failures = self._recent(who, now)
             if len(failures) >= self.policy.max_failures:
                 wait = max(wait, failures[-1] + self.policy.lock - now)
@@ -50,16 +57,19 @@ class LoginGuard:
         """Record a wrong password; how long to wait before answering it."""
         if len(self._failures) > _PRUNE_ABOVE:
             self._prune(now)
-        count = 0
-        for who in (f"user:{user}", f"addr:{address}"):
+        counts = []
+        for who in (f"pair:{user}\n{address}", f"addr:{address}", f"user:{user}"):
             failures = self._recent(who, now)
             failures.append(now)
             self._failures[who] = failures
-            count = max(count, len(failures))
-        return self.policy.delay * count
+            counts.append(len(failures))
+        here = self.policy.delay * max(counts[:2])
+        return max(here, min(USER_DELAY_MOST, self.policy.delay * counts[2]))
 
     def succeeded(self, user: str, address: str) -> None:
-        self._failures.pop(f"user:{user}", None)
+        """The right password: this pair's and this address's failures are forgotten;
+        the user's from elsewhere stay (they were not this client's)."""
+        self._failures.pop(f"pair:{user}\n{address}", None)
         self._failures.pop(f"addr:{address}", None)
 
     def _prune(self, now: float) -> None:

@@ -18,6 +18,7 @@ from coderai.bus.checker import (
     cooldown_of,
     gpu_readings,
     is_number,
+    kernels_of,
     model_counters,
     offered_models,
     residents_of,
@@ -58,8 +59,10 @@ from coderai.errors import (
     ShuttingDown,
     StreamStalled,
 )
+from coderai.exits import exit_words
 from coderai.front.dispatch import admission, output
 from coderai.front.dispatch.cluster_link import ClusterLink
+from coderai.front.dispatch.deaths import Death, down, engine_doing, job_doing
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
 from coderai.front.dispatch.queue import JobQueue
@@ -124,6 +127,10 @@ class Dispatcher:
         #: (placement assigns owners, and honours pins, among them too)
         self._remote_engines_changed = remote_engines_changed
         self._tasks: list[asyncio.Task[None]] = []
+        #: each engine's last death (how, doing what), by name: kept past its record
+        self.deaths: dict[str, Death] = {}
+        #: the pid of each engine's last incarnation that joined the bus, by name
+        self._joined_pids: dict[str, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -219,9 +226,7 @@ class Dispatcher:
             raise InvalidRequest(f"the request holds a value that cannot be sent: {exc}") from None
         engines = self.serving()
         if not compatible(job.capability, engines) and not self._engines_starting():
-            if engines:
-                raise NoEngine(f"no running engine can serve {job.capability!r} models")
-            raise NoEngine("no engine is running")
+            raise self._no_engine(job.capability, bool(engines))
         if not self.queue.waiting_for(job.entry.id):
             engine = self._place(job)
             if engine is not None:
@@ -497,6 +502,7 @@ class Dispatcher:
         cooldown = cooldown_of(msg.cooldown)
         readings = gpu_readings(msg.gpus)
         residents = residents_of(msg.residents)
+        kernels = kernels_of(msg.kernels)
         for name in ("wants_mb", "coming_mb", "rss"):
             if not is_number(getattr(msg, name), 0):
                 raise BusProtocolError(f"HEARTBEAT.{name} {getattr(msg, name)!r} is not a size")
@@ -517,6 +523,7 @@ class Dispatcher:
         record.loaded = msg.loaded
         record.loading = msg.loading
         record.rss = int(msg.rss)
+        record.kernels = kernels
 
     def _hello(self, identity: bytes, msg: Hello, key: str | None = None) -> None:
         if key is None and not admission.token_matches(msg.token, self._token):
@@ -556,8 +563,9 @@ class Dispatcher:
             own_slots=own_slots,
         )
         previous = self.registry.add(record)
+        self._joined_pids[msg.name] = msg.pid
         if previous is not None:
-            self._lose(previous, f"engine {msg.name} was replaced by a new incarnation")
+            self._lose(previous, "was replaced by a new incarnation")
         if key is not None:
             self._remote_engines_changed(self._remote_engines())
         welcome = Welcome(
@@ -667,31 +675,56 @@ class Dispatcher:
         self._pump()
 
     # -- liveness -------------------------------------------------------------------------
-    def engine_exited(self, name: str, pid: int | None) -> None:
-        """The supervisor saw an engine process end (the OS sentinel)."""
+    def engine_exited(self, name: str, pid: int | None, code: int | None = None) -> None:
+        """The supervisor saw an engine process end (the OS sentinel), with its exit code
+        (negative: the signal it died of)."""
         record = self.registry.by_name(name)
         if record is not None and (pid is None or record.pid == pid):
-            self._lose(record, f"engine {name} exited")
+            self._lose(record, exit_words(code))
+        elif pid is not None and self._joined_pids.get(name) != pid and code != 0:
+            # it never joined the bus: no request ran there, but its death is news
+            self.deaths[name] = Death(name, pid, exit_words(code),
+                                      "starting, before it joined the bus",
+                                      self._planned_capabilities(name))  # fmt: skip
+            log.error("%s", self.deaths[name].sentence())
+
+    def _planned_capabilities(self, name: str) -> frozenset[str]:
+        status = self.host.statuses().get(name)
+        return frozenset(status.capabilities) if status is not None else frozenset()
 
     def _lose(self, record: EngineRecord, why: str, died: bool = True) -> None:
-        """Forget an engine. Jobs that produced nothing run elsewhere, once: a request that
-        was running on two engines that both died is the likely cause, and is not given a
-        third. The rest fail; all fail at shutdown."""
+        """Forget an engine: `why` is how it died (died: "died of SIGILL (illegal
+        instruction)"), or why it left. Jobs that produced nothing run elsewhere, once: a
+        request that was running on two engines that both died is the likely cause, and
+        is not given a third. The rest fail, each saying what the engine was doing for it;
+        all fail at shutdown."""
         was_remote = self.registry.get(record.identity) is record and record.remote_key is not None
         if self.registry.get(record.identity) is record:
             self.registry.remove(record)
         jobs, record.jobs = list(record.jobs.values()), {}
+        ended = {job.id: f"{why} while running this request" for job in jobs}
+        if died:
+            for job in jobs:
+                doing = job_doing(job.entry.id, job.started,
+                                  job.prompt.tokens if job.prompt is not None else None,
+                                  job.entry.id in record.loaded)  # fmt: skip
+                ended[job.id] = f"engine {record.name} {why} while {doing}"
+            death = Death(record.name, record.pid, why,
+                          engine_doing(list(ended.values()), list(record.loading)),
+                          record.capabilities)  # fmt: skip
+            self.deaths[record.name] = death
+            log.error("%s", death.sentence())
         requeue = []
         for job in jobs:
             if died:
                 job.lost_on.append(record.name)
             if self.stopping or job.started or job.abandoned or job.outcome is not None:
-                job.finish(EngineFailed(f"{why} while running this request"), record.name)
+                job.finish(EngineFailed(ended[job.id]), record.name)
             elif len(job.lost_on) > 1:
                 log.warning("request %d outlived two engines; not retrying it", job.id)
                 job.finish(EngineFailed(
-                    f"engines {' and '.join(job.lost_on)} each died while running this"
-                    " request; the request itself is the likely cause, so it is not retried"
+                    f"{ended[job.id]}; it was running on {job.lost_on[0]} when that died"
+                    " too, so the request itself is the likely cause and it is not retried"
                 ), record.name)  # fmt: skip
             else:
                 requeue.append(job)
@@ -731,7 +764,7 @@ class Dispatcher:
                     self._send(record, Ping(next(self._ids)))
                 if quiet > silence:
                     log.warning("engine %s missed its heartbeats for %.1f s", record.name, silence)
-                    self._lose(record, f"engine {record.name} stopped responding")
+                    self._lose(record, "stopped responding (it missed its heartbeats)")
                     self.host.kill(record.name, record.pid)
             self._expire_queue(now)
             self._end_stalled(now)
@@ -769,4 +802,19 @@ class Dispatcher:
             registered = self.registry.all()
             for job in [j for j in self.queue if not compatible(j.capability, registered)]:
                 self.queue.remove(job)
-                job.finish(NoEngine(f"no running engine can serve {job.capability!r} models"))
+                job.finish(self._no_engine(job.capability, bool(registered)))
+
+    def _no_engine(self, capability: str, any_running: bool) -> NoEngine:
+        """The answer to a request no running engine can serve: where engines that serve
+        such models died, which and how (never a bare "no engine" when one crashed)."""
+        dead = [
+            death
+            for name, death in self.deaths.items()
+            if capability in death.capabilities and self.registry.by_name(name) is None
+        ]
+        if dead:
+            why = down(dead, self.host.statuses(), time.monotonic())
+            return NoEngine(f"no engine that serves {capability!r} models is running: {why}")
+        if any_running:
+            return NoEngine(f"no running engine can serve {capability!r} models")
+        return NoEngine("no engine is running")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from coderai.front.dispatch.deaths import Death
 from coderai.front.dispatch.registry import EngineRecord
 from coderai.front.engines.host import EngineStatus
 from coderai.front.engines.plan import EnginePlan
@@ -45,6 +46,11 @@ class EngineView:
     gpu_readings: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: on another machine, joined over TCP with a CURVE key: never spawned by this front
     remote: bool = False
+    #: its last death (how, doing what, when), kept across incarnations; None: none seen
+    last_exit: Death | None = None
+    #: what its backends decided about the machine (llama.cpp's extra buffer types: the
+    #: machine's verdict and each model's, with why), from its last heartbeat
+    kernels: dict[str, Any] = field(default_factory=dict)
 
     def vram(self) -> dict[str, Any] | None:
         """VRAM per card and summed, in MiB; None for an engine that reports no card."""
@@ -85,6 +91,8 @@ class EngineView:
             "vram": self.vram(),
             "gpu_readings": self.gpu_readings,
             "remote": self.remote,
+            "last_exit": self.last_exit.public() if self.last_exit is not None else None,
+            "kernels": self.kernels,
         }
         if self.pid is not None:
             out["pid"], out["epoch"] = self.pid, self.epoch
@@ -109,7 +117,9 @@ def engine_views(
     plans: list[EnginePlan],
     records: list[EngineRecord],
     statuses: dict[str, EngineStatus],
+    deaths: dict[str, Death] | None = None,
 ) -> list[EngineView]:
+    deaths = deaths or {}
     by_name = {r.name: r for r in records}
     views = []
     for plan in plans:
@@ -121,6 +131,7 @@ def engine_views(
             "state": engine_state(record, status),
             "restarts": status.restarts if status else 0,
             "flapping": status.flapping if status else False,
+            "last_exit": deaths.get(plan.name),
         }
         if record is None:
             views.append(EngineView(backend=plan.backend, gpus=tuple(plan.gpus),
@@ -130,7 +141,8 @@ def engine_views(
     planned = {plan.name for plan in plans}
     for record in records:
         if record.name not in planned:  # joined from elsewhere: a remote engine
-            common = {"name": record.name, "state": engine_state(record, None)}
+            common = {"name": record.name, "state": engine_state(record, None),
+                      "last_exit": deaths.get(record.name)}  # fmt: skip
             views.append(_on_the_bus(record, common))
     return views
 
@@ -151,5 +163,6 @@ def _on_the_bus(record: EngineRecord, common: dict[str, Any]) -> EngineView:
         cooldown=record.cooldown,
         gpu_readings=record.gpu_readings,
         remote=record.remote_key is not None,
+        kernels=record.kernels,
         **{**common, "capabilities": tuple(sorted(record.capabilities))},
     )

@@ -65,6 +65,8 @@ class EngineRecord:
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
+    #: what its backends decided about the machine (HEARTBEAT.kernels)
+    kernels: dict[str, Any] = field(default_factory=dict)
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
     missing: bool = False
     #: takes no new jobs (admin drain); its next incarnation is a new record

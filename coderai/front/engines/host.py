@@ -33,6 +33,8 @@ class EngineStatus:
     #: its last incarnation was killed for not joining within engine_join_timeout; until
     #: one joins, requests do not wait for it
     join_failed: bool = False
+    #: the model formats it is planned to serve (a request for one names it while it is down)
+    capabilities: tuple[str, ...] = ()
 
     @property
     def flapping(self) -> bool:
@@ -42,8 +44,9 @@ class EngineStatus:
 class HostListener(Protocol):
     """What a host tells the dispatcher."""
 
-    def engine_exited(self, name: str, pid: int | None) -> None:
-        """An engine's process ended (the OS sentinel)."""
+    def engine_exited(self, name: str, pid: int | None, code: int | None = None) -> None:
+        """An engine's process ended (the OS sentinel), with its exit code (negative: the
+        signal it died of)."""
 
     def answer_unservable(self) -> None:
         """An engine will not come (it failed to join): answer what only it could serve."""

@@ -13,7 +13,9 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
+from coderai.exits import exit_words
 from coderai.front.engines.host import EngineStatus, HostListener
 from coderai.front.engines.plan import EnginePlan
 from coderai.front.logbook import LogBook, OutputRelay
@@ -53,6 +55,7 @@ class Supervisor:
         token: str,
         logbook: LogBook,
         join_timeout: float = 60.0,
+        state_dir: Path | None = None,
     ) -> None:
         self.specs = specs
         self.join_timeout = join_timeout
@@ -61,7 +64,14 @@ class Supervisor:
         #: told when an engine exits or will not come (the dispatcher)
         self._listener: HostListener | None = None
         self.procs: dict[str, asyncio.subprocess.Process] = {}
-        self.status: dict[str, EngineStatus] = {spec.name: EngineStatus() for spec in specs}
+        self.status: dict[str, EngineStatus] = {
+            spec.name: EngineStatus(capabilities=spec.capabilities) for spec in specs
+        }
+        #: the front's state folder: its engines keep what they learn of the machine there
+        #: (llama.cpp's kernel verdicts)
+        self._state_dir = state_dir
+        #: "pid:code" of each engine's last incarnation, for the next (it heals a SIGILL)
+        self._previous: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._joined: dict[str, asyncio.Event] = {}
         self._stopping = False
@@ -129,7 +139,10 @@ class Supervisor:
             **spec.spawn_env(),
             "CODERAI_BUS_TOKEN": self._token,
             "CODERAI_FRONT_PID": str(os.getpid()),
+            "CODERAI_PREVIOUS_EXIT": self._previous.get(spec.name, ""),
         }
+        if self._state_dir is not None:
+            env["CODERAI_STATE_DIR"] = str(self._state_dir)
         # The engine's stdout and stderr go to the front, which shows them and keeps them
         # for the console. A pipe of our own, not asyncio's: Process.wait() also waits for
         # asyncio's pipes to close, which a child the engine left behind could put off forever.
@@ -167,7 +180,8 @@ class Supervisor:
             log.info("started engine %s (pid %d)", spec.name, proc.pid)
             code = await self._wait_joined_then_exit(spec.name, proc, joined)
             assert self._listener is not None
-            self._listener.engine_exited(spec.name, proc.pid)
+            self._listener.engine_exited(spec.name, proc.pid, code)
+            self._previous[spec.name] = f"{proc.pid}:{code}"
             if self._stopping:
                 status.state = "stopped"
                 return
@@ -184,15 +198,17 @@ class Supervisor:
             if status.flapping:
                 log.error(
                     "engine %s is flapping: %d exits in a row within %.0f s of start "
-                    "(last exit code %s); next try in %.1f s",
-                    spec.name, status.failures, STARTUP_FAILURE_SECONDS, code, delay,
+                    "(the last %s); next try in %.1f s",
+                    spec.name, status.failures, STARTUP_FAILURE_SECONDS, exit_words(code),
+                    delay,
                 )  # fmt: skip
             else:
                 # an exit the operator asked for is news, not a warning
                 log.log(
                     logging.INFO if requested else logging.WARNING,
-                    "engine %s (pid %d) exited with %s%s; restarting in %.1f s",
-                    spec.name, proc.pid, code, " as asked" if requested else "", delay,
+                    "engine %s (pid %d) %s%s; restarting in %.1f s",
+                    spec.name, proc.pid, exit_words(code), " as asked" if requested else "",
+                    delay,
                 )  # fmt: skip
             await asyncio.sleep(delay)
 

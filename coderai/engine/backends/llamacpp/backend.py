@@ -20,6 +20,7 @@ import psutil
 
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import ModelSpec
+from coderai.engine import die_at
 from coderai.engine.backends.base import (
     Backend,
     EmbeddingInputs,
@@ -31,8 +32,8 @@ from coderai.engine.backends.base import (
     input_ids,
 )
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
-from coderai.engine.backends.llamacpp.cpu_features import extra_buffer_types
 from coderai.engine.backends.llamacpp.draft import Drafter
+from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.errors import JobError
 from coderai.model_memory import (
     CONTEXT_FLOOR,
@@ -68,6 +69,9 @@ RAM_CACHE_SHARE, RAM_CACHE_MOST = 0.1, 8 << 30
 
 
 class LlamaCppBackend(Backend):
+    def facts(self) -> dict[str, Any]:
+        return {"extra_buffer_types": KERNELS.report()}
+
     def instance_spec(self, spec: ModelSpec, kind: str) -> ModelSpec:
         # llama.cpp computes embeddings only in a context created for them
         return dataclasses.replace(spec, embedding=True) if kind == JobKind.EMBEDDING else spec
@@ -92,10 +96,11 @@ class LlamaCppBackend(Backend):
         if gpu_layers is None:
             gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
         progress.fraction = 0.1
+        instance: ModelInstance | None = None
         try:
-            if spec.embedding:
-                return self._load_embedder(spec, path, int(gpu_layers), kv)
-            return self._load_generator(spec, path, int(gpu_layers), kv)
+            load = self._load_embedder if spec.embedding else self._load_generator
+            instance = load(spec, path, int(gpu_layers), kv)
+            return instance
         except (ValueError, RuntimeError) as exc:
             # llama.cpp says only "Failed to load model"; the file is what the user needs
             raise JobError(
@@ -103,6 +108,10 @@ class LlamaCppBackend(Backend):
             ) from None
         finally:
             progress.fraction = 1.0
+            if instance is None:
+                # a model that did not load is not in use: off the list of those with
+                # the extra buffer types on (repack.py)
+                KERNELS.released(f"{spec.id} (embeddings)" if spec.embedding else spec.id)
 
     def _load_generator(
         self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
@@ -114,7 +123,10 @@ class LlamaCppBackend(Backend):
         _init_backend()
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = gpu_layers
-        model_params.use_extra_bufts = extra_buffer_types(options.get("extra_buffer_types"))
+        repack = KERNELS.decide(options.get("extra_buffer_types"), str(path), spec.id).on
+        model_params.use_extra_bufts = repack
+        if die_at.RULES:
+            die_at.at("load", repack)
         model = LlamaModel(path_model=str(path), params=model_params, verbose=False)
         trained = model.n_ctx_train()
         per_token = bytes_per_token(model.metadata(), KV_BYTES[kv])
@@ -161,7 +173,7 @@ class LlamaCppBackend(Backend):
             spec.id, n_ctx, trained, n_ctx * per_token / (1 << 20), kv, parallel,
             params.n_threads, params.n_threads_batch, "on" if flash else "off",
         )  # fmt: skip
-        return LlamaCppBatchInstance(
+        instance = LlamaCppBatchInstance(
             model,
             context,
             parallel=parallel,
@@ -181,6 +193,8 @@ class LlamaCppBackend(Backend):
             else int(options["draft_length"]),
             options=options,
         )
+        instance.model_id, instance.extra_buffer_types = spec.id, repack
+        return instance
 
     def _load_embedder(
         self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
@@ -190,7 +204,11 @@ class LlamaCppBackend(Backend):
         # a pooled input is decoded in one batch, so the default batch of 512 tokens would
         # cap inputs below the context
         n_ctx = int(spec.options.get("n_ctx") or _embedding_context(path))
-        with _extra_buffer_types(extra_buffer_types(spec.options.get("extra_buffer_types"))):
+        option = spec.options.get("extra_buffer_types")
+        # an embedding instance's id differs from its model's generating one
+        model_id = f"{spec.id} (embeddings)"
+        repack = KERNELS.decide(option, str(path), model_id).on
+        with _extra_buffer_types(repack):
             llm = llama_cpp.Llama(
                 model_path=str(path),
                 n_ctx=n_ctx,
@@ -204,7 +222,9 @@ class LlamaCppBackend(Backend):
                 n_ubatch=n_ctx,
                 verbose=False,
             )
-        return LlamaCppEmbedder(llm)
+        embedder = LlamaCppEmbedder(llm)
+        embedder.model_id, embedder.extra_buffer_types = model_id, repack
+        return embedder
 
 
 def _check_room(
@@ -303,8 +323,8 @@ def _init_backend() -> None:
 
 @contextlib.contextmanager
 def _extra_buffer_types(enabled: bool) -> Iterator[None]:
-    """llama.cpp's CPU "extra buffer types" (AMX / repacked weights), on or off (the
-    default: cpu_features.extra_buffer_types). The Python binding builds its model
+    """llama.cpp's CPU "extra buffer types" (AMX / repacked weights), on or off (as
+    repack.py decides). The Python binding builds its model
     parameters from llama_model_default_params() and exposes no switch, so the default is
     adjusted around the constructor; only the loader thread constructs models."""
     binding: Any = importlib.import_module("llama_cpp.llama_cpp")  # what llama.py calls
@@ -327,6 +347,10 @@ class LlamaCppEmbedder(ModelInstance):
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
+        self.model_id = ""
+
+    def unloaded(self) -> None:
+        KERNELS.released(self.model_id)
 
     def start(self, seq: Sequence) -> None:
         raise JobError("this instance computes embeddings only", kind="unsupported")

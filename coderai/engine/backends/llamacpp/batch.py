@@ -73,6 +73,7 @@ from coderai.engine.backends.llamacpp.kv import KvLedger, cells_needed, grown, r
 from coderai.engine.backends.llamacpp.ngram import NgramIndex
 from coderai.engine.backends.llamacpp.prefix_cache import PrefixCache, common_prefix
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
+from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.backends.llamacpp.sampler import SamplerChain
 from coderai.engine.decoding.chat_template import (
     chosen_template,
@@ -178,6 +179,9 @@ class LlamaCppBatchInstance(ModelInstance):
         from llama_cpp._internals import LlamaBatch
 
         self._lib: Any = llama_cpp
+        #: its catalogue id (the backend sets it: the list of models with the extra
+        #: buffer types on is kept by id)
+        self.model_id = ""
         self.model = model
         self.context = context
         self.ctx = context.ctx
@@ -372,6 +376,9 @@ class LlamaCppBatchInstance(ModelInstance):
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self._grammar_tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(self.vocab)
         return self._grammar_tokenizer
+
+    def unloaded(self) -> None:
+        KERNELS.released(self.model_id)
 
     def release(self, seq: Sequence) -> None:
         slot: _Slot | None = seq.state

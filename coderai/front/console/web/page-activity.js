@@ -118,7 +118,9 @@ function engineCard(first, message) {
       row('Requests', `${count(view.in_flight)} running`, ` of ${count(view.slots)} slots`),
       row('RAM', bytes(view.rss)),
       view.vram !== undefined && view.vram !== null && row('VRAM', vram(view.vram)),
-      view.flapping && row('Note', 'restarting too often: held back'),
+      view.last_exit && row('Last exit', h('span', { class: 'last-exit' }, lastExit(view.last_exit))),
+      kernels(view.kernels) && row('CPU kernels', kernels(view.kernels)),
+      view.flapping && row('Note', `restarting too often: held back${view.last_exit ? ` (${view.last_exit.how})` : ''}`),
     );
     const loading = Object.entries(view.loading ?? {});
     fill(
@@ -133,6 +135,20 @@ function engineCard(first, message) {
   }
 
   return { el, update };
+}
+
+/** An engine's last death, as the front tells it: how, doing what, when. */
+function lastExit(death) {
+  const when = new Date(death.at * 1000).toLocaleTimeString();
+  return `${death.how} while ${death.doing} (pid ${death.pid ?? '?'}, ${when})`;
+}
+
+/** llama.cpp's extra buffer types on this engine's machine, and why, once decided. */
+function kernels(facts) {
+  const machine = facts?.extra_buffer_types?.machine;
+  if (!machine) return '';
+  const healed = machine.off_for ? ` · off for ${machine.off_for} model(s) that died of them` : '';
+  return `extra buffer types ${machine.on ? 'on' : 'off'}: ${machine.why}${healed}`;
 }
 
 function row(term, ...value) {

@@ -8,7 +8,7 @@ import pytest
 
 from coderai.errors import TooManyRequests
 from coderai.front.auth.limits import WINDOW, KeyLimits
-from coderai.front.auth.login_guard import LoginGuard, LoginPolicy
+from coderai.front.auth.login_guard import USER_DELAY_MOST, LoginGuard, LoginPolicy
 from coderai.state import api_keys
 from coderai.state.database import Database, LastUser, UsageRow
 from coderai.state.passwords import hash_password, verify_password
@@ -115,11 +115,22 @@ def test_wrong_passwords_are_answered_later_each_time_then_locked() -> None:
     assert guard.failed("alice", "1.2.3.4", 2.0) == 1.0
     guard.failed("alice", "1.2.3.4", 3.0)
     assert guard.locked_for("alice", "1.2.3.4", 4.0) == pytest.approx(29.0)
-    # the lock holds for the user from any address, and for the address for any user
-    assert guard.locked_for("alice", "5.6.7.8", 4.0) > 0
+    # the lock holds for the address for any user; the user elsewhere is not locked
     assert guard.locked_for("bob", "1.2.3.4", 4.0) > 0
+    assert guard.locked_for("alice", "5.6.7.8", 4.0) == 0
     assert guard.locked_for("bob", "5.6.7.8", 4.0) == 0
     assert guard.locked_for("alice", "1.2.3.4", 33.5) == 0
+
+
+def test_a_user_guessed_at_from_many_addresses_is_slowed_never_locked() -> None:
+    guard = LoginGuard(POLICY)
+    delays = [guard.failed("admin", f"10.0.0.{i}", float(i)) for i in range(100)]
+    # each address failed once: none is locked, and neither is the admin from home
+    assert guard.locked_for("admin", "192.168.1.5", 100.0) == 0
+    assert all(guard.locked_for("admin", f"10.0.0.{i}", 100.0) == 0 for i in range(100))
+    # every wrong answer for the admin waits longer, up to a bound
+    assert delays[:3] == [0.5, 1.0, 1.5]
+    assert delays == sorted(delays) and delays[-1] == USER_DELAY_MOST
 
 
 def test_failures_leave_the_window_and_a_success_forgets_them() -> None:
@@ -127,8 +138,12 @@ def test_failures_leave_the_window_and_a_success_forgets_them() -> None:
     guard.failed("alice", "a", 0.0)
     guard.failed("alice", "a", 1.0)
     assert guard.failed("alice", "a", 150.0) == 0.5  # the first two are out of the window
+    guard.failed("alice", "a", 151.0)
     guard.succeeded("alice", "a")
-    assert guard.failed("alice", "a", 151.0) == 0.5
+    # this address's failures are forgotten (no lock nears), the user's own still slow
+    assert guard.failed("alice", "a", 152.0) == 1.5
+    guard.failed("alice", "a", 153.0)
+    assert guard.locked_for("alice", "a", 153.0) == 0
 
 
 def test_the_database_keeps_users_sessions_keys_and_usage(tmp_path: Path) -> None:
