@@ -59,6 +59,12 @@ class LoopSocket:
             self._on_message(self.sock.recv_multipart(zmq.NOBLOCK, copy=self._copy))
         self._schedule()
 
+    def drain_now(self) -> None:
+        """Handle every message waiting now, before what the caller does next (a peer
+        that died: what it sent before it died is read first)."""
+        while not self.sock.closed and self._readable():
+            self._on_message(self.sock.recv_multipart(zmq.NOBLOCK, copy=self._copy))
+
     def send_nowait(self, frames: list[bytes]) -> zmq.ZMQError | None:
         """Send now or not at all; the error (zmq.Again when the peer's queue is full)."""
         try:

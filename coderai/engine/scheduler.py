@@ -66,8 +66,10 @@ ANSWERED = frozenset({JobKind.EMBEDDING, JobKind.TOKENIZE, JobKind.DETOKENIZE})
 STATS_INTERVAL = 0.2
 #: seconds between two reports of one prompt's progress while it is read
 PROGRESS_INTERVAL = 0.25
-#: how long the test seam waits for what admission decided to be sent before it kills
+#: how long the test seam waits for what admission decided to be handed to the socket
+#: before it kills, and then for libzmq's I/O thread to write it out
 OUTBOX_DRAIN_SECONDS = 2.0
+SOCKET_FLUSH_SECONDS = 0.25
 
 
 class Scheduler:
@@ -423,6 +425,7 @@ class Scheduler:
         phase = "prompt" if reading else "generate"
         if die_at.due(die_at.RULES, phase, instance.extra_buffer_types) is not None:
             self._outbox.sent.wait(OUTBOX_DRAIN_SECONDS)
+            time.sleep(SOCKET_FLUSH_SECONDS)
             die_at.at(phase, instance.extra_buffer_types)
 
     def _report(self, seq: Sequence, now: float = 0.0) -> None:

@@ -3,7 +3,9 @@ through one behaviour and waits for what the live feed brings (never for a fixed
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 
 import httpx
@@ -130,6 +132,22 @@ def test_a_drained_engine_stays_draining_until_restarted(console: Page) -> None:
     card.get_by_role("button", name="Really restart?").click()
     expect(state).to_have_text("ready", timeout=60_000)
     expect(card.get_by_role("button", name="Drain")).to_be_visible()
+
+
+def test_an_engine_that_dies_shows_how_and_doing_what_until_it_dies_again(
+    console: Page, srv: Server
+) -> None:
+    card = console.locator(".engine[data-engine=beta]")
+    expect(card.get_by_test_id("state")).to_have_text("ready")
+    (beta,) = [e for e in srv.health()["engines"] if e["name"] == "beta"]
+    os.kill(beta["pid"], signal.SIGILL)  # what a CPU's trapping kernel does to it
+    last = card.locator(".last-exit")
+    expect(last).to_contain_text("died of SIGILL (illegal instruction) while idle")
+    expect(last).to_contain_text(f"pid {beta['pid']}")
+    expect(card.get_by_test_id("state")).to_have_text("ready", timeout=60_000)
+    # the line stays once it is back: the operator sees what happened while away
+    expect(last).to_contain_text("SIGILL")
+    screenshot(console, "activity-last-exit")
 
 
 def test_a_pin_the_engine_cannot_honour_shows_its_warning_until_unpinned(console: Page) -> None:

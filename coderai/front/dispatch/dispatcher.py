@@ -522,6 +522,7 @@ class Dispatcher:
         record.state = msg.state
         record.loaded = msg.loaded
         record.loading = msg.loading
+        record.asked_to_load.difference_update(msg.loaded)
         record.rss = int(msg.rss)
         record.kernels = kernels
 
@@ -580,6 +581,7 @@ class Dispatcher:
         for spec in self.preloads(record):
             log.info("asking engine %s to load %s now", record.name, spec.get("id"))
             self.control(record, ControlAction.LOAD, {"model": spec})
+            record.asked_to_load.add(str(spec.get("id")))
         self._pump()
 
     def _name_refused(self, name: str, key: str | None, pid: int = 0) -> str | None:
@@ -678,6 +680,10 @@ class Dispatcher:
     def engine_exited(self, name: str, pid: int | None, code: int | None = None) -> None:
         """The supervisor saw an engine process end (the OS sentinel), with its exit code
         (negative: the signal it died of)."""
+        if self._sock is not None:
+            # what it sent before it died (its prompt admitted, a load done) says what it
+            # was doing: read it before its jobs are judged
+            self._sock.drain_now()
         record = self.registry.by_name(name)
         if record is not None and (pid is None or record.pid == pid):
             self._lose(record, exit_words(code))
@@ -704,13 +710,11 @@ class Dispatcher:
         jobs, record.jobs = list(record.jobs.values()), {}
         ended = {job.id: f"{why} while running this request" for job in jobs}
         if died:
-            for job in jobs:
-                doing = job_doing(job.entry.id, job.started,
-                                  job.prompt.tokens if job.prompt is not None else None,
-                                  job.entry.id in record.loaded)  # fmt: skip
+            doings = [self._doing(record, job) for job in jobs]
+            for job, doing in zip(jobs, doings, strict=True):
                 ended[job.id] = f"engine {record.name} {why} while {doing}"
             death = Death(record.name, record.pid, why,
-                          engine_doing(list(ended.values()), list(record.loading)),
+                          engine_doing(doings, [*record.loading, *record.asked_to_load]),
                           record.capabilities)  # fmt: skip
             self.deaths[record.name] = death
             log.error("%s", death.sentence())
@@ -738,6 +742,11 @@ class Dispatcher:
         if was_remote:
             self._remote_engines_changed(self._remote_engines())
         self._pump()
+
+    @staticmethod
+    def _doing(record: EngineRecord, job: FrontJob) -> str:
+        prompt = job.prompt.tokens if job.prompt is not None else None
+        return job_doing(job.entry.id, job.started, prompt, job.entry.id in record.loaded)
 
     async def _reap(self) -> None:
         interval = self.settings.heartbeat_interval

@@ -65,6 +65,9 @@ class EngineRecord:
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
+    #: models it was asked to load (CONTROL load) that no heartbeat has shown loaded: an
+    #: engine that dies before its next heartbeat died loading them
+    asked_to_load: set[str] = field(default_factory=set)
     #: what its backends decided about the machine (HEARTBEAT.kernels)
     kernels: dict[str, Any] = field(default_factory=dict)
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent
