@@ -213,10 +213,9 @@ class ChatMessage(_Body):
             raise ValueError("a tool message needs the tool_call_id it answers")
         # as OpenAI: content is required, but an assistant's calls may stand for it
         if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(
-                f"a {self.role} message needs content"
-                + (" or tool_calls" if self.role == "assistant" else "")
-            )
+            needs = "an assistant message needs content or tool_calls"
+            raise ValueError(needs if self.role == "assistant" else f"a {self.role} message"
+                             " needs content")  # fmt: skip
         if self.thought() and self.role != "assistant":
             raise ValueError("only an assistant message has reasoning_content")
         return self

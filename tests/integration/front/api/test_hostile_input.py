@@ -17,6 +17,7 @@ import pytest
 from coderai.bus.codec import MAGIC, encode
 from coderai.bus.kinds import MsgType
 from coderai.bus.messages import Hello
+from coderai.front.app import MAX_BODY_BYTES
 from tests.support.bus import intruder
 from tests.support.server import Server, serving, wait_for
 
@@ -132,6 +133,52 @@ def test_a_body_labelled_gzip_that_is_not_is_a_400_envelope(server: Server) -> N
     # a real gzip body is read as such
     r = post_raw(server, "/v1/chat/completions", gzip.compress(json.dumps(chat()).encode()),
                  **{"Content-Encoding": "gzip"})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def test_a_gzip_bomb_is_a_413_that_closes_its_connection_and_the_next_request_works(
+    server: Server,
+) -> None:
+    """A small body that inflates past the limit: refused with 413, its connection closed
+    with `Connection: close` (the rest of it is never read), so a keep-alive client opens a
+    new connection for its next request instead of meeting a reset."""
+    bomb = gzip.compress(b"{" + b" " * (MAX_BODY_BYTES + (1 << 20)) + b"}")
+    assert len(bomb) < MAX_BODY_BYTES // 100
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        r = client.post("/v1/chat/completions", content=bomb,
+                        headers={"Content-Type": "application/json",
+                                 "Content-Encoding": "gzip"})  # fmt: skip
+        assert_envelope(r, 413)
+        assert r.headers["Connection"] == "close"
+        again = client.post("/v1/chat/completions", json=chat())
+        assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        ({"role": "user"}, "a user message needs content"),
+        ({"role": "user", "content": None}, "a user message needs content"),
+        ({"role": "system"}, "a system message needs content"),
+        ({"role": "assistant"}, "an assistant message needs content or tool_calls"),
+    ],
+)
+def test_a_message_without_content_is_a_400_as_openai_answers(
+    server: Server, message: dict[str, Any], why: str
+) -> None:
+    body = {"model": "fake", "messages": [message]}
+    error = assert_envelope(post_raw(server, "/v1/chat/completions", json.dumps(body).encode()),
+                            400, "messages")  # fmt: skip
+    assert why in error["message"]
+
+
+def test_an_assistant_message_of_calls_alone_needs_no_content(server: Server) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "done"}]  # fmt: skip
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                   json={"model": "fake", "messages": messages})  # fmt: skip
     assert r.status_code == 200, r.text
 
 

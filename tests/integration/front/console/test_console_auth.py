@@ -405,6 +405,30 @@ def test_wrong_passwords_are_slowed_then_locked(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_stranger_guessing_cannot_lock_the_admin_out_from_elsewhere(tmp_path: Path) -> None:
+    """Failures lock the address they come from (here 127.0.0.2, another loopback address),
+    not the user: the admin at 127.0.0.1 still logs in at once."""
+    auth = {"admin_key": KEY, "login_delay_seconds": 0.05, "login_max_failures": 3,
+            "login_lock_seconds": 600}  # fmt: skip
+    server = Server(tmp_path / "stranger", {"engines": 1}, MODELS[:1], extra_config={"auth": auth})
+    try:
+        server.wait_ready(1)
+        coderai(server.workdir, "users", "add", "admin", "--password-stdin", stdin=PASSWORD)
+        wrong = {"username": "admin", "password": "guess"}
+        stranger = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(base_url=server.url, transport=stranger) as client:
+            for _ in range(3):
+                assert client.post("/admin/api/login", json=wrong).status_code == 401
+            locked = client.post("/admin/api/login", json=wrong)
+            assert locked.status_code == 429
+        with httpx.Client(base_url=server.url) as admin:
+            right = admin.post("/admin/api/login",
+                               json={"username": "admin", "password": PASSWORD})  # fmt: skip
+            assert right.status_code == 200, right.text
+    finally:
+        server.stop()
+
+
 def test_a_session_expires_after_its_configured_time(tmp_path: Path) -> None:
     hours = 0.001  # 3.6 s: the login and a first read take well under a second
     auth = {"admin_key": KEY, "session_hours": hours}
