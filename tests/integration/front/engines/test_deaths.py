@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -17,6 +18,8 @@ from tests.integration.conftest import StartServer
 from tests.support.server import Server, openai_client, wait_for
 
 SIGILL = "died of SIGILL (illegal instruction)"
+KEY = "deaths-admin-key"
+ADMIN = {"Authorization": f"Bearer {KEY}"}
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -31,7 +34,8 @@ def start(
     """One engine serving the tiny GGUF, its seam set, its state where the test says."""
     server = {"state_dir": str(state), "heartbeat_interval": 0.25}
     return start_server(server, gguf_models(tiny_models, **entry),
-                        env={"CODERAI_DIE_AT": die_at})  # fmt: skip
+                        env={"CODERAI_DIE_AT": die_at},
+                        extra_config={"auth": {"admin_key": KEY}})  # fmt: skip
 
 
 def engine(srv: Server) -> dict[str, Any]:
@@ -116,6 +120,8 @@ def test_a_death_with_them_on_restarts_the_engine_with_them_off_for_that_model(
         f"engine engine-0 {SIGILL} while reading a prompt"
     )
     assert view["last_exit"]["message"].endswith("for model 'tiny'")
+    status = httpx.get(srv.url + "/admin/api/status", headers=ADMIN, timeout=10).json()
+    assert status["engines"][0]["last_exit"] == view["last_exit"]
     healed = repack(srv)["models"]["tiny"]
     assert healed["on"] is False
     assert f"the engine {SIGILL} with them on for this model" in healed["why"]
