@@ -141,9 +141,13 @@ def opencode(url: str, home: Path, model: str, prompt: str, timeout: float) -> R
     return run(argv, {"CODERAI_API_KEY": KEY}, home=home, timeout=timeout)
 
 
-def aider(url: str, home: Path, model: str, prompt: str, timeout: float, context: int) -> Run:
-    """aider with one message; it is told the model's context in a metadata file, as it
-    asks for a model it does not know (it would warn, and try to fetch a price list)."""
+def aider(
+    url: str, home: Path, model: str, prompt: str, timeout: float, context: int,
+    files: list[str] | None = None,
+) -> Run:  # fmt: skip
+    """aider with one message, and `files` (in home/work) added to its chat to edit; it is
+    told the model's context in a metadata file, as it asks for a model it does not know
+    (it would warn, and try to fetch a price list)."""
     meta = home / "models.json"
     meta.write_text(json.dumps({f"openai/{model}": {
         "max_input_tokens": context, "max_output_tokens": 1024, "max_tokens": context,
@@ -151,6 +155,7 @@ def aider(url: str, home: Path, model: str, prompt: str, timeout: float, context
         "litellm_provider": "openai", "mode": "chat"}}))  # fmt: skip
     argv = [str(AIDER), "--model", f"openai/{model}", "--model-metadata-file", str(meta),
             "--message", prompt, "--yes-always", "--no-git", "--no-check-update",
-            "--analytics-disable", "--no-show-release-notes", "--no-pretty"]  # fmt: skip
+            "--analytics-disable", "--no-show-release-notes", "--no-pretty",
+            *(files or [])]  # fmt: skip
     env = {"OPENAI_API_BASE": f"{url}/v1", "OPENAI_API_KEY": KEY}
     return run(argv, env, home=home, timeout=timeout)
