@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.report_agents import agents_section
+from bench.report_agents import agents_section, tasks_section
 from bench.report_cluster import cluster_section
 from bench.report_fuzz import api_fuzz_section
 from bench.report_llamacpp import invariance_section, llamacpp_section
@@ -609,6 +609,9 @@ def main() -> int:
     agents = load("agents")
     if agents:
         out += agents_section(agents)
+    tasks = load("agent_tasks")
+    if tasks:
+        out += tasks_section(tasks)
     for name in ("agent_turns-smol", "agent_turns-gemma"):
         turns = load(name)
         if turns:

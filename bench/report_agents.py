@@ -74,3 +74,41 @@ def agents_section(result: dict[str, Any]) -> list[str]:
             "",
         ]
     return out
+
+
+def tasks_section(result: dict[str, Any]) -> list[str]:
+    """bench/agent_tasks.py: each agent and task, done or not and seconds, on each server."""
+    servers = list(dict.fromkeys(r["server"] for r in result["rows"]))
+    cells = {(r["agent"], r["task"], r["server"]): r for r in result["rows"]}
+    pairs = list(dict.fromkeys((r["agent"], r["task"]) for r in result["rows"]))
+
+    def cell(row: dict[str, Any] | None) -> str:
+        if row is None:
+            return "not run"
+        return f"{'done' if row['done'] else 'not done'}, {row['seconds']:.0f} s"
+
+    rows = [[agent, task, *(cell(cells.get((agent, task, s))) for s in servers)]
+            for agent, task in pairs]  # fmt: skip
+    done = {s: sum(cells[k]["done"] for k in cells if k[2] == s) for s in servers}
+    ran = {s: sum(1 for k in cells if k[2] == s) for s in servers}
+    misses = [f"- {r['server']}, {r['agent']}, {r['task']}: {r['why']}"
+              for r in result["rows"] if not r["done"]]  # fmt: skip
+    return [
+        "",
+        f"## Agents on small real tasks ({result['model']}, {result['cpu']})",
+        "",
+        "`python bench/agents.py --model qwen-coder`: each real agent is given a task (fix a"
+        " bug, create a file, change one setting) in a folder of its own; the files it leaves"
+        " are judged (imported and called), never what it says. The same model file, context"
+        f" ({result['context']:,} tokens) and threads on both servers, one run at a time;"
+        " llama-server with `--jinja` (its tool-call parsing). One run per cell: what"
+        " happened, not a rate.",
+        "",
+        table(["agent", "task", *servers], rows),
+        "",
+        "Done: " + ", ".join(f"{s} {done[s]} of {ran[s]}" for s in servers) + ".",
+        "",
+        "Why each miss (the judge's words):",
+        "",
+        *misses,
+    ]

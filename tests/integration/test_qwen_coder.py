@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from tests.support import agents, qwen
-from tests.support.server import Server, openai_client
+from tests.support.server import Server, openai_client, running
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,12 +52,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         {"id": "qwen-untagged-as-text", "path": path,
          "options": {**options, "bare_tool_calls": False}},
     ]  # fmt: skip
-    srv = Server(tmp_path_factory.mktemp("qwen"), {"engines": 1}, models)
-    try:
-        srv.wait_ready(1)
+    with running(tmp_path_factory.mktemp("qwen"), models, qwen.cache_folder()) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture

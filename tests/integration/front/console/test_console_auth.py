@@ -378,42 +378,43 @@ def test_the_live_feed_sends_snapshots_then_each_request(sdk: Sdk, srv: Server) 
     assert [e["name"] for e in engines["engines"]] == [srv.health()["engines"][0]["name"]]
 
 
-def test_wrong_passwords_are_slowed_then_locked(tmp_path: Path) -> None:
-    auth = {"admin_key": KEY, "login_delay_seconds": 0.2, "login_max_failures": 3,
+@contextlib.contextmanager
+def guarded(folder: Path, delay: float) -> Iterator[Server]:
+    """A server whose console locks after 3 wrong passwords, with its user "admin"."""
+    auth = {"admin_key": KEY, "login_delay_seconds": delay, "login_max_failures": 3,
             "login_lock_seconds": 600}  # fmt: skip
-    server = Server(tmp_path / "lock", {"engines": 1}, MODELS[:1], extra_config={"auth": auth})
+    server = Server(folder, {"engines": 1}, MODELS[:1], extra_config={"auth": auth})
     try:
         server.wait_ready(1)
         coderai(server.workdir, "users", "add", "admin", "--password-stdin", stdin=PASSWORD)
-        with httpx.Client(base_url=server.url) as client:
-            took = []
-            for _ in range(3):
-                started = time.monotonic()
-                wrong = client.post(
-                    "/admin/api/login", json={"username": "admin", "password": "wrong-one"}
-                )
-                took.append(time.monotonic() - started)
-                assert wrong.status_code == 401
-            # each failure is answered later than the one before, by the configured step
-            assert took[1] >= 0.4 and took[2] >= 0.6
-            login = {"username": "admin", "password": PASSWORD}
-            right = client.post("/admin/api/login", json=login)
-            assert right.status_code == 429
-            assert 500 < int(right.headers["Retry-After"]) <= 600
-            assert right.json()["error"]["code"] == "login_locked"
+        yield server
     finally:
         server.stop()
+
+
+def test_wrong_passwords_are_slowed_then_locked(tmp_path: Path) -> None:
+    with guarded(tmp_path / "lock", 0.2) as server, httpx.Client(base_url=server.url) as client:
+        took = []
+        for _ in range(3):
+            started = time.monotonic()
+            wrong = client.post(
+                "/admin/api/login", json={"username": "admin", "password": "wrong-one"}
+            )
+            took.append(time.monotonic() - started)
+            assert wrong.status_code == 401
+        # each failure is answered later than the one before, by the configured step
+        assert took[1] >= 0.4 and took[2] >= 0.6
+        login = {"username": "admin", "password": PASSWORD}
+        right = client.post("/admin/api/login", json=login)
+        assert right.status_code == 429
+        assert 500 < int(right.headers["Retry-After"]) <= 600
+        assert right.json()["error"]["code"] == "login_locked"
 
 
 def test_a_stranger_guessing_cannot_lock_the_admin_out_from_elsewhere(tmp_path: Path) -> None:
     """Failures lock the address they come from (here 127.0.0.2, another loopback address),
     not the user: the admin at 127.0.0.1 still logs in at once."""
-    auth = {"admin_key": KEY, "login_delay_seconds": 0.05, "login_max_failures": 3,
-            "login_lock_seconds": 600}  # fmt: skip
-    server = Server(tmp_path / "stranger", {"engines": 1}, MODELS[:1], extra_config={"auth": auth})
-    try:
-        server.wait_ready(1)
-        coderai(server.workdir, "users", "add", "admin", "--password-stdin", stdin=PASSWORD)
+    with guarded(tmp_path / "stranger", 0.05) as server:
         wrong = {"username": "admin", "password": "guess"}
         stranger = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(base_url=server.url, transport=stranger) as client:
@@ -425,8 +426,6 @@ def test_a_stranger_guessing_cannot_lock_the_admin_out_from_elsewhere(tmp_path: 
             right = admin.post("/admin/api/login",
                                json={"username": "admin", "password": PASSWORD})  # fmt: skip
             assert right.status_code == 200, right.text
-    finally:
-        server.stop()
 
 
 def test_a_session_expires_after_its_configured_time(tmp_path: Path) -> None:
