@@ -24,6 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from typing import Any
 from bench.llamacpp import Peer, same_kernels
 from bench.results import RESULTS, save
 from bench.server import BenchServer, free_port
+from coderai.engine.backends.llamacpp.repack import cpu_model
 from tests.support import agents, qwen
 
 MODEL = "qwen-coder"
@@ -52,15 +56,30 @@ class Task:
     judge: Callable[[Path], str | None]
 
 
+#: how long the judge lets a file the agent wrote run
+JUDGE_SECONDS = 20.0
+#: run in a child, in the task's folder: imports the module and prints the JSON of its
+#: attribute, called with the arguments when it is a function
+_JUDGE = """
+import importlib, json, sys
+value = getattr(importlib.import_module(sys.argv[1]), sys.argv[2])
+args = json.loads(sys.argv[3])
+print(json.dumps(value(*args) if callable(value) else value))
+"""
+
+
 def _call(folder: Path, module: str, name: str, *args: Any) -> Any:
-    path = folder / f"{module}.py"
-    if not path.exists():
-        raise AssertionError(f"{path.name} does not exist")
-    scope: dict[str, Any] = {}
-    exec(compile(path.read_text(), str(path), "exec"), scope)
-    if name not in scope:
-        raise AssertionError(f"{path.name} has no {name}")
-    return scope[name](*args) if callable(scope[name]) else scope[name]
+    """What the agent's file gives: in a child process with a time limit (the model's
+    code runs: it must not hang or touch the bench)."""
+    if not (folder / f"{module}.py").exists():
+        raise AssertionError(f"{module}.py does not exist")
+    child = subprocess.run([sys.executable, "-c", _JUDGE, module, name, json.dumps(args)],
+                           cwd=folder, capture_output=True, text=True, timeout=JUDGE_SECONDS,
+                           check=False)  # fmt: skip
+    if child.returncode:
+        last = (child.stderr.strip().splitlines() or ["?"])[-1]
+        raise AssertionError(f"{module}.{name}: {last}")
+    return json.loads(child.stdout)
 
 
 def _expect(check: Callable[[Path], Any], want: Any) -> Callable[[Path], str | None]:
@@ -127,6 +146,7 @@ def one(agent: str, task: Task, url: str, seconds: float) -> dict[str, Any]:
     done = run_agent(agent, url, home, task.prompt, list(task.files), seconds)
     seconds = time.monotonic() - started
     miss = task.judge(work)
+    shutil.rmtree(home, ignore_errors=True)
     return {"agent": agent, "task": task.name, "done": miss is None, "why": miss,
             "seconds": round(seconds, 1), "exit": done.code,
             "output": done.output[-800:], "errors": done.errors[-800:]}  # fmt: skip
@@ -195,7 +215,4 @@ def result(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return "unknown"
+    return cpu_model(Path("/proc/cpuinfo").read_text())

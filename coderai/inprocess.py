@@ -12,6 +12,7 @@ import threading
 
 import zmq
 
+from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.worker import EngineSettings, EngineWorker
 from coderai.front.engines.host import EngineHost, EngineStatus, HostListener
 from coderai.front.engines.plan import EnginePlan
@@ -47,7 +48,10 @@ class InProcessEngine:
         self._thread = threading.Thread(target=self._run, name=f"engine-{plan.name}", daemon=True)
 
     def _run(self) -> None:
-        code = asyncio.run(self.worker.run())
+        try:
+            code = asyncio.run(self.worker.run())
+        finally:
+            KERNELS.close()  # the engine's list of models with llama.cpp's extra buffer types on
         log.info("in-process engine %s stopped (%d)", self.name, code)
 
     #: the engine is a thread of this process: there is nothing to stop and start again

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import shutil
 import signal
@@ -132,7 +133,10 @@ def assemble(
     host: EngineHost
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     if in_process is not None and config.server.single_process:
-        # inproc:// endpoints exist only within one context: the engine shares the front's
+        # inproc:// endpoints exist only within one context: the engine shares the front's;
+        # and what it learns of the machine goes in the front's state folder, as a
+        # spawned engine's does (the supervisor passes that in the engine's environment)
+        os.environ["CODERAI_STATE_DIR"] = str(files.state_dir)
         endpoint, host = in_process(plans[0], context, token)
         log.info("single-process mode: engine %s runs inside the front", plans[0].name)
     else:

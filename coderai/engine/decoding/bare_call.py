@@ -20,10 +20,13 @@ A model entry's `bare_tool_calls: false` turns it off.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from coderai.engine.decoding.call_delta import CallDelta
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
+
+log = logging.getLogger("coderai.engine")
 
 _WHITESPACE = " \t\r\n"
 #: the keys a bare call's object may have (the arguments under either name)
@@ -33,9 +36,18 @@ _FENCE_LINE = 24
 
 
 class BareCallScanner:
-    """Whether a text seen so far can still be one bare call (incremental, one pass)."""
+    """Whether a text seen so far can still be one bare call (incremental, one pass): one
+    object after whitespace and an optional fence, whose own keys are a call's and whose
+    name is an offered tool's (when `names` are given), then only whitespace and the
+    fence's close."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: frozenset[str] | None = None) -> None:
+        self._names = names
+        #: inside the object at its own level: a key comes next (after `{` or `,`), and
+        #: the text of the string being read there (a key, or the name's value)
+        self._expect_key = False
+        self._key = ""
+        self._own: list[str] | None = None
         #: lead (whitespace before), fence (its opening line), object, after, dead
         self.state = "lead"
         self.fenced = False
@@ -68,6 +80,7 @@ class BareCallScanner:
         elif state == "lead":
             if ch == "{":
                 self.state, self._depth, self.start = "object", 1, self._at
+                self._expect_key = True
             elif ch == "`" and not self.fenced:
                 self.state, self._line = "fence", ch
             elif ch not in _WHITESPACE:
@@ -96,14 +109,36 @@ class BareCallScanner:
                 self._escape = True
             elif ch == '"':
                 self._string = False
+                if self._own is not None:
+                    self._own_string("".join(self._own))
+                    self._own = None
+                return
+            if self._own is not None:
+                self._own.append(ch)
         elif ch == '"':
             self._string = True
+            reading_own = self._depth == 1 and (self._expect_key or self._key == "name")
+            self._own = [] if reading_own else None
         elif ch in "{[":
             self._depth += 1
         elif ch in "}]":
             self._depth -= 1
             if self._depth == 0:
                 self.state, self.end = "after", self._at + 1
+        elif self._depth == 1 and ch == ":":
+            self._expect_key = False
+        elif self._depth == 1 and ch == ",":
+            self._expect_key, self._key = True, ""
+
+    def _own_string(self, text: str) -> None:
+        """A key of the object, or the name's value: either can rule a call out (the
+        raw text: a key or a tool name written with escapes is not expected)."""
+        if self._expect_key:
+            self._key = text
+            if text not in _KEYS:
+                self.state = "dead"
+        elif self._names is not None and text not in self._names:
+            self.state = "dead"
 
     def whole(self) -> bool:
         """At the end of the answer: it was one object (and a fence around it, closed or
@@ -143,15 +178,27 @@ def _schema_of(tools: list[dict[str, Any]], name: object) -> dict[str, Any] | No
     return None
 
 
+def _names(tools: list[dict[str, Any]]) -> frozenset[str]:
+    return frozenset(
+        str(t["function"].get("name"))
+        for t in tools
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    )
+
+
 def _accepts(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
+    """Whether the arguments are valid by the tool's schema. A schema the validator
+    cannot use (a `$ref` it cannot resolve, a keyword it cannot read) checks nothing:
+    such an answer stays text, never a call no schema vouched for."""
     import jsonschema
 
     try:
         jsonschema.validate(arguments, schema)
     except jsonschema.ValidationError:
         return False
-    except jsonschema.SchemaError:  # a schema it cannot read: the arguments are not refused
-        return True
+    except Exception as exc:
+        log.info("a tool's schema cannot check a call written without tags (%s): text", exc)
+        return False
     return True
 
 
@@ -161,8 +208,8 @@ class BareCallReader:
     def __init__(self, inner: ToolCallParser, tools: list[dict[str, Any]]) -> None:
         self.inner = inner
         self._tools = tools
-        self._scanner: BareCallScanner | None = BareCallScanner()
-        self._held = ""
+        self._scanner: BareCallScanner | None = BareCallScanner(_names(tools))
+        self._held: list[str] = []
         self._recovered = False
 
     # what the scheduler and structured.py read of a parser
@@ -192,14 +239,18 @@ class BareCallReader:
         if self._scanner is None:
             return out
         if out.calls or self.inner.in_call:  # the model's own format: no bare call
-            out.content, self._held, self._scanner = self._held + out.content, "", None
-            return out
+            return self._release(out)
         if out.content:
-            if self._scanner.feed(out.content):
-                self._held += out.content
-                out.content = ""
-            else:
-                out.content, self._held, self._scanner = self._held + out.content, "", None
+            if not self._scanner.feed(out.content):
+                return self._release(out)
+            self._held.append(out.content)
+            out.content = ""
+        return out
+
+    def _release(self, out: Parsed) -> Parsed:
+        """The text cannot be a bare call: what was held goes out first, as content."""
+        out.content = "".join(self._held) + out.content
+        self._held, self._scanner = [], None
         return out
 
     def finish(self) -> Parsed:
@@ -207,7 +258,7 @@ class BareCallReader:
         scanner, self._scanner = self._scanner, None
         if scanner is None:
             return out
-        held, self._held = self._held, ""
+        held, self._held = "".join(self._held), []
         call = (
             recovered(held[scanner.start : scanner.end], self._tools) if scanner.whole() else None
         )

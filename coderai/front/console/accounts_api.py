@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coderai.config import AuthConfig
 from coderai.errors import InvalidRequest, LoginLocked, NotFound, WrongPassword
 from coderai.front.auth.gate import SESSION_COOKIE, Auth, admin_of, session_cookie, token_hash
-from coderai.front.auth.login_guard import LoginGuard, LoginPolicy
+from coderai.front.auth.login_guard import LoginGuard, LoginPolicy, address_key
 from coderai.front.auth.usage import UsageLedger
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.http import ADMIN_PREFIX, read_body
@@ -107,20 +107,20 @@ class AccountRoutes:
         if request.content_type != "application/json":
             raise InvalidRequest("send the login as application/json")
         body = await read_body(request, Login)
-        address = request.remote or ""
+        address = address_key(request.remote or "")
         locked = self.guard.locked_for(body.username, address, time.monotonic())
         if locked > 0:
             raise LoginLocked(
                 "too many wrong passwords; try again later", retry_after=math.ceil(locked)
             )
         # counted as a failure before the check, so that guesses sent all at once are
-        # counted as they arrive, and the lock stops the rest of a burst
-        delay = self.guard.failed(body.username, address, time.monotonic())
+        # counted as they arrive, and the lock stops the rest of a burst; the wait comes
+        # before the check, so that no answer is known sooner
+        await asyncio.sleep(self.guard.failed(body.username, address, time.monotonic()))
         stored = await self.store.run(lambda db: db.password_hash(body.username))
         # scrypt is ~0.15 s of CPU: off the loop, and off the state thread
         right = await asyncio.to_thread(_check, body.password, stored)
         if stored is None or not right:
-            await asyncio.sleep(delay)
             raise WrongPassword("wrong username or password")
         self.guard.succeeded(body.username, address)
         token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(24)

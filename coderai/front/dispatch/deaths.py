@@ -54,6 +54,20 @@ def engine_doing(jobs: list[str], loading: list[str]) -> str:
     return "idle (no request or load on it)"
 
 
+def asked_to_load(
+    asked: dict[str, float], loaded: list[str], loading: dict[str, float], now: float,
+    interval: float,
+) -> dict[str, float]:  # fmt: skip
+    """The loads asked of an engine still unseen after a heartbeat: one its heartbeat shows
+    loading or loaded is the heartbeat's to report, and one asked over two intervals ago
+    and not shown was refused or failed (its engine has said so by now)."""
+    return {
+        model: at
+        for model, at in asked.items()
+        if model not in loaded and model not in loading and now - at < 2 * interval
+    }
+
+
 def down(deaths: list[Death], statuses: dict[str, EngineStatus], now: float) -> str:
     """Why engines that could serve are not running: their last deaths, with what the
     supervisor does about it (restarting, backing off, flapping)."""

@@ -62,7 +62,7 @@ from coderai.errors import (
 from coderai.exits import exit_words
 from coderai.front.dispatch import admission, output
 from coderai.front.dispatch.cluster_link import ClusterLink
-from coderai.front.dispatch.deaths import Death, down, engine_doing, job_doing
+from coderai.front.dispatch.deaths import Death, asked_to_load, down, engine_doing, job_doing
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
 from coderai.front.dispatch.queue import JobQueue
@@ -261,6 +261,9 @@ class Dispatcher:
 
     def control(self, engine: EngineRecord, action: str, args: dict[str, Any]) -> None:
         self._send(engine, Control(next(self._ids), action, args))
+        model = args.get("model")
+        if action == ControlAction.LOAD and isinstance(model, dict):
+            engine.asked_to_load[str(model.get("id"))] = time.monotonic()
 
     def configure_engines(self) -> None:
         """The engines' settings changed: each engine on the bus is sent its own, and its
@@ -459,7 +462,7 @@ class Dispatcher:
                 # another key connected under this engine's routing id: the engine's own
                 # connection is gone (the ROUTER refuses a second one), and what is sent
                 # to this id now reaches the other key's peer
-                self._lose(record, f"engine {record.name}'s routing id was taken by another key")
+                self._lose(record, "lost its routing id to another key")
             record = None  # one peer's identity claimed on the other socket, or by another key
         if isinstance(msg, Hello):
             self._hello(identity, msg, key)
@@ -522,7 +525,10 @@ class Dispatcher:
         record.state = msg.state
         record.loaded = msg.loaded
         record.loading = msg.loading
-        record.asked_to_load.difference_update(msg.loaded)
+        record.asked_to_load = asked_to_load(
+            record.asked_to_load, msg.loaded, msg.loading, record.last_seen,
+            self.settings.heartbeat_interval,
+        )  # fmt: skip
         record.rss = int(msg.rss)
         record.kernels = kernels
 
@@ -581,7 +587,7 @@ class Dispatcher:
         for spec in self.preloads(record):
             log.info("asking engine %s to load %s now", record.name, spec.get("id"))
             self.control(record, ControlAction.LOAD, {"model": spec})
-            record.asked_to_load.add(str(spec.get("id")))
+
         self._pump()
 
     def _name_refused(self, name: str, key: str | None, pid: int = 0) -> str | None:

@@ -65,9 +65,10 @@ class EngineRecord:
     room_mb: float | None = None
     coming_mb: float = 0.0
     measures: int = 0
-    #: models it was asked to load (CONTROL load) that no heartbeat has shown loaded: an
-    #: engine that dies before its next heartbeat died loading them
-    asked_to_load: set[str] = field(default_factory=set)
+    #: models it was asked to load (CONTROL load) that no heartbeat has shown loading or
+    #: loaded yet, with when it was asked: an engine that dies before its next heartbeat
+    #: died loading them (deaths.asked_to_load)
+    asked_to_load: dict[str, float] = field(default_factory=dict)
     #: what its backends decided about the machine (HEARTBEAT.kernels)
     kernels: dict[str, Any] = field(default_factory=dict)
     #: silent for two heartbeat intervals: PINGed, and lost if it stays silent

@@ -208,6 +208,8 @@ class LlamaCppBackend(Backend):
         # an embedding instance's id differs from its model's generating one
         model_id = f"{spec.id} (embeddings)"
         repack = KERNELS.decide(option, str(path), model_id).on
+        if die_at.RULES:
+            die_at.at("load", repack)
         with _extra_buffer_types(repack):
             llm = llama_cpp.Llama(
                 model_path=str(path),

@@ -11,7 +11,8 @@ AVX-512 VNNI path instead), its weights Q4_0/Q4_1/Q8_0 (rows a multiple of 32) o
 has such weights only, and its batch is the 512 tokens that killed llama.cpp there, so the
 trial reaches both; a one-token step after it reaches the VNNI path.
 
-Run as `python -m coderai.engine.backends.llamacpp.probe`: exit 0 when every step ran.
+Run as `python -m coderai.engine.backends.llamacpp.probe FOLDER` (its model is written
+there): exit 0 when every step ran.
 """
 
 from __future__ import annotations
@@ -49,17 +50,19 @@ class Trial:
 def run(timeout: float = TIMEOUT_SECONDS) -> Trial:
     """Run the trial in a child process and read its end."""
     started = time.monotonic()
-    try:
-        child = subprocess.run(
-            [sys.executable, "-m", __name__],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Trial(False, f"the trial did not end within {timeout:.0f} s",
-                     seconds=time.monotonic() - started)  # fmt: skip
+    # the folder is the parent's: a child that dies of a signal leaves nothing behind
+    with tempfile.TemporaryDirectory(prefix="coderai-probe-") as folder:
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", __name__, folder],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return Trial(False, f"the trial did not end within {timeout:.0f} s",
+                         seconds=time.monotonic() - started)  # fmt: skip
     return judged(child.returncode, child.stderr, time.monotonic() - started)
 
 
@@ -184,7 +187,7 @@ def _trial(folder: Path) -> int:
     context = LlamaContext(model=model, params=context_params, verbose=False)
     batch = LlamaBatch(n_tokens=BATCH, embd=0, n_seq_max=1, verbose=False)
     batch.set_batch([i % (VOCAB - 3) for i in range(BATCH)], n_past=0, logits_all=False)
-    die_at.at("probe")
+    die_at.at("probe", repack=True)  # the trial has them on
     context.decode(batch)
     batch.set_batch([7], n_past=BATCH, logits_all=True)
     context.decode(batch)
@@ -192,8 +195,7 @@ def _trial(folder: Path) -> int:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="coderai-probe-") as folder:
-        return _trial(Path(folder))
+    return _trial(Path(sys.argv[1]))
 
 
 if __name__ == "__main__":

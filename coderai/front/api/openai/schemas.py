@@ -211,11 +211,10 @@ class ChatMessage(_Body):
             raise ValueError("only an assistant message has tool_calls")
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id it answers")
-        # as OpenAI: content is required, but an assistant's calls may stand for it
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            needs = "an assistant message needs content or tool_calls"
-            raise ValueError(needs if self.role == "assistant" else f"a {self.role} message"
-                             " needs content")  # fmt: skip
+        # as OpenAI: a message's content is required; an assistant's (its calls, or an
+        # empty turn clients send back as null) asks nothing when absent, and is read as ""
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"a {self.role} message needs content")
         if self.thought() and self.role != "assistant":
             raise ValueError("only an assistant message has reasoning_content")
         return self

@@ -160,7 +160,7 @@ def test_a_gzip_bomb_is_a_413_that_closes_its_connection_and_the_next_request_wo
         ({"role": "user"}, "a user message needs content"),
         ({"role": "user", "content": None}, "a user message needs content"),
         ({"role": "system"}, "a system message needs content"),
-        ({"role": "assistant"}, "an assistant message needs content or tool_calls"),
+        ({"role": "tool", "tool_call_id": "c1"}, "a tool message needs content"),
     ],
 )
 def test_a_message_without_content_is_a_400_as_openai_answers(

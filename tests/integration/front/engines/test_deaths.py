@@ -6,6 +6,7 @@ own error shape, to /healthz and to a request no engine can serve."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,8 @@ def test_each_phase_of_a_death_is_named_to_both_apis_clients(
         # running: engine engine-0 died…; next try in N s"): both say how and where
         assert f"engine engine-0 {said}" in message, message
         assert "model 'tiny'" in message
+        if "reading" in said:  # the engine's count of the prompt reached the front first
+            assert re.search(r"while reading (this|a) prompt \(\d+ tokens\)", message), message
         back_on_the_bus(srv, restarts + 1)
     assert engine(srv)["last_exit"]["how"] == said.split(" while")[0]
 

@@ -89,6 +89,30 @@ def test_text_that_cannot_become_a_call_is_not_held() -> None:
     assert fresh.feed("Sure").content == "Sure"
 
 
+@pytest.mark.parametrize(
+    ("start", "rest"),
+    [
+        ('```json\n{"type"', ': "object", "properties": {}}\n```'),  # a key no call has
+        ('{"name": "write_file"', ', "arguments": {}}'),  # a tool not offered
+    ],
+)
+def test_json_that_is_no_call_goes_out_as_soon_as_that_is_known(start: str, rest: str) -> None:
+    reader = BareCallReader(ToolCallParser("auto", "hermes", tools=TOOLS), TOOLS)
+    assert reader.feed(start[:-1]).content == ""  # not known yet
+    assert reader.feed(start[-1]).content == start
+    assert reader.feed(rest).content == rest
+    assert reader.finish().calls == []
+
+
+def test_a_schema_the_validator_cannot_use_leaves_the_answer_text() -> None:
+    broken = [{"type": "function", "function": {
+        "name": "read_file", "parameters": {"$ref": "#/definitions/missing"}}}]  # fmt: skip
+    reader = BareCallReader(ToolCallParser("auto", "hermes", tools=broken), broken)
+    out = reader.feed(CALL)
+    tail = reader.finish()
+    assert (out.content + tail.content, tail.calls) == (CALL, [])
+
+
 def test_a_tagged_call_is_read_as_the_model_writes_it() -> None:
     text = f"<tool_call>\n{CALL}\n</tool_call>"
     content, calls, called = read(text, 9)
@@ -98,6 +122,6 @@ def test_a_tagged_call_is_read_as_the_model_writes_it() -> None:
 
 def test_the_scanner_knows_braces_inside_strings() -> None:
     scanner = BareCallScanner()
-    assert scanner.feed('{"a": "} ``` {"}')
+    assert scanner.feed('{"name": "} ``` {"}')
     assert scanner.whole()
     assert not scanner.feed(" x")

@@ -8,7 +8,12 @@ import pytest
 
 from coderai.errors import TooManyRequests
 from coderai.front.auth.limits import WINDOW, KeyLimits
-from coderai.front.auth.login_guard import USER_DELAY_MOST, LoginGuard, LoginPolicy
+from coderai.front.auth.login_guard import (
+    USER_DELAY_MOST,
+    LoginGuard,
+    LoginPolicy,
+    address_key,
+)
 from coderai.state import api_keys
 from coderai.state.database import Database, LastUser, UsageRow
 from coderai.state.passwords import hash_password, verify_password
@@ -108,12 +113,12 @@ def test_counts_leave_with_the_window_and_an_idle_key_holds_none() -> None:
 POLICY = LoginPolicy(delay=0.5, max_failures=3, window=100.0, lock=30.0)
 
 
-def test_wrong_passwords_are_answered_later_each_time_then_locked() -> None:
+def test_attempts_after_wrong_passwords_wait_longer_each_time_then_lock() -> None:
     guard = LoginGuard(POLICY)
     assert guard.locked_for("alice", "1.2.3.4", 0.0) == 0
-    assert guard.failed("alice", "1.2.3.4", 1.0) == 0.5
-    assert guard.failed("alice", "1.2.3.4", 2.0) == 1.0
-    guard.failed("alice", "1.2.3.4", 3.0)
+    assert guard.failed("alice", "1.2.3.4", 1.0) == 0  # a first attempt waits for nothing
+    assert guard.failed("alice", "1.2.3.4", 2.0) == 0.5
+    assert guard.failed("alice", "1.2.3.4", 3.0) == 1.0
     assert guard.locked_for("alice", "1.2.3.4", 4.0) == pytest.approx(29.0)
     # the lock holds for the address for any user; the user elsewhere is not locked
     assert guard.locked_for("bob", "1.2.3.4", 4.0) > 0
@@ -128,8 +133,8 @@ def test_a_user_guessed_at_from_many_addresses_is_slowed_never_locked() -> None:
     # each address failed once: none is locked, and neither is the admin from home
     assert guard.locked_for("admin", "192.168.1.5", 100.0) == 0
     assert all(guard.locked_for("admin", f"10.0.0.{i}", 100.0) == 0 for i in range(100))
-    # every wrong answer for the admin waits longer, up to a bound
-    assert delays[:3] == [0.5, 1.0, 1.5]
+    # every attempt for the admin waits longer, up to a bound
+    assert delays[:3] == [0, 0.5, 1.0]
     assert delays == sorted(delays) and delays[-1] == USER_DELAY_MOST
 
 
@@ -137,13 +142,20 @@ def test_failures_leave_the_window_and_a_success_forgets_them() -> None:
     guard = LoginGuard(POLICY)
     guard.failed("alice", "a", 0.0)
     guard.failed("alice", "a", 1.0)
-    assert guard.failed("alice", "a", 150.0) == 0.5  # the first two are out of the window
+    assert guard.failed("alice", "a", 150.0) == 0  # the first two are out of the window
     guard.failed("alice", "a", 151.0)
     guard.succeeded("alice", "a")
     # this address's failures are forgotten (no lock nears), the user's own still slow
-    assert guard.failed("alice", "a", 152.0) == 1.5
+    assert guard.failed("alice", "a", 152.0) == 1.0
     guard.failed("alice", "a", 153.0)
     assert guard.locked_for("alice", "a", 153.0) == 0
+
+
+def test_an_ipv6_client_counts_by_its_64_an_ipv4_one_by_itself() -> None:
+    assert address_key("2001:db8:1:2:aaaa::1") == address_key("2001:db8:1:2:bbbb::9")
+    assert address_key("2001:db8:1:3::1") != address_key("2001:db8:1:2::1")
+    assert address_key("::ffff:10.0.0.1") == address_key("10.0.0.1") == "10.0.0.1"
+    assert address_key("not an address") == "not an address"
 
 
 def test_the_database_keeps_users_sessions_keys_and_usage(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from coderai.engine.backends.llamacpp import probe
 from coderai.engine.backends.llamacpp.repack import Kernels, decide, machine_key
 
 CPUINFO = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx512f amx_tile\n"
@@ -41,7 +42,7 @@ def test_a_verdict_is_named_by_the_cpu_the_build_and_the_seam() -> None:
 @pytest.fixture
 def kept(tmp_path: Path) -> Path:
     """A machine whose verdict is kept already, as `llamacpp-test.json` (no trial runs)."""
-    (tmp_path / "llamacpp-test.json").write_text(json.dumps({**WORKS, "off_for": {}}))
+    (tmp_path / "llamacpp-test.json").write_text(json.dumps(WORKS))
     return tmp_path
 
 
@@ -67,8 +68,8 @@ def test_a_sigill_with_them_on_turns_them_off_for_the_models_listed(kept: Path) 
     decision = kernels.decide(None, "/m.gguf", "m")
     assert not decision.on
     assert "died of SIGILL (illegal instruction) with them on" in decision.why
-    # kept for the machine: the next process reads it too
-    assert "/m.gguf" in json.loads((kept / "llamacpp-test.json").read_text())["off_for"]
+    # kept for the machine at once: the next process reads it too
+    assert "/m.gguf" in json.loads((kept / "heals-test.json").read_text())
     assert kernels.decide(None, "/other.gguf", "other").on
     # loaded with them off, it is not listed: a second SIGILL heals nothing more
     assert json.loads((kept / f"live-{os.getpid()}.json").read_text()) == {"other": "/other.gguf"}
@@ -81,3 +82,33 @@ def test_other_ends_heal_nothing(kept: Path, previous: str) -> None:
     kernels = Kernels(kept, key="test")
     kernels.after(previous)
     assert kernels.decide(None, "/m.gguf", "m").on
+
+
+def test_the_live_list_counts_instances_of_a_model(kept: Path) -> None:
+    kernels = Kernels(kept, key="test")
+    kernels.decide(None, "/m.gguf", "m")
+    kernels.decide(None, "/m.gguf", "m")
+    kernels.released("m")  # one of two instances went: the other still runs with them on
+    assert json.loads((kept / f"live-{os.getpid()}.json").read_text()) == {"m": "/m.gguf"}
+    assert "m" in kernels.report()["models"]
+    kernels.released("m")
+    assert json.loads((kept / f"live-{os.getpid()}.json").read_text()) == {}
+    assert kernels.report()["models"] == {}
+
+
+@pytest.mark.parametrize(
+    ("trial", "kept_after"),
+    [
+        (probe.Trial(True, "ran"), True),
+        (probe.Trial(False, "died", signal="SIGILL"), True),
+        (probe.Trial(False, "the trial did not end within 120 s"), False),
+        (probe.Trial(False, "a trial with them on failed (exit 1): ImportError"), False),
+    ],
+)
+def test_only_what_the_kernels_did_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trial: probe.Trial, kept_after: bool
+) -> None:
+    monkeypatch.setattr(probe, "run", lambda: trial)
+    kernels = Kernels(tmp_path, key="test")
+    assert kernels.decide(None, "/m.gguf", "m").on is trial.works
+    assert (tmp_path / "llamacpp-test.json").exists() is kept_after
