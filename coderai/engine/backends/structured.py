@@ -78,7 +78,10 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
                 tools=job.tools,
                 tags=instance.call_tags,
             )
-            if job.model.get("options", {}).get("bare_tool_calls", True) is not False:
+            bare = job.model.get("options", {}).get("bare_tool_calls", True)
+            if not isinstance(bare, bool):
+                raise JobError("bare_tool_calls must be true or false", kind="bad_model")
+            if bare:
                 # a call written without its tags (Qwen2.5-Coder's habit): bare_call.py
                 seq.parser = BareCallReader(seq.parser, job.tools)
             seq.render_special = True

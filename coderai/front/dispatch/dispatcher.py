@@ -587,7 +587,6 @@ class Dispatcher:
         for spec in self.preloads(record):
             log.info("asking engine %s to load %s now", record.name, spec.get("id"))
             self.control(record, ControlAction.LOAD, {"model": spec})
-
         self._pump()
 
     def _name_refused(self, name: str, key: str | None, pid: int = 0) -> str | None:

@@ -96,10 +96,16 @@ class LlamaCppBackend(Backend):
         if gpu_layers is None:
             gpu_layers = -1 if llama_cpp.llama_supports_gpu_offload() else 0
         progress.fraction = 0.1
-        instance: ModelInstance | None = None
+        # an embedding instance's id differs from its model's generating one
+        model_id = f"{spec.id} (embeddings)" if spec.embedding else spec.id
+        repack = KERNELS.decide(options.get("extra_buffer_types"), str(path), model_id).on
+        if die_at.RULES:
+            die_at.at("load", repack)
+        instance: LlamaCppBatchInstance | LlamaCppEmbedder | None = None
         try:
             load = self._load_embedder if spec.embedding else self._load_generator
-            instance = load(spec, path, int(gpu_layers), kv)
+            instance = load(spec, path, int(gpu_layers), kv, repack)
+            instance.model_id, instance.extra_buffer_types = model_id, repack
             return instance
         except (ValueError, RuntimeError) as exc:
             # llama.cpp says only "Failed to load model"; the file is what the user needs
@@ -111,10 +117,10 @@ class LlamaCppBackend(Backend):
             if instance is None:
                 # a model that did not load is not in use: off the list of those with
                 # the extra buffer types on (repack.py)
-                KERNELS.released(f"{spec.id} (embeddings)" if spec.embedding else spec.id)
+                KERNELS.released(model_id)
 
     def _load_generator(
-        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
+        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str, repack: bool
     ) -> LlamaCppBatchInstance:
         import llama_cpp
         from llama_cpp._internals import LlamaContext, LlamaModel
@@ -123,10 +129,7 @@ class LlamaCppBackend(Backend):
         _init_backend()
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = gpu_layers
-        repack = KERNELS.decide(options.get("extra_buffer_types"), str(path), spec.id).on
         model_params.use_extra_bufts = repack
-        if die_at.RULES:
-            die_at.at("load", repack)
         model = LlamaModel(path_model=str(path), params=model_params, verbose=False)
         trained = model.n_ctx_train()
         per_token = bytes_per_token(model.metadata(), KV_BYTES[kv])
@@ -173,7 +176,7 @@ class LlamaCppBackend(Backend):
             spec.id, n_ctx, trained, n_ctx * per_token / (1 << 20), kv, parallel,
             params.n_threads, params.n_threads_batch, "on" if flash else "off",
         )  # fmt: skip
-        instance = LlamaCppBatchInstance(
+        return LlamaCppBatchInstance(
             model,
             context,
             parallel=parallel,
@@ -193,23 +196,15 @@ class LlamaCppBackend(Backend):
             else int(options["draft_length"]),
             options=options,
         )
-        instance.model_id, instance.extra_buffer_types = spec.id, repack
-        return instance
 
     def _load_embedder(
-        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str
+        self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str, repack: bool
     ) -> LlamaCppEmbedder:
         import llama_cpp
 
         # a pooled input is decoded in one batch, so the default batch of 512 tokens would
         # cap inputs below the context
         n_ctx = int(spec.options.get("n_ctx") or _embedding_context(path))
-        option = spec.options.get("extra_buffer_types")
-        # an embedding instance's id differs from its model's generating one
-        model_id = f"{spec.id} (embeddings)"
-        repack = KERNELS.decide(option, str(path), model_id).on
-        if die_at.RULES:
-            die_at.at("load", repack)
         with _extra_buffer_types(repack):
             llm = llama_cpp.Llama(
                 model_path=str(path),
@@ -224,9 +219,7 @@ class LlamaCppBackend(Backend):
                 n_ubatch=n_ctx,
                 verbose=False,
             )
-        embedder = LlamaCppEmbedder(llm)
-        embedder.model_id, embedder.extra_buffer_types = model_id, repack
-        return embedder
+        return LlamaCppEmbedder(llm)
 
 
 def _check_room(

@@ -9,8 +9,13 @@ import json
 
 import pytest
 
+from coderai.bus.messages import Job
+from coderai.engine.backends import structured
+from coderai.engine.backends.base import Sequence
+from coderai.engine.backends.fake import FakeInstance
 from coderai.engine.decoding.bare_call import BareCallReader, BareCallScanner
 from coderai.engine.decoding.tool_parse import ToolCallParser
+from coderai.errors import JobError
 
 TOOLS = [
     {
@@ -125,3 +130,22 @@ def test_the_scanner_knows_braces_inside_strings() -> None:
     assert scanner.feed('{"name": "} ``` {"}')
     assert scanner.whole()
     assert not scanner.feed(" x")
+
+
+def prepared(options: dict[str, object], tool_choice: str = "auto") -> Sequence:
+    """A chat job offering TOOLS, set up as the scheduler sets it up on a fake model."""
+    model = {"id": "m", "path": "", "format": "fake", "options": options}
+    seq = Sequence(Job(1, model, "chat", tools=TOOLS, tool_choice=tool_choice))
+    structured.prepare(seq, FakeInstance({}))
+    return seq
+
+
+def test_a_job_with_tools_reads_untagged_calls_unless_its_model_says_not() -> None:
+    assert isinstance(prepared({}).parser, BareCallReader)
+    assert isinstance(prepared({"bare_tool_calls": False}).parser, ToolCallParser)
+    assert prepared({}, tool_choice="none").parser is None
+
+
+def test_a_bare_tool_calls_option_that_is_not_a_boolean_fails_its_job_naming_it() -> None:
+    with pytest.raises(JobError, match="bare_tool_calls must be true or false"):
+        prepared({"bare_tool_calls": "no"})

@@ -3,7 +3,7 @@ serve a request are not running."""
 
 from __future__ import annotations
 
-from coderai.front.dispatch.deaths import Death, down, engine_doing, job_doing
+from coderai.front.dispatch.deaths import Death, asked_to_load, down, engine_doing, job_doing
 from coderai.front.engines.host import EngineStatus
 
 SIGILL = "died of SIGILL (illegal instruction)"
@@ -47,3 +47,12 @@ def test_an_engine_down_says_what_its_supervisor_does_next() -> None:
     )
     restarting = EngineStatus(state="restarting", failures=1)
     assert down([death], {"engine-0": restarting}, 0.0).endswith("it is being restarted")
+
+
+def test_a_load_asked_stays_until_a_heartbeat_shows_it_or_two_intervals_pass() -> None:
+    asked = {"qwen": 10.0, "gemma": 10.0, "smol": 10.0}
+    # gemma shows as loading and smol as loaded: the heartbeat reports them from now on
+    left = asked_to_load(asked, ["smol"], {"gemma": 0.1}, now=10.5, interval=1.0)
+    assert left == {"qwen": 10.0}  # a heartbeat sent before the engine read the ask
+    # not shown two intervals after it was asked: refused or failed, never "loading"
+    assert asked_to_load(left, [], {}, now=12.0, interval=1.0) == {}
