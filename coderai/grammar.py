@@ -19,12 +19,19 @@ tokens.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 #: JSON with no whitespace between tokens
 _COMPACT = {"whitespace_flexible": False}
 #: a model's own spacing, bounded so that it cannot loop on whitespace
 _SPACED = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{0,12}"}
+#: a tool's schema is enforced as far as llguidance can, and a keyword it does not
+#: implement (`propertyNames`, `if`/`then`, `not`, `dependentRequired`: common in MCP
+#: servers' tools) is skipped rather than failing the request: the arguments the model
+#: writes against that part are returned as written, and the client validates them
+#: (`unenforced` names what was skipped)
+TOOL = {"lenient": True}
 
 
 class GrammarError(ValueError):
@@ -127,12 +134,12 @@ def required_grammar(tools: list[dict[str, Any]], parallel: bool) -> str:
     schema: dict[str, Any] = with_defs({"type": "array", "items": items, "minItems": 1}, call)
     if not parallel:
         schema["maxItems"] = 1
-    return _schema_grammar(schema, _COMPACT)
+    return _schema_grammar(schema, {**_COMPACT, **TOOL})
 
 
 def named_grammar(tool: dict[str, Any]) -> str:
     """A named tool_choice: the output is that tool's arguments."""
-    return _schema_grammar(_tool_parameters(tool), _COMPACT)
+    return _schema_grammar(_tool_parameters(tool), {**_COMPACT, **TOOL})
 
 
 #: the call formats a lazy grammar is built for: their bodies are JSON
@@ -147,14 +154,31 @@ def lazy_grammar(tools: list[dict[str, Any]], fmt: str) -> str:
     if fmt == "mistral":
         items = {k: v for k, v in call.items() if k != "$defs"}
         call = with_defs({"type": "array", "items": items, "minItems": 1}, call)
-    call = {**call, "x-guidance": _SPACED}
+    call = {**call, "x-guidance": {**_SPACED, **TOOL}}
     return _lark(f"start: /[ \\t\\r\\n]*/ call\ncall: %json {json.dumps(call)}")
 
 
-def check(grammar: str) -> None:
-    """Refuse a grammar llguidance cannot build (it names what it does not implement)."""
+def check(grammar: str) -> list[str]:
+    """Refuse a grammar llguidance cannot build (it names what it does not implement);
+    a lenient one that builds gives the schema keywords it skipped, in order, once each."""
     import llguidance
 
-    problem = llguidance.LLMatcher.validate_grammar(grammar)
-    if problem:
-        raise GrammarError(problem)
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if failed:
+        raise GrammarError("; ".join(messages))
+    return skipped(messages)
+
+
+#: how llguidance names the keywords a lenient schema left unenforced
+_UNIMPLEMENTED = re.compile(r"Unimplemented keys: (\[[^\]]*\])")
+
+
+def skipped(warnings: list[str]) -> list[str]:
+    """The schema keywords llguidance's warnings say it skipped (a warning of another
+    kind is kept whole, so that nothing it said is lost)."""
+    keys: list[str] = []
+    for warning in warnings:
+        found = _UNIMPLEMENTED.findall(warning)
+        names = [k for group in found for k in json.loads(group)] if found else [warning]
+        keys += [k for k in names if k not in keys]
+    return keys

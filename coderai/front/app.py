@@ -37,7 +37,7 @@ from coderai.front.console.status_api import StatusRoutes
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.engine_view import EngineView, engine_views
-from coderai.front.http import error_boundary
+from coderai.front.http import add_notices, error_boundary
 from coderai.front.hub import EventHub
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
@@ -151,6 +151,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         client_max_size=MAX_BODY_BYTES,
     )
     app[METRICS] = front.metrics
+    app.on_response_prepare.append(add_notices)
     dispatcher = front.dispatcher
     front.metrics.watch(dispatcher, front.engines)
     AccountRoutes(auth, usage, config.auth, front.directory).add_to(app)

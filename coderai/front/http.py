@@ -30,6 +30,24 @@ FRONT = "front"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: where a request keeps its notices: headers its checks set, for whatever answers it
+_NOTICES = "coderai.notices"
+#: a notice's longest value: a header, not a report
+_NOTICE_CHARS = 2000
+
+
+def notify(request: web.Request, notices: Mapping[str, str]) -> None:
+    """Headers to add to the request's answer, whole or streamed (add_notices)."""
+    request.setdefault(_NOTICES, {}).update(notices)
+
+
+async def add_notices(request: web.Request, response: web.StreamResponse) -> None:
+    """aiohttp's on_response_prepare hook: the request's notices, as printable ASCII (a
+    value may quote a client's text)."""
+    for name, value in request.get(_NOTICES, {}).items():
+        printable = "".join(c if " " <= c <= "~" else "?" for c in value)
+        response.headers[name] = printable[:_NOTICE_CHARS]
+
 
 def error_response(
     error: CoderaiError, engine: str | None = None, body: dict[str, Any] | None = None

@@ -78,6 +78,9 @@ class Sequence:
     reasoning_tokens: int = 0
     constraint: Any = None
     lazy: bool = False
+    #: its calls as they stream, checked against their schemas once whole
+    #: (decoding/call_check.py)
+    call_check: Any = None
     #: its constraint is a call in the model's own format (reasoning free before it)
     own_format: bool = False
     #: token ids the next steps must choose, in order, whatever the logits say (a thinking

@@ -14,6 +14,7 @@ from coderai import grammar
 from coderai.bus.kinds import JobKind
 from coderai.engine.backends.base import ModelInstance, Sequence
 from coderai.engine.decoding.bare_call import BareCallReader
+from coderai.engine.decoding.call_check import CallCheck
 from coderai.engine.decoding.call_grammar import (
     LAZY_OWN,
     OWN_FORMATS,
@@ -78,6 +79,7 @@ def prepare(seq: Sequence, instance: ModelInstance) -> None:
                 tools=job.tools,
                 tags=instance.call_tags,
             )
+            seq.call_check = CallCheck(job.tools)
             bare = job.model.get("options", {}).get("bare_tool_calls", True)
             if not isinstance(bare, bool):
                 raise JobError("bare_tool_calls must be true or false", kind="bad_model")
@@ -207,6 +209,13 @@ def read(seq: Sequence, text: str, end: bool = False) -> Parsed:
         out.content += tail.content
         out.reasoning += tail.reasoning
         out.calls += tail.calls
+    if seq.call_check is not None:
+        for delta in out.calls:
+            seq.call_check.add(delta.index, delta.name, delta.arguments)
+        if end:
+            for problem in seq.call_check.problems():
+                log.info("job %d: %s (returned as written: the client validates)",
+                         seq.job.job_id, problem)  # fmt: skip
     if out.began is not None and seq.constraint is None and seq.instance is not None:
         try:
             _begin_lazy(seq, seq.instance, out.began)

@@ -25,6 +25,7 @@ from typing import Any
 from coderai.engine.decoding.marked_calls import MARKERS
 from coderai.engine.decoding.tool_parse import CALL_TAGS
 from coderai.engine.decoding.xml_call import schema_types
+from coderai.grammar import TOOL
 
 #: the id of a marker that is one special token of the model's vocabulary, else None
 SpecialOf = Callable[[str], int | None]
@@ -96,7 +97,7 @@ class _Writer:
         return " ".join(out)
 
     def json(self, schema: dict[str, Any]) -> str:
-        return f"%json {json.dumps({**schema, 'x-guidance': _SPACED})}"
+        return f"%json {json.dumps({**schema, 'x-guidance': {**_SPACED, **TOOL}})}"
 
 
 def _parameters(tool: dict[str, Any]) -> dict[str, Any]:

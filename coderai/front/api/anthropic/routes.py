@@ -28,7 +28,7 @@ from coderai.front.api.openai.schemas import ChatRequest
 from coderai.front.api.openai.tokenize import tokens_answer
 from coderai.front.api.serving import Serving
 from coderai.front.api.translation import chat_request, submit_chat, validate
-from coderai.front.http import ENGINE_HEADER, FRONT, from_http_exception, read_json
+from coderai.front.http import ENGINE_HEADER, FRONT, from_http_exception, notify, read_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -68,6 +68,7 @@ class AnthropicRoutes:
         chat = chat_request(req.chat_body(), RENAMES).model_copy(
             update={"stop": req.stop_sequences}
         )
+        notify(request, chat.notices)
         entry = await self.serving.resolve(chat.model)
         job = submit_chat(self.serving, chat, entry)
         try:

@@ -24,7 +24,7 @@ from coderai.front.api.stream_io import Preamble, open_stream, progress_comment,
 from coderai.front.auth import activity
 from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
-from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
+from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -96,6 +96,7 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
+        notify(request, req.notices)
         entry = await self.serving.resolve(req.model)
         messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])

@@ -12,6 +12,7 @@ encode (JSON's `"\ud800"` escape decodes to a lone surrogate, which it cannot).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from functools import lru_cache, partial
@@ -22,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -29,6 +31,8 @@ from pydantic import (
 from coderai import grammar
 from coderai.errors import InvalidRequest
 from coderai.front.http import validate
+
+log = logging.getLogger("coderai.front")
 
 #: a logit_bias key: a token id in ASCII digits (str.isdigit would take "²" and "٣")
 _TOKEN_ID = re.compile(r"[0-9]{1,10}")
@@ -351,6 +355,10 @@ def template_variables(given: dict[str, Any] | None) -> dict[str, Any] | None:
 #: reasoning efforts the APIs name (OpenAI's, and Anthropic's "max"), from none to most
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
+#: names, per tool, the schema keywords the grammar engine skipped (grammar.TOOL): the
+#: arguments may break those parts, and the client is the one to check them
+UNENFORCED_HEADER = "X-CoderAI-Schema-Unenforced"
+
 #: choices one request may ask for, and engine jobs (prompts times n) one completions
 #: request may start
 MAX_CHOICES = 16
@@ -377,6 +385,12 @@ class ChatRequest(_Sampling):
     #: `{"enable_thinking": false}` for Qwen3's switch, or any the template reads; one it
     #: does not read asks nothing of it. They win over what reasoning_effort sets.
     chat_template_kwargs: dict[str, Any] | None = None
+    #: what the checks found to tell the client, as response headers (name: value)
+    _notices: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def notices(self) -> dict[str, str]:
+        return self._notices
 
     @field_validator("chat_template_kwargs")
     @classmethod
@@ -439,7 +453,9 @@ def check_structured(req: ChatRequest) -> None:
         )
     if choice != "none":
         specs = [tool.model_dump(exclude_none=True) for tool in req.tools or []]
-        _tools_compile(json.dumps(specs, sort_keys=True))
+        unenforced = _tools_compile(json.dumps(specs, sort_keys=True))
+        if unenforced:
+            req.notices[UNENFORCED_HEADER] = unenforced
     fmt = req.response_format.for_job() if req.response_format else {}
     if fmt:
         if choice != "none":
@@ -454,16 +470,27 @@ def check_structured(req: ChatRequest) -> None:
 
 # Agents send the same tools with every request, and compiling 15 of them took 17 ms of
 # the event loop here: a set of tools, or a format, that compiled once is not compiled
-# again (a refused one is: an exception is not cached).
+# again (a refused one is: an exception is not cached), and what a set leaves unenforced
+# is logged once, when it is first compiled.
 @lru_cache(maxsize=256)
-def _tools_compile(tools_json: str) -> None:
+def _tools_compile(tools_json: str) -> str:
+    """What of the tools' schemas the grammar engine skips ("" if nothing), as the
+    X-CoderAI-Schema-Unenforced header names it: `tools[i] name: keyword, ...` per tool."""
     specs = json.loads(tools_json)
+    skipped = []
     for i, spec in enumerate(specs):
-        _compiles(partial(grammar.named_grammar, spec), f"tools[{i}].function.parameters")
+        param = f"tools[{i}].function.parameters"
+        keys = _compiles(partial(grammar.named_grammar, spec), param)
+        if keys:
+            skipped.append(f"tools[{i}] {spec['function']['name']}: {', '.join(keys)}")
     # the grammars the engine builds nest every tool's schema in a call: compile those too,
     # so that what passes here cannot fail there
     _compiles(partial(grammar.required_grammar, specs, True), "tools")
     _compiles(partial(grammar.lazy_grammar, specs, "mistral"), "tools")
+    if skipped:
+        log.info("tool schemas enforced in part (the rest is the client's to check): %s",
+                 "; ".join(skipped))  # fmt: skip
+    return "; ".join(skipped)
 
 
 @lru_cache(maxsize=256)
@@ -472,9 +499,10 @@ def _format_compiles(format_json: str) -> None:
     _compiles(partial(grammar.response_grammar, fmt), "response_format")
 
 
-def _compiles(build: Callable[[], str], param: str) -> None:
+def _compiles(build: Callable[[], str], param: str) -> list[str]:
+    """The keywords a grammar skipped, or InvalidRequest where it cannot be built."""
     try:
-        grammar.check(build())
+        return grammar.check(build())
     except grammar.GrammarError as exc:
         raise InvalidRequest(
             f"{param}: this schema cannot be enforced: {exc}", param=param
@@ -608,6 +636,12 @@ class TokenizeRequest(_Body):
     add_generation_prompt: bool = True
     #: the template's variables, as a chat request gives them (ChatRequest's)
     chat_template_kwargs: dict[str, Any] | None = None
+    #: what the checks found to tell the client, as response headers (name: value)
+    _notices: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def notices(self) -> dict[str, str]:
+        return self._notices
 
     @field_validator("chat_template_kwargs")
     @classmethod

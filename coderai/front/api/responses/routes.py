@@ -16,7 +16,7 @@ from coderai.front.api.responses.reply import ResponseStream
 from coderai.front.api.responses.request import NOT_BUILT, RENAMES, ResponsesRequest
 from coderai.front.api.serving import Serving
 from coderai.front.api.translation import chat_request, submit_chat, validate
-from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
+from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
 
 #: names the hosted tools a request offered that the model was not offered (comma-separated)
 OMITTED_HEADER = "X-CoderAI-Tools-Omitted"
@@ -46,6 +46,7 @@ class ResponsesRoutes:
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
+        notify(request, chat.notices)
         entry = await self.serving.resolve(chat.model)
         start = responses_reply.head(req, entry.id)
         headers = self._omitted(req)

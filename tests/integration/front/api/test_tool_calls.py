@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pydantic
@@ -23,6 +24,10 @@ from tests.support.json_prefix import is_json_prefix
 from tests.support.server import Server, openai_client, running
 from tests.support.stepping import call_deltas
 from tests.support.tools import SHORT as SHORT_TOOL
+from tests.support.tools import SHORT_PARAMETERS
+
+#: tools/list of published MCP servers, as they answered (descriptions left out)
+MCP_DATA = Path(__file__).parents[3] / "data" / "mcp"
 
 ARGS = {"city": 'Paris, "FR" {x}', "days": 3}
 CALL = json.dumps({"name": "get_weather", "arguments": ARGS})
@@ -481,9 +486,6 @@ def test_n_gives_several_choices(client: openai.OpenAI) -> None:
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
          "tool_choice"),
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-            "type": "object", "properties": {"a": {"type": "string", "format": "no-such"}}}}}]},
-         "tools[0].function.parameters"),
         # not a schema: its definitions are null
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
             "type": "object", "definitions": None}}}]}, "tools"),
@@ -536,3 +538,72 @@ def test_a_call_the_model_begins_is_finished_under_the_lazy_grammar(
     args = json.loads(arguments)
     assert args["city"] in ("Paris", "Rome") and 1 <= args["days"] <= 9
     assert seq.constraint is None, "the grammar ends with the call"
+
+
+#: schemas with a JSON Schema keyword llguidance does not implement, as MCP servers write
+#: them: each beside the weather's own (required) city and days
+SKIPPED: dict[str, dict[str, Any]] = {
+    "propertyNames": {"type": "object", "propertyNames": {"pattern": "^[a-z-]+$"},
+                      "additionalProperties": {"type": "string"}},
+    "if": {"type": "object", "if": {"required": ["unit"]}, "then": {"required": ["scale"]}},
+    "not": {"not": {"type": "null"}},
+    "dependentRequired": {"type": "object", "dependentRequired": {"unit": ["scale"]}},
+    "contains": {"type": "array", "contains": {"type": "string"}},
+    "uniqueItems": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+}  # fmt: skip
+UNENFORCED = "X-CoderAI-Schema-Unenforced"
+
+
+def _with_keyword(keyword: str) -> dict[str, Any]:
+    params: dict[str, Any] = json.loads(json.dumps(SHORT_PARAMETERS))
+    params["properties"]["extra"] = SKIPPED[keyword]
+    return params
+
+
+@pytest.mark.parametrize("keyword", list(SKIPPED))
+def test_a_schema_keyword_the_grammar_skips_is_named_and_the_call_still_made(
+    client: openai.OpenAI, server: Server, keyword: str
+) -> None:
+    """A keyword the grammar engine does not implement fails no request: the call is made
+    under the rest of the schema (required: a grammar from the first token), the header
+    names what was skipped, and Anthropic's client gets the same through /v1/messages."""
+    params = _with_keyword(keyword)
+    raw = client.chat.completions.with_raw_response.create(
+        model="smol",
+        messages=[{"role": "user", "content": "Weather in Paris for 2 days?"}],
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": params}}],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=60,
+    )
+    assert raw.headers[UNENFORCED].startswith("tools[0] get_weather: ")
+    assert keyword in raw.headers[UNENFORCED]
+    call: Any = (raw.parse().choices[0].message.tool_calls or [])[0]
+    args = json.loads(call.function.arguments)
+    assert args["city"] in ("Paris", "Rome") and 1 <= args["days"] <= 9  # what was enforced
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as claude:
+        answer = claude.messages.with_raw_response.create(
+            model="smol",
+            max_tokens=40,
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[{"name": "get_weather", "input_schema": params}],
+        )
+    assert keyword in answer.headers[UNENFORCED]
+    assert answer.parse().stop_reason in ("end_turn", "tool_use", "max_tokens")
+
+
+def test_a_real_mcp_servers_tools_are_taken_and_what_is_skipped_named(server: Server) -> None:
+    """Playwright's MCP server (its tools/list, kept in tests/data/mcp) has a tool whose
+    schema the grammar engine enforces in part; the request is answered all the same."""
+    listed: dict[str, Any] = json.loads((MCP_DATA / "Playwright.json").read_text())
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "function": {"name": t["name"], "parameters": t["inputSchema"]}}
+        for t in listed["tools"]
+    ]
+    body = {"model": "hermes", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    drop = next(i for i, t in enumerate(tools) if t["function"]["name"] == "browser_drop")
+    assert r.headers[UNENFORCED] == f"tools[{drop}] browser_drop: propertyNames"
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
