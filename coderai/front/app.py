@@ -43,8 +43,9 @@ from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 
 METRICS = web.AppKey("metrics", Metrics)
-#: large enough for long chat histories, small enough that a body cannot exhaust memory
-MAX_BODY_BYTES = 16 * 1024 * 1024
+#: large enough for long chat histories that carry screenshots and PDFs (Anthropic's own
+#: limit for a Messages request is 32 MB), small enough that a body cannot exhaust memory
+MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def count_answer(request: web.Request, response: web.StreamResponse) -> None:

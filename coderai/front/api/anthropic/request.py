@@ -79,16 +79,154 @@ class ToolUseBlock(Body):
     cache_control: CacheControl | None = None
 
 
+class Base64Source(Body):
+    type: Literal["base64"]
+    media_type: Text
+    data: Text
+
+
+class UrlSource(Body):
+    type: Literal["url"]
+    url: Text
+
+
+class FileSource(Body):
+    """A file in Anthropic's Files API: none is kept here, so it becomes a placeholder."""
+
+    type: Literal["file"]
+    file_id: Text
+
+
+class PlainTextSource(Body):
+    type: Literal["text"]
+    media_type: Literal["text/plain"] = "text/plain"
+    data: Text
+
+
+class ImageBlock(Body):
+    """An image (a screenshot a user pasted, or one a tool read): what a model that
+    reads no images gets in its place is a placeholder saying so (media/shown.py)."""
+
+    type: Literal["image"]
+    source: Annotated[Base64Source | UrlSource | FileSource, Field(discriminator="type")]
+    cache_control: CacheControl | None = None
+
+    def part(self) -> dict[str, Any]:
+        src = self.source
+        if isinstance(src, FileSource):
+            return {"type": "file", "file": {"file_id": src.file_id}}
+        url = src.url if isinstance(src, UrlSource) else f"data:{src.media_type};base64,{src.data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+
+
+class ContentSource(Body):
+    """A document given as content blocks: their text (and images) in its place."""
+
+    type: Literal["content"]
+    content: Text | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]]
+
+
+class Citations(Body):
+    enabled: bool = False
+
+
+class DocumentBlock(Body):
+    """A document (a PDF, or text): read as its text under its title (media/shown.py)."""
+
+    type: Literal["document"]
+    source: Annotated[
+        Base64Source | PlainTextSource | UrlSource | FileSource | ContentSource,
+        Field(discriminator="type"),
+    ]
+    title: Text | None = None
+    context: Text | None = None
+    #: cited answers are not built: the model reads the text, and answers without them
+    citations: Citations | None = None
+    cache_control: CacheControl | None = None
+
+    @model_validator(mode="after")
+    def _no_citations(self) -> DocumentBlock:
+        if self.citations is not None and self.citations.enabled:
+            raise ValueError("citations are not supported by this server")
+        return self
+
+    def parts(self) -> list[dict[str, Any]]:
+        src, title = self.source, self.title or ""
+        head = f"[document: {title}]\n" if title else ""
+        if self.context:
+            head += f"[context: {self.context}]\n"
+        named = head or "[document]\n"  # a document's text is set apart from what follows
+        if isinstance(src, PlainTextSource):
+            return [{"type": "text", "text": f"{named}{src.data}\n[end of document]\n"}]
+        if isinstance(src, ContentSource):
+            inner = src.content
+            blocks = [{"type": "text", "text": inner}] if isinstance(inner, str) else [
+                b.part() if isinstance(b, ImageBlock) else {"type": "text", "text": b.text}
+                for b in inner
+            ]  # fmt: skip
+            end = {"type": "text", "text": "\n[end of document]\n"}
+            return [{"type": "text", "text": named}, *blocks, end]
+        if isinstance(src, FileSource):
+            ref: dict[str, Any] = {"file_id": src.file_id}
+        elif isinstance(src, UrlSource):
+            ref = {"file_url": src.url}
+        else:
+            ref = {"file_data": f"data:{src.media_type};base64,{src.data}"}
+        file = {"type": "file", "file": {**ref, **({"filename": title} if title else {})}}
+        return [{"type": "text", "text": head}, file] if self.context else [file]
+
+
+class SearchResultBlock(Body):
+    """A search result a tool returned (Anthropic's RAG block): its text under its title
+    and source. Cited answers are not built."""
+
+    type: Literal["search_result"]
+    source: Text
+    title: Text
+    content: list[TextBlock]
+    citations: Citations | None = None
+    cache_control: CacheControl | None = None
+
+    def part(self) -> dict[str, Any]:
+        text = join(self.content)
+        return {"type": "text", "text": f"[search result: {self.title} ({self.source})]\n{text}\n"}
+
+
+#: what a tool result, or a user turn, may hold besides text
+Media = ImageBlock | DocumentBlock | SearchResultBlock
+
+
+def media_parts(block: Media) -> list[dict[str, Any]]:
+    return block.parts() if isinstance(block, DocumentBlock) else [block.part()]
+
+
 class ToolResultBlock(Body):
     type: Literal["tool_result"]
     tool_use_id: Text = Field(min_length=1)
-    content: Text | list[TextBlock] = ""
+    content: (
+        Text
+        | list[
+            Annotated[
+                TextBlock | ImageBlock | DocumentBlock | SearchResultBlock,
+                Field(discriminator="type"),
+            ]
+        ]
+    ) = ""
     is_error: bool = False
     cache_control: CacheControl | None = None
 
-    def text(self) -> str:
-        text = self.content if isinstance(self.content, str) else join(self.content)
-        return f"Error: {text}" if self.is_error else text
+    def content_for_chat(self) -> str | list[dict[str, Any]]:
+        """The result as a tool message's content: its text, or parts where it holds media
+        (a screenshot Claude Code's Read returned)."""
+        prefix = "Error: " if self.is_error else ""
+        if isinstance(self.content, str):
+            return prefix + self.content
+        if all(isinstance(b, TextBlock) for b in self.content):
+            return prefix + "".join(b.text for b in self.content if isinstance(b, TextBlock))
+        parts: list[dict[str, Any]] = [{"type": "text", "text": prefix}] if prefix else []
+        for b in self.content:
+            parts += _parts([b]) if isinstance(b, TextBlock) else media_parts(b)
+        return parts
 
 
 class ThinkingBlock(Body):
@@ -103,13 +241,18 @@ class ThinkingBlock(Body):
 
 
 Block = Annotated[
-    TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock, Field(discriminator="type")
+    TextBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | ImageBlock
+    | DocumentBlock
+    | SearchResultBlock,
+    Field(discriminator="type"),
 ]
 #: the blocks this server reads
-_READ = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking")
-
-#: blocks that carry what these models cannot read, by what they are
-_NOT_TEXT = {"image": "an image", "document": "a document", "search_result": "a search result"}
+_READ = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking", "image",
+         "document", "search_result")  # fmt: skip
 
 
 def join(blocks: list[TextBlock]) -> str:
@@ -133,10 +276,6 @@ def _refuse_block(block: object, where: str, model: object) -> None:
     kind = block.get("type") if isinstance(block, dict) else None
     if not isinstance(kind, str):
         raise InvalidRequest(f"{where} is not a block with a type", param=where)
-    if kind in _NOT_TEXT:
-        raise InvalidRequest(
-            f"{where} is {_NOT_TEXT[kind]}; model {model!r} takes text only", param=where
-        )
     if kind not in _READ:
         raise InvalidRequest(
             f"{where} is a {kind!r} block; this server takes {', '.join(_READ)} blocks",
@@ -155,8 +294,10 @@ class Message(Body):
             isinstance(b, ToolUseBlock | ThinkingBlock) for b in blocks
         ):
             raise ValueError("tool_use and thinking blocks belong in assistant messages")
-        if self.role != "user" and any(isinstance(b, ToolResultBlock) for b in blocks):
-            raise ValueError("tool_result blocks belong in user messages")
+        if self.role != "user" and any(isinstance(b, ToolResultBlock | Media) for b in blocks):
+            raise ValueError(
+                "tool_result, image, document and search_result blocks belong in user messages"
+            )
         return self
 
     def text(self) -> str:
@@ -196,19 +337,20 @@ class Message(Body):
         """Each tool result is a tool message (answering its call); the text between them,
         a user message, in the order given."""
         out: list[dict[str, Any]] = []
-        texts: list[TextBlock] = []
+        texts: list[dict[str, Any]] = []  # the parts of the user message being gathered
         for block in self.content:
             if isinstance(block, TextBlock):
-                texts.append(block)
+                texts += _parts([block])
+            elif isinstance(block, ImageBlock | DocumentBlock | SearchResultBlock):
+                texts += media_parts(block)
             elif isinstance(block, ToolResultBlock):
                 if texts:
-                    out.append({"role": "user", "content": _parts(texts)})
+                    out.append({"role": "user", "content": texts})
                     texts = []
-                out.append(
-                    {"role": "tool", "tool_call_id": block.tool_use_id, "content": block.text()}
-                )
+                content = block.content_for_chat()
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         if texts or not out:
-            out.append({"role": "user", "content": _parts(texts)})
+            out.append({"role": "user", "content": texts})
         return out
 
 

@@ -68,8 +68,9 @@ class AnthropicRoutes:
         chat = chat_request(req.chat_body(), RENAMES).model_copy(
             update={"stop": req.stop_sequences}
         )
-        notify(request, chat.notices)
         entry = await self.serving.resolve(chat.model)
+        await chat.read_media()
+        notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
         try:
             if req.stream:

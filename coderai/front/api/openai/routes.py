@@ -96,8 +96,9 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
-        notify(request, req.notices)
         entry = await self.serving.resolve(req.model)
+        await req.read_media()
+        notify(request, req.notices)
         messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])
 

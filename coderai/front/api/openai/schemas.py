@@ -11,6 +11,7 @@ encode (JSON's `"\ud800"` escape decodes to a lone surrogate, which it cannot).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -31,6 +32,9 @@ from pydantic import (
 from coderai import grammar
 from coderai.errors import InvalidRequest
 from coderai.front.http import validate
+from coderai.front.media.medium import Medium
+from coderai.front.media.shown import show
+from coderai.front.media.source import is_data_url
 
 log = logging.getLogger("coderai.front")
 
@@ -152,18 +156,63 @@ class RefusalPart(_Body):
 _PART_TYPES = ("text", "refusal", "image_url", "input_audio", "file")
 
 
-class MediaPart(BaseModel):
-    """A part that is not text: parsed only so that it is refused by what it is, rather
-    than with a schema path the user cannot read."""
-
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["image_url", "input_audio", "file"]
-
-    def what(self) -> str:
-        return {"image_url": "an image", "input_audio": "audio", "file": "a file"}[self.type]
+class ImageUrl(_Body):
+    #: a `data:` URL (base64) or a remote one
+    url: Text
+    #: how finely a vision model looks at it: the projector decides here, so any asks nothing
+    detail: Literal["auto", "low", "high"] | None = None
 
 
-Part = Annotated[TextPart | RefusalPart | MediaPart, Field(discriminator="type")]
+class ImagePart(_Body):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+    def medium(self) -> Medium:
+        return Medium("image", url=self.image_url.url)
+
+
+class InputAudio(_Body):
+    data: Text
+    format: Text
+
+
+class AudioPart(_Body):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+    def medium(self) -> Medium:
+        return Medium("audio", data=self.input_audio.data, mime=self.input_audio.format)
+
+
+class FileRef(_Body):
+    #: the file's bytes: a `data:` URL, or bare base64
+    file_data: Text | None = None
+    file_id: Text | None = None
+    filename: Text | None = None
+    #: not chat's own, but the Responses API's (and Anthropic's document URL): where it is
+    file_url: Text | None = None
+
+    @model_validator(mode="after")
+    def _some_content(self) -> FileRef:
+        if not (self.file_data or self.file_id or self.file_url):
+            raise ValueError("a file needs file_data, file_id or file_url")
+        return self
+
+
+class FilePart(_Body):
+    type: Literal["file"]
+    file: FileRef
+
+    def medium(self) -> Medium:
+        f = self.file
+        data = f.file_data or ""
+        url, data = (data, "") if is_data_url(data) else (f.file_url or "", data)
+        return Medium("file", url=url, data=data, name=f.filename or "", file_id=f.file_id or "")
+
+
+MediaPart = ImagePart | AudioPart | FilePart
+Part = Annotated[TextPart | RefusalPart | ImagePart | AudioPart | FilePart,
+                 Field(discriminator="type")]  # fmt: skip
 
 
 class FunctionCall(_Body):
@@ -238,13 +287,26 @@ class ChatMessage(_Body):
         return out
 
     def text(self) -> str:
+        """The message's text: its parts in order, each medium as what the model reads in
+        its place (media/shown.py), on lines of its own."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(
-            part.text for part in self.content if isinstance(part, TextPart | RefusalPart)
-        )
+        out = ""
+        for part in self.content:
+            if isinstance(part, TextPart | RefusalPart):
+                out += part.text
+                continue
+            if out and not out.endswith("\n"):
+                out += "\n"
+            out += show(part.medium()).text + "\n"
+        return out
+
+    def media(self) -> list[MediaPart]:
+        if not isinstance(self.content, list):
+            return []
+        return [p for p in self.content if isinstance(p, ImagePart | AudioPart | FilePart)]
 
     def template_role(self) -> str:
         """OpenAI's developer role is the system role of models that predate it, and chat
@@ -359,6 +421,10 @@ Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 #: arguments may break those parts, and the client is the one to check them
 UNENFORCED_HEADER = "X-CoderAI-Schema-Unenforced"
 
+#: names each image, audio clip or file the model read as text in its place (a document's
+#: text, or a placeholder saying what was there: media/shown.py)
+MEDIA_HEADER = "X-CoderAI-Media-Replaced"
+
 #: choices one request may ask for, and engine jobs (prompts times n) one completions
 #: request may start
 MAX_CHOICES = 16
@@ -392,6 +458,16 @@ class ChatRequest(_Sampling):
     def notices(self) -> dict[str, str]:
         return self._notices
 
+    async def read_media(self) -> None:
+        """What the model reads in each medium's place, found off the event loop (a PDF's
+        text takes a while the first time; it is cached after: media/shown.py), and the
+        header that names them. A path that skips this step finds the same text when
+        the prompt is built, on the loop."""
+        media = [part.medium() for message in self.messages for part in message.media()]
+        if media:
+            shown = await asyncio.to_thread(lambda: [show(medium) for medium in media])
+            self._notices[MEDIA_HEADER] = "; ".join(s.what for s in shown)
+
     @field_validator("chat_template_kwargs")
     @classmethod
     def _template_variables(cls, given: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -400,7 +476,6 @@ class ChatRequest(_Sampling):
     def check(self) -> None:
         super().check()
         check_structured(self)
-        refuse_media(self.messages, self.model)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -423,18 +498,6 @@ class ChatRequest(_Sampling):
             "parallel_tool_calls": self.parallel_tool_calls,
             "response_format": self.response_format.for_job() if self.response_format else {},
         }
-
-
-def refuse_media(messages: list[ChatMessage], model: str) -> None:
-    """A part that is not text is refused by what it is: models here read text only."""
-    for i, message in enumerate(messages):
-        parts = message.content if isinstance(message.content, list) else []
-        for j, part in enumerate(parts):
-            if isinstance(part, MediaPart):
-                raise InvalidRequest(
-                    f"messages[{i}].content[{j}] is {part.what()}; model {model!r} takes text only",
-                    param=f"messages[{i}].content[{j}]",
-                )
 
 
 def check_structured(req: ChatRequest) -> None:
@@ -636,12 +699,6 @@ class TokenizeRequest(_Body):
     add_generation_prompt: bool = True
     #: the template's variables, as a chat request gives them (ChatRequest's)
     chat_template_kwargs: dict[str, Any] | None = None
-    #: what the checks found to tell the client, as response headers (name: value)
-    _notices: dict[str, str] = PrivateAttr(default_factory=dict)
-
-    @property
-    def notices(self) -> dict[str, str]:
-        return self._notices
 
     @field_validator("chat_template_kwargs")
     @classmethod
@@ -651,7 +708,6 @@ class TokenizeRequest(_Body):
     def check(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise InvalidRequest("give either prompt or messages", param="prompt")
-        refuse_media(self.messages or [], self.model)
 
 
 class DetokenizeRequest(_Body):

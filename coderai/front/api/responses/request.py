@@ -63,20 +63,71 @@ class RefusalPart(Body):
     refusal: Text
 
 
-Part = Annotated[TextPart | RefusalPart, Field(discriminator="type")]
-#: parts that carry what these models cannot read, by what they are
-_NOT_TEXT = {"input_image": "an image", "input_file": "a file", "input_audio": "audio"}
+class ImagePart(Body):
+    """An image (a screenshot): what a model that reads no images gets in its place is a
+    placeholder saying so (media/shown.py)."""
+
+    type: Literal["input_image"]
+    image_url: Text | None = None
+    file_id: Text | None = None
+    #: how finely a vision model looks at it: the projector decides, so any asks nothing
+    detail: Literal["auto", "low", "high", "original"] | None = None
+
+    @model_validator(mode="after")
+    def _some_image(self) -> ImagePart:
+        if not (self.image_url or self.file_id):
+            raise ValueError("an input_image needs image_url or file_id")
+        return self
+
+    def for_chat(self) -> dict[str, Any]:
+        if self.image_url:
+            return {"type": "image_url", "image_url": {"url": self.image_url}}
+        return {"type": "file", "file": {"file_id": self.file_id}}
+
+
+class FilePart(Body):
+    """A file (a PDF, or text): read as its text under its name (media/shown.py)."""
+
+    type: Literal["input_file"]
+    file_data: Text | None = None
+    file_id: Text | None = None
+    file_url: Text | None = None
+    filename: Text | None = None
+
+    def for_chat(self) -> dict[str, Any]:
+        fields = self.model_dump(exclude={"type"}, exclude_none=True)
+        if not fields.keys() - {"filename"}:
+            raise InvalidRequest("an input_file needs file_data, file_id or file_url")
+        return {"type": "file", "file": fields}
+
+
+class AudioPart(Body):
+    type: Literal["input_audio"]
+    input_audio: dict[str, Text]
+
+    def for_chat(self) -> dict[str, Any]:
+        return {"type": "input_audio", "input_audio": self.input_audio}
+
+
+Part = Annotated[
+    TextPart | RefusalPart | ImagePart | FilePart | AudioPart, Field(discriminator="type")
+]
 
 
 def _parts(parts: str | list[Part]) -> str | list[dict[str, Any]]:
-    """Content in chat's shape: a text, or text parts that the chat path joins."""
+    """Content in chat's shape: a text, or parts that the chat path joins (a medium as
+    what the model reads in its place)."""
     if isinstance(parts, str):
         return parts
-    return [
-        {"type": "text", "text": p.text} if isinstance(p, TextPart)
-        else {"type": "refusal", "refusal": p.refusal}
-        for p in parts
-    ]  # fmt: skip
+    out: list[dict[str, Any]] = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            out.append({"type": "text", "text": p.text})
+        elif isinstance(p, RefusalPart):
+            out.append({"type": "refusal", "refusal": p.refusal})
+        else:
+            out.append(p.for_chat())
+    return out
 
 
 class MessageItem(Body):
@@ -100,10 +151,8 @@ class FunctionCallOutputItem(Body):
 
     type: Literal["function_call_output"]
     call_id: Text = Field(min_length=1)
-    output: Text | list[TextPart]
-
-    def text(self) -> str:
-        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
+    #: text, or parts: a tool that read an image or a file returns it here
+    output: Text | list[Part]
 
 
 class ReasoningItem(Body):
@@ -150,14 +199,6 @@ def _readable_items(items: object, model: object) -> None:
                 f"input[{i}] is a {kind!r} item; this server takes {', '.join(_READ)} items",
                 param=f"input[{i}]",
             )
-        content = item.get("content", item.get("output"))
-        for j, part in enumerate(content if isinstance(content, list) else []):
-            what = _NOT_TEXT.get(str(part.get("type")) if isinstance(part, dict) else "")
-            if what is not None:
-                raise InvalidRequest(
-                    f"input[{i}].content[{j}] is {what}; model {model!r} takes text only",
-                    param=f"input[{i}].content[{j}]",
-                )
 
 
 class FunctionTool(Body):
@@ -357,7 +398,8 @@ class ResponsesRequest(Body):
             if isinstance(item, MessageItem):
                 out.append({"role": item.role, "content": _parts(item.content)})
             elif isinstance(item, FunctionCallOutputItem):
-                out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+                content = _parts(item.output)
+                out.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
             elif isinstance(item, FunctionCallItem):
                 _add_call(out, item)
             if thought and out[-1]["role"] == "assistant":

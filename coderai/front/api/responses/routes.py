@@ -46,8 +46,9 @@ class ResponsesRoutes:
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
-        notify(request, chat.notices)
         entry = await self.serving.resolve(chat.model)
+        await chat.read_media()
+        notify(request, chat.notices)
         start = responses_reply.head(req, entry.id)
         headers = self._omitted(req)
         job = submit_chat(self.serving, chat, entry)

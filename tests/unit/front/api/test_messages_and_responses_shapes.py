@@ -98,11 +98,12 @@ def test_anthropic_output_format_is_a_json_schema_constraint() -> None:
 @pytest.mark.parametrize(
     ("body", "param", "says"),
     [
-        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-         "messages[0].content[0]", "an image"),
-        ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
-           "content": [{"type": "image", "source": {}}]}]}]},
-         "messages[0].content[0].content[0]", "an image"),
+        ({"messages": [{"role": "assistant", "content": [{"type": "image", "source": {
+            "type": "url", "url": "https://x.org/a.png"}}]}, {"role": "user", "content": "a"}]},
+         "messages", "belong in user messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {
+            "type": "text", "data": "x"}, "citations": {"enabled": True}}]}]},
+         "messages", "citations"),
         ({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]},
          "messages", "assistant messages"),
         ({"messages": [{"role": "user", "content": [{"type": "server_tool_use", "id": "x"}]}]},
@@ -140,12 +141,13 @@ def test_anthropic_refusals_name_what_and_where(
 def test_a_chat_check_names_anthropics_parameter() -> None:
     req = _messages({
         "messages": [{"role": "user", "content": "a"}],
-        "tools": [{"name": "w", "input_schema": {"type": "object", "if": {"type": "object"}}}],
+        "output_config": {"format": {"type": "json_schema",
+                                     "schema": {"type": "object", "if": {"type": "object"}}}},
     })  # fmt: skip
     with pytest.raises(InvalidRequest) as refused:
         chat_request(req.chat_body(), anthropic_request.RENAMES)
-    assert refused.value.param == "tools[0].input_schema"
-    assert refused.value.message.startswith("tools[0].input_schema:")
+    assert refused.value.param == "output_config.format"
+    assert refused.value.message.startswith("output_config.format:")
 
 
 def test_more_stop_sequences_than_chat_completions_allow_are_taken() -> None:
@@ -268,8 +270,8 @@ def test_response_tools_and_format_map_to_chats() -> None:
         ({"store": True}, "store", "store"),
         ({"include": ["message.output_text.logprobs"]}, "include", "include"),
         ({"reasoning": {"effort": "extreme"}}, "reasoning", "effort"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
-         "input[0].content[0]", "an image"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "detail": "low"}]}]},
+         "input", "image_url or file_id"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]", "'item_reference'"),
         ({"tools": [{"name": "no_type"}]}, "tools", "type"),
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice", "function tools only"),

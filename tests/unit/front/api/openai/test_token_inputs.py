@@ -123,10 +123,11 @@ def test_tokenize_takes_either_a_prompt_or_messages(body: dict[str, Any]) -> Non
     assert "either prompt or messages" in _refused(TokenizeRequest, body).message
 
 
-def test_tokenize_refuses_an_image_and_tools_it_would_not_count() -> None:
+def test_tokenize_counts_an_image_as_the_text_in_its_place_and_refuses_tools() -> None:
     image = {"type": "image_url", "image_url": {"url": "data:,"}}
     messages = [{"role": "user", "content": [image]}]
-    assert "an image" in _refused(TokenizeRequest, {"messages": messages}).message
+    request: TokenizeRequest = parse(TokenizeRequest, {"model": "m", "messages": messages})
+    assert (request.messages or [])[0].text().startswith("[image: ")
     tools = [{"type": "function", "function": {"name": "f"}}]
     assert _refused(TokenizeRequest, {"prompt": "a", "tools": tools}).param == "tools"
 

