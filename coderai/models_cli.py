@@ -1,6 +1,8 @@
 """`coderai models`: the models of this machine's catalogue, from elsewhere.
 
 - `pull USER/REPO[:QUANT|/FILE]`: fetched from the Hugging Face hub into its cache (pull/).
+- `list`: each model with its context window, what it can do, and where it is loaded
+  and how long it has been idle (models_list.py).
 - `scan [--folder DIR]… [--add ID]… [--add-all]`: the models already on this machine
   (model_scan.py says where it looks), each with the entry proposed for it, and those the
   operator picks added, pointing at the files in place.
@@ -18,7 +20,7 @@ import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coderai import entry_estimate, model_scan
+from coderai import entry_estimate, model_scan, models_list
 from coderai.config import (
     Config,
     ModelEntry,
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     models = sub.add_parser("models", help="the models on this machine")
     models_sub = models.add_subparsers(dest="action", required=True)
+    listing = models_sub.add_parser("list", help="the catalogue's models, their facts and loads")
+    listing.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
     scan = models_sub.add_parser("scan", help="find models other tools keep; add some")
     scan.add_argument("--folder", type=Path, action="append", default=[],
                       help="also look here (repeatable)")  # fmt: skip
@@ -92,6 +96,10 @@ def run(args: argparse.Namespace, default_config: Path) -> int:
         return _pull(args, config, files.catalogue, entries)
     if args.action == "estimate":
         return _estimate(args, config, entries)
+    if args.action == "list":
+        listed = models_list.from_server(config)
+        print("\n".join(models_list.rows(listed or models_list.from_files(entries))))
+        return 0
     found = model_scan.scan(model_scan.Places.default(tuple(args.folder)))
     rows = [(f, model_scan.standing(f, entries)) for f in found]
     for f, status in rows:

@@ -323,7 +323,7 @@ class ModelPool:
         now = time.monotonic()
         return [
             {"model": r.model_id, "mb": r.size / MIB, "busy": r.active > 0,
-             "idle_for": 0.0 if r.active else now - r.last_used}
+             "idle_for": 0.0 if r.active else now - r.last_used, **r.instance.facts()}
             for rs in self.resident.values()
             for r in rs
         ]  # fmt: skip

@@ -12,6 +12,7 @@ import pytest
 
 from coderai import grammar
 from coderai.engine.decoding.call_check import CallCheck, breaks
+from coderai.errors import InvalidRequest
 from coderai.front.api.openai.schemas import UNENFORCED_HEADER, ChatRequest, parse
 
 MCP_DATA = Path(__file__).parents[1] / "data" / "mcp"
@@ -77,3 +78,12 @@ def test_calls_are_checked_once_whole_as_their_deltas_arrive() -> None:
         "call 0 to 'f': n: 'x' is not of type 'integer'",
         "call 1 to 'g': no tool has that name",
     ]
+
+
+def test_tool_choice_auto_over_no_tools_asks_nothing() -> None:
+    """Codex's compaction turn sends tool_choice auto with tools: []; required is refused."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": []}
+    assert parse(ChatRequest, {**body, "tool_choice": "auto"}).choice() == ("none", "")
+    with pytest.raises(InvalidRequest) as refused:
+        parse(ChatRequest, {**body, "tool_choice": "required"})
+    assert refused.value.param == "tool_choice"

@@ -237,6 +237,17 @@ class ModelInstance(abc.ABC):
     call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>")
     think_tags: tuple[str, str] = ("<think>", "</think>")
 
+    #: what /v1/models says of it once loaded (model_facts.py): the window in tokens a
+    #: sequence may fill (what tokenize reports; 0: no limit it knows), and whether its
+    #: chat template renders tools itself (else the fallback prompt lists them)
+    window: int = 0
+    native_tools: bool = False
+
+    def facts(self) -> dict[str, Any]:
+        """Its facts for the heartbeat's resident report (bus checker: residents_of)."""
+        return {"context": self.window, "tools": self.native_tools,
+                "reasoning": self.reasoning_format != "none", "vision": False}  # fmt: skip
+
     def grammar_tokenizer(self) -> Any:
         """llguidance's view of the vocabulary (built once, on first use), or None for a
         model that cannot constrain its output."""

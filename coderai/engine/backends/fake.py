@@ -179,6 +179,8 @@ class FakeInstance(ModelInstance):
         self.script_chars = int(_option(options, "script_token_chars", 3)) or 1
         self.tool_format = tool_format(None, options)
         self.reasoning_format = reasoning_format(None, options)
+        # its calls are parsed in tool_format: it calls tools as a template-trained model
+        self.window, self.native_tools = (self.context if self.context < 1 << 30 else 0), True
         self.embedding_dims = int(_option(options, "embedding_dims", 0))
         # weights that are really there: mapped and every page written, so the process's
         # RSS grows by them (a zero-filled allocation would stay virtual). One anonymous

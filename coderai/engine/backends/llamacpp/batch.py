@@ -77,6 +77,7 @@ from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.backends.llamacpp.sampler import SamplerChain
 from coderai.engine.decoding.chat_template import (
     chosen_template,
+    knows_tools,
     no_template,
     reasoning_format,
     reasoning_switches,
@@ -194,7 +195,7 @@ class LlamaCppBatchInstance(ModelInstance):
         self.prefill_step = prefill_step
         #: seconds a step takes per token it decodes, measured on steps that read prompts
         self._per_token: float | None = None
-        self.n_ctx = int(llama_cpp.llama_n_ctx_seq(self.ctx))
+        self.n_ctx = self.window = int(llama_cpp.llama_n_ctx_seq(self.ctx))
         self.ledger = KvLedger(int(llama_cpp.llama_n_ctx(self.ctx)))
         self._batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
         #: a kept entry per running sequence at most: each has its own sequence id
@@ -281,6 +282,7 @@ class LlamaCppBatchInstance(ModelInstance):
         self.template = template
         self.tool_format = tool_format(template, options or {})
         self.reasoning_format = reasoning_format(template, options or {})
+        self.native_tools = knows_tools(template)
         self.call_tags, self.think_tags = tags(template)
         self._grammar_tokenizer: Any = None
         self.formatter = None

@@ -49,6 +49,7 @@ from coderai.engine.backends.transformers.sampling import (
 from coderai.engine.backends.transformers.token_bytes import TokenBytes
 from coderai.engine.decoding.chat_template import (
     chosen_template,
+    knows_tools,
     no_template,
     reasoning_format,
     reasoning_switches,
@@ -193,6 +194,7 @@ class TransformersInstance(ModelInstance):
         eos_ids = eos if isinstance(eos, list) else [eos]
         self.eos = {i for i in [*eos_ids, tokenizer.eos_token_id] if i is not None}
         self.context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        self.window = self.context if self.context < 1 << 30 else 0
         # tokens the tokenizer knows and the model embeds (its table may have spare rows)
         rows = int(model.get_input_embeddings().weight.shape[0])
         self.vocabulary = min(len(tokenizer), rows)
@@ -205,6 +207,7 @@ class TransformersInstance(ModelInstance):
         tokenizer.chat_template = chosen_template(options or {}, tokenizer.chat_template)
         self.tool_format = tool_format(tokenizer.chat_template, options or {})
         self.reasoning_format = reasoning_format(tokenizer.chat_template, options or {})
+        self.native_tools = knows_tools(tokenizer.chat_template)
         if isinstance(tokenizer.chat_template, str):  # not several templates by name
             self.call_tags, self.think_tags = tags(tokenizer.chat_template)
         self._grammar_tokenizer: Any = None

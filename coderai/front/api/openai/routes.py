@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import struct
@@ -14,9 +15,10 @@ from aiohttp import web
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Done
 from coderai.config import ModelEntry
-from coderai.errors import CoderaiError
+from coderai.errors import CoderaiError, ModelFileError
 from coderai.front.api.openai import choices, text_relay
 from coderai.front.api.openai.choices import ChoiceStream
+from coderai.front.api.openai.model_listing import Placement, model_object, placements
 from coderai.front.api.openai.reply import StreamTemplate, error_event, whole_response
 from coderai.front.api.openai.schemas import ChatRequest, CompletionRequest, EmbeddingRequest, parse
 from coderai.front.api.serving import Serving
@@ -25,6 +27,7 @@ from coderai.front.auth import activity
 from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
+from coderai.model_facts import ModelFacts, from_file
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -32,10 +35,6 @@ def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
     if encoding == "base64":
         return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
     return vector
-
-
-def model_object(model_id: str) -> dict[str, Any]:
-    return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderai"}
 
 
 def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
@@ -82,17 +81,41 @@ class OpenAIRoutes:
         app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
 
     async def list_models(self, request: web.Request) -> web.Response:
-        """The catalogue, as far as the request's API key may use it."""
+        """The catalogue, as far as the request's API key may use it, with each model's
+        facts (model_listing.py)."""
         entries = [e for e in self.directory.entries() if activity.may_use(e)]
-        data = [model_object(e.id) for e in entries]
+        facts = await asyncio.to_thread(lambda: [self._file_facts(e) for e in entries])
+        residents = self._residents()
+        data = [
+            model_object(e.id, f, placements(e, residents))
+            for e, f in zip(entries, facts, strict=True)
+        ]
         return web.json_response({"object": "list", "data": data}, headers={ENGINE_HEADER: FRONT})
 
     async def retrieve_model(self, request: web.Request) -> web.Response:
         """The SDKs' models.retrieve: the model as listed, under the name asked for (an
         alias answers as itself), or a 404 model_not_found."""
         name = request.match_info["model"]
-        activity.check_model(self.directory.entry(name))
-        return web.json_response(model_object(name), headers={ENGINE_HEADER: FRONT})
+        entry = self.directory.entry(name)
+        activity.check_model(entry)
+        facts = await asyncio.to_thread(self._file_facts, entry)
+        body = model_object(name, facts, placements(entry, self._residents()))
+        return web.json_response(body, headers={ENGINE_HEADER: FRONT})
+
+    def _file_facts(self, entry: ModelEntry) -> ModelFacts:
+        """An entry's facts from its files (read in a worker thread: a GGUF's header)."""
+        try:
+            fmt: str | None = self.directory.format_of(entry)
+        except ModelFileError:
+            fmt = None
+        return from_file(entry, fmt)
+
+    def _residents(self) -> list[Placement]:
+        return [
+            (record.name, resident)
+            for record in self.dispatcher.registry.all()
+            for resident in record.residents
+        ]
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))

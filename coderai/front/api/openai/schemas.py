@@ -505,7 +505,8 @@ def check_structured(req: ChatRequest) -> None:
     grammar engine names what it does not implement), a named tool must exist, and the
     two kinds of constraint are not combined."""
     choice, name = req.choice()
-    if req.tool_choice not in (None, "none") and not req.tools:
+    # "auto" over no tools asks nothing (Codex's compaction turn sends it with tools: [])
+    if req.tool_choice not in (None, "none", "auto") and not req.tools:
         raise InvalidRequest(
             "tool_choice is only allowed when tools are given", param="tool_choice"
         )
