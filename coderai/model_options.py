@@ -32,7 +32,8 @@ BY_BACKEND: Mapping[str, frozenset[str]] = {
     "fake": frozenset({
         "tokens_per_second", "load_seconds", "output_tokens", "context", "capacity",
         "fail_after_tokens", "crash_after_tokens", "hang_after_tokens", "token_chars",
-        "script", "script_token_chars", "embedding_dims", "prompt_tokens_per_step",
+        "script", "script_token_chars", "script_rules", "embedding_dims",
+        "prompt_tokens_per_step",
     }),
 }  # fmt: skip
 

@@ -12,7 +12,8 @@ exactly this many characters: a stream carries bytes many times faster, for test
 buffers and back-pressure), prompt_tokens_per_step (the prompt is read over several steps,
 as a long one is: its progress is reported), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
-the whole stack with it; a list of texts scripts a tool loop, turn by turn: `scripted`)
+the whole stack with it; a list of texts scripts a tool loop, turn by turn: `scripted`),
+script_rules ([needle, text] pairs: a last user message holding the needle gets the text)
 tool_format (the call format it is parsed as) and reasoning_format (how its reasoning
 is split from its answer: a script may think in <think> tags). With
 embedding_dims it embeds: each input's vector is a hash of its bytes (fake_embedding).
@@ -90,8 +91,15 @@ def job_prompt(job: Job) -> str:
 TOOL_RESULT = "{tool_result}"
 
 
-def scripted(script: list[str], messages: list[Any]) -> str:
-    """The scripted answer to a conversation: script k after k tool results."""
+def scripted(script: list[str], messages: list[Any], rules: list[list[str]] | None = None) -> str:
+    """The scripted answer to a conversation: the text of the first rule [needle, text]
+    whose needle the last user message holds (a compaction's request for a summary, say),
+    else script k after k tool results."""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    last_user = str(users[-1].get("content") or "") if users else ""
+    for needle, text in rules or []:
+        if needle in last_user:
+            return text
     results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
     text = script[min(len(results), len(script) - 1)]
     last = str(results[-1].get("content") or "").strip() if results else ""
@@ -176,6 +184,17 @@ class FakeInstance(ModelInstance):
                 "fake model option script must be a string or a list of strings", kind="bad_model"
             )
         self.script: list[str] | None = script
+        # [needle, text] pairs tried before the script (scripted)
+        rules = options.get("script_rules", [])
+        if not (isinstance(rules, list) and all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
+            for r in rules
+        )):  # fmt: skip
+            raise JobError(
+                "fake model option script_rules must be a list of [needle, text] pairs",
+                kind="bad_model",
+            )
+        self.rules: list[list[str]] = rules
         self.script_chars = int(_option(options, "script_token_chars", 3)) or 1
         self.tool_format = tool_format(None, options)
         self.reasoning_format = reasoning_format(None, options)
@@ -203,7 +222,7 @@ class FakeInstance(ModelInstance):
         fit_prompt(seq, max(1, len(prompt.split())), self.context)
         seq.state = _start_state(prompt, seq.job.seed or 0)
         if self.script is not None:
-            text = scripted(self.script, seq.job.messages)
+            text = scripted(self.script, seq.job.messages, self.rules)
             seq.state = [
                 text[i : i + self.script_chars] for i in range(0, len(text), self.script_chars)
             ]

@@ -17,6 +17,8 @@ import binascii
 from dataclasses import dataclass
 
 PREFIX = "coderai-reasoning-v1:"
+#: a compaction item's summary (compaction.py), kept the same way
+COMPACTION_PREFIX = "coderai-compaction-v1:"
 
 
 @dataclass(frozen=True)
@@ -33,15 +35,16 @@ class Shown:
 PLAIN = Shown()
 
 
-def seal(text: str) -> str:
-    return PREFIX + base64.b64encode(text.encode("utf-8")).decode("ascii")
+def seal(text: str, prefix: str = PREFIX) -> str:
+    return prefix + base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
-def unseal(copy: str) -> str:
-    """The thinking in a copy of ours; "" for one that is not."""
-    if not copy.startswith(PREFIX):
+def unseal(copy: str, prefix: str = PREFIX) -> str:
+    """The text in a copy of ours (a thinking's, or under another prefix of ours a
+    compaction's summary: compaction.py); "" for one that is not."""
+    if not copy.startswith(prefix):
         return ""
     try:
-        return base64.b64decode(copy[len(PREFIX) :], validate=True).decode("utf-8")
+        return base64.b64decode(copy[len(prefix) :], validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return ""

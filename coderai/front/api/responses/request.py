@@ -41,7 +41,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from coderai.errors import InvalidRequest
 from coderai.front.api.openai.schemas import Effort, Text, TokenCount
-from coderai.front.api.responses.reasoning_copy import Shown, unseal
+from coderai.front.api.responses.reasoning_copy import COMPACTION_PREFIX, Shown, unseal
 from coderai.front.api.translation import Body, asks_nothing
 
 #: OpenAI's rule for a function's name
@@ -178,12 +178,60 @@ class ReasoningItem(Body):
         return written or unseal(self.encrypted_content or "")
 
 
+class CompactionItem(Body):
+    """A summary of the conversation before it, which an earlier compaction made (ours:
+    its encrypted_content is the summary under our prefix, not encrypted). The model reads
+    it as a user message; one another server made cannot be read, and is a 400."""
+
+    type: Literal["compaction"]
+    id: Text | None = None
+    encrypted_content: Text
+
+    @model_validator(mode="after")
+    def _ours(self) -> CompactionItem:
+        if not self.summary():
+            raise ValueError(
+                "a compaction item this server did not make cannot be read here; start a new"
+                " conversation, or send the history it replaced"
+            )
+        return self
+
+    def summary(self) -> str:
+        return unseal(self.encrypted_content, COMPACTION_PREFIX)
+
+
+class CompactionTrigger(Body):
+    """Codex's request to compact (its remote compaction v2): the last input item, after
+    which the answer is one compaction item holding the model's summary of the rest."""
+
+    type: Literal["compaction_trigger"]
+    metadata: Any = None
+
+
 Item = Annotated[
-    MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | ReasoningItem
+    | CompactionItem
+    | CompactionTrigger,
     Field(discriminator="type"),
 ]
 #: the input items this server reads
-_READ = ("message", "function_call", "function_call_output", "reasoning")
+_READ = ("message", "function_call", "function_call_output", "reasoning", "compaction",
+         "compaction_trigger")  # fmt: skip
+#: what the model reads before a compaction's summary
+SUMMARY_HEAD = "[A summary of the conversation so far, written when it was compacted]"
+#: what the model is asked, after the conversation, to compact it (our own words)
+SUMMARY_PROMPT = (
+    "The conversation above is about to be replaced by a summary, and the work will go on"
+    " from that summary alone. Write it now: what the user asked for, what has been done so"
+    " far (files read and changed, commands run and what they showed), the decisions made"
+    " and why, the current state, and what remains to be done next. Keep exact file paths,"
+    " names, commands and error messages. Write only the summary."
+)
+#: a summary's tokens, unless the request sets max_output_tokens
+SUMMARY_TOKENS = 4096
 
 
 def _readable_items(items: object, model: object) -> None:
@@ -395,14 +443,18 @@ class ResponsesRequest(Body):
             if isinstance(item, ReasoningItem):
                 thought += item.text()
                 continue
-            if isinstance(item, MessageItem):
+            if isinstance(item, CompactionTrigger):
+                continue  # the request's summary is asked after the rest (chat_body)
+            if isinstance(item, CompactionItem):
+                out.append({"role": "user", "content": f"{SUMMARY_HEAD}\n{item.summary()}"})
+            elif isinstance(item, MessageItem):
                 out.append({"role": item.role, "content": _parts(item.content)})
             elif isinstance(item, FunctionCallOutputItem):
                 content = _parts(item.output)
                 out.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
             elif isinstance(item, FunctionCallItem):
                 _add_call(out, item)
-            if thought and out[-1]["role"] == "assistant":
+            if thought and out and out[-1]["role"] == "assistant":
                 out[-1]["reasoning_content"] = thought
             thought = ""
         return out
@@ -418,6 +470,14 @@ class ResponsesRequest(Body):
         }
         if self.max_output_tokens is not None:
             body["max_tokens"] = self.max_output_tokens
+        if self.compacting():
+            # the summary is text: the tools stay known to the template (the history's
+            # calls are rendered with them), and none may be called
+            body["messages"].append({"role": "user", "content": SUMMARY_PROMPT})
+            body.setdefault("max_tokens", SUMMARY_TOKENS)
+            if self.offered():
+                body["tools"], body["tool_choice"] = self.offered(), "none"
+            return body
         offered = self.offered()
         if offered:
             body["tools"] = offered
@@ -434,6 +494,20 @@ class ResponsesRequest(Body):
         elif fmt is not None:
             body["response_format"] = {"type": fmt.type}
         return body
+
+    def compacting(self) -> bool:
+        """Whether the request asks for a compaction (its last item is the trigger)."""
+        return not isinstance(self.input, str) and isinstance(self.input[-1], CompactionTrigger)
+
+    @model_validator(mode="after")
+    def _trigger_last(self) -> ResponsesRequest:
+        items = [] if isinstance(self.input, str) else self.input
+        for i, item in enumerate(items[:-1]):
+            if isinstance(item, CompactionTrigger):
+                raise InvalidRequest(
+                    f"input[{i}]: a compaction_trigger must be the last item", param=f"input[{i}]"
+                )
+        return self
 
     def offered(self) -> list[dict[str, Any]]:
         """The tools the model is offered, in chat's shape: functions, a namespace's

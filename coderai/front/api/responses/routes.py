@@ -9,8 +9,9 @@ import logging
 
 from aiohttp import web
 
-from coderai.errors import CoderaiError
+from coderai.errors import CoderaiError, InvalidRequest
 from coderai.front.api import event_relay
+from coderai.front.api.responses import compaction
 from coderai.front.api.responses import reply as responses_reply
 from coderai.front.api.responses.reply import ResponseStream
 from coderai.front.api.responses.request import NOT_BUILT, RENAMES, ResponsesRequest
@@ -42,6 +43,34 @@ class ResponsesRoutes:
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.create)
+        app.router.add_post("/v1/responses/compact", self.compact)
+
+    async def compact(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's compact endpoint: the conversation's summary, and the user's latest
+        messages, as a response.compaction object (compaction.py)."""
+        body = await read_json(request)
+        if isinstance(body, dict):
+            if body.get("stream") not in (None, False):
+                raise InvalidRequest("/v1/responses/compact answers whole", param="stream")
+            given = body.get("input")
+            given = [{"role": "user", "content": given}] if isinstance(given, str) else given
+            if isinstance(given, list):
+                body = {**body, "input": [*given, {"type": "compaction_trigger"}]}
+        req = validate(ResponsesRequest, body, NOT_BUILT)
+        chat = chat_request(req.chat_body(), RENAMES)
+        entry = await self.serving.resolve(chat.model)
+        await chat.read_media()
+        notify(request, chat.notices)
+        job = submit_chat(self.serving, chat, entry)
+        try:
+            got = await event_relay.collect(job)
+            if isinstance(job.outcome, CoderaiError):
+                return error_response(job.outcome, job.served_by)
+            assert job.outcome is not None
+            answer = compaction.compacted(req, got, job.outcome)
+            return web.json_response(answer, headers={ENGINE_HEADER: job.served_by or FRONT})
+        finally:
+            self.serving.dispatcher.cancel(job)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
@@ -55,7 +84,11 @@ class ResponsesRoutes:
         dispatcher = self.serving.dispatcher
         try:
             if req.stream:
-                renderer = ResponseStream(start, req.namespaces(), req.shown())
+                renderer: event_relay.Renderer = ResponseStream(
+                    start, req.namespaces(), req.shown()
+                )
+                if req.compacting():
+                    renderer = compaction.CompactionStream(start)
                 return await event_relay.stream(
                     request,
                     dispatcher,
@@ -69,7 +102,10 @@ class ResponsesRoutes:
             if isinstance(job.outcome, CoderaiError):
                 return error_response(job.outcome, job.served_by)
             assert job.outcome is not None
-            body = responses_reply.whole(start, got, job.outcome, req.namespaces(), req.shown())
+            if req.compacting():
+                body = compaction.whole(start, got, job.outcome)
+            else:
+                body = responses_reply.whole(start, got, job.outcome, req.namespaces(), req.shown())
             headers[ENGINE_HEADER] = job.served_by or FRONT
             return web.json_response(body, headers=headers)
         finally:
