@@ -53,6 +53,19 @@ class Plan:
 CLAUDE_UNSET = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
 
 
+def output_limit(context: int) -> int:
+    """The answer's length an agent is told to allow for: an eighth of the window, from
+    1,024 to 8,192 tokens. Agents keep it free of their prompt (opencode compacts when the
+    prompt passes the window less it), so it must leave the prompt most of the window."""
+    return min(8192, max(1024, context // 8))
+
+
+def compact_at(context: int) -> int:
+    """Where an agent that takes a threshold compacts: at 80% of the window, leaving room
+    for the next turn's tool output and the summary's own request."""
+    return context * 4 // 5
+
+
 def _toml(text: str) -> str:
     return json.dumps(text)  # a JSON string is a TOML basic string
 
@@ -76,6 +89,12 @@ def plan(agent: str, url: str, key: str, model: str, folder: Path, context: int)
             # turn's prompt can be the last one's prefix (the server strips it anyway)
             "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            # a model it does not know is taken to have a window of 1,000,000 tokens and
+            # a 32,000-token answer, so it would never compact: the model's own, and the
+            # window it compacts within
+            **({"CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context),
+                "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(context),
+                "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output_limit(context))} if context else {}),
         }, unset=CLAUDE_UNSET)  # fmt: skip
     if agent == "codex":
         # the user's own Codex home (its MCP servers, history, trust) stays: the provider
@@ -87,10 +106,11 @@ def plan(agent: str, url: str, key: str, model: str, folder: Path, context: int)
         args = ["-c", f"model={_toml(model)}", "-c", "model_provider=\"coderai\"",
                 "-c", f"model_providers.coderai={provider}"]  # fmt: skip
         if context:
-            args += ["-c", f"model_context_window={context}"]
+            args += ["-c", f"model_context_window={context}",
+                     "-c", f"model_auto_compact_token_limit={compact_at(context)}"]  # fmt: skip
         return Plan(args, {"CODERAI_API_KEY": key})
     if agent == "opencode":
-        limits = {"limit": {"context": context, "output": min(8192, context)}} if context else {}
+        limits = {"limit": {"context": context, "output": output_limit(context)}} if context else {}
         settings: dict[str, Any] = {
             "provider": {"coderai": {
                 "npm": "@ai-sdk/openai-compatible", "name": "CoderAI",
@@ -108,7 +128,7 @@ def plan(agent: str, url: str, key: str, model: str, folder: Path, context: int)
             meta = {
                 f"openai/{model}": {
                     "max_input_tokens": context,
-                    "max_output_tokens": min(8192, context),
+                    "max_output_tokens": output_limit(context),
                     "max_tokens": context,
                     "input_cost_per_token": 0,
                     "output_cost_per_token": 0,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -32,6 +33,34 @@ ASK = {
 }  # fmt: skip
 
 
+# -- a session that outgrows the window ------------------------------------------------------
+# A scripted model runs the agent's shell tool on a command whose output fills most of a
+# small window (the fake model counts words), then answers; asked for a summary in the
+# agent's own words (its compaction prompt), it writes one; a conversation that resumes
+# from the agent's own summary prefix gets AFTER. The window is the agent's prompt and
+# a little more, measured here: the agent compacts on the window `coderai launch` told it.
+
+#: per agent: its shell tool and arguments, the model's window, a phrase of the agent's
+#: compaction prompt, and one of what it puts before the summary it resumes from
+LONG = {
+    "claude": ("Bash", {"command": "seq 1 3000"}, 12000,
+               "detailed summary of the conversation", "continued from a previous conversation"),
+    "codex": ("exec_command", {"cmd": "seq 1 2000"}, 6000,
+              "CONTEXT CHECKPOINT COMPACTION", "produced a summary"),
+}  # fmt: skip
+AFTER = "Going on from the summary."
+
+
+def _long_session(agent: str) -> dict[str, Any]:
+    tool, arguments, context, asks, resumes = LONG[agent]
+    call = f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
+    rules = [[asks, "SUMMARY: the user asked to count; the command printed the numbers."],
+             [resumes, AFTER]]  # fmt: skip
+    return {"id": f"long-{agent}", "format": "fake", "options": {
+        "script": [call, "The tool said it."], "script_rules": rules, "script_token_chars": 64,
+        "context": context}}  # fmt: skip
+
+
 def _server(folder: Path, require_key: bool) -> Server:
     models = [
         {
@@ -41,6 +70,7 @@ def _server(folder: Path, require_key: bool) -> Server:
             "options": {"script": ANSWER, "context": 65536},
         },
         {"id": "small", "format": "fake", "options": {"script": ANSWER, "context": 4096}},
+        *(_long_session(agent) for agent in LONG),
     ]
     auth = {"admin_key": "test-admin-key", "require_api_key": require_key}
     srv = Server(folder, {"engines": 1}, models, extra_config={"auth": auth})
@@ -149,3 +179,34 @@ def test_a_server_that_wants_keys_gets_one_made_for_the_agent(tmp_path: Path) ->
         assert httpx.get(f"{srv.url}/v1/models", timeout=30).status_code == 401
     finally:
         srv.stop()
+
+
+def test_claude_code_compacts_a_session_that_outgrows_the_window_and_goes_on(
+    server: Server, tmp_path: Path
+) -> None:
+    """Turn 1 runs the tool and answers (the window is nearly full); turn 2, resumed with
+    --continue, is past the window Claude Code was told: it compacts first, and answers
+    from its summary."""
+    turn = ["--output-format", "json", "--allowedTools", "Bash"]
+    first = launch(server, tmp_path, "claude", "--model", "long-claude", "--",
+                   "-p", "Count to 3000", *turn)  # fmt: skip
+    assert json.loads(first.stdout)["result"] == "The tool said it.", first.stderr
+    second = launch(server, tmp_path, "claude", "--model", "long-claude", "--",
+                    "-p", "Go on", "--continue", *turn)  # fmt: skip
+    assert json.loads(second.stdout)["result"] == AFTER, second.stdout + second.stderr
+
+
+def test_codex_compacts_a_session_that_outgrows_the_window_and_goes_on(
+    server: Server, tmp_path: Path
+) -> None:
+    """The tool's output takes the conversation past the threshold `coderai launch` set
+    (80% of the window) in the first turn: Codex compacts in the middle of it and answers
+    from its summary; the next turn, resumed, is answered the same way."""
+    run = ["exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+    for prompt in (["Count to 2000"], ["resume", "--last", "Go on"]):
+        done = launch(server, tmp_path, "codex", "--model", "long-codex", "--", *run, *prompt)
+        assert done.returncode == 0, done.stdout + done.stderr
+        items = [json.loads(line).get("item", {}) for line in done.stdout.splitlines()
+                 if line.startswith("{")]  # fmt: skip
+        said = [i["text"] for i in items if i.get("type") == "agent_message"]
+        assert said == [AFTER], done.stdout
