@@ -47,6 +47,8 @@ LONG = {
                "detailed summary of the conversation", "continued from a previous conversation"),
     "codex": ("exec_command", {"cmd": "seq 1 2000"}, 6000,
               "CONTEXT CHECKPOINT COMPACTION", "produced a summary"),
+    "opencode": ("bash", {"command": "seq 1 3000", "description": "Count"}, 4000,
+                 "summary", "Continue if you have next steps"),
 }  # fmt: skip
 AFTER = "Going on from the summary."
 
@@ -210,3 +212,17 @@ def test_codex_compacts_a_session_that_outgrows_the_window_and_goes_on(
                  if line.startswith("{")]  # fmt: skip
         said = [i["text"] for i in items if i.get("type") == "agent_message"]
         assert said == [AFTER], done.stdout
+
+
+def test_opencode_compacts_a_session_that_outgrows_the_window_and_goes_on(
+    server: Server, tmp_path: Path
+) -> None:
+    """opencode compacts once the prompt passes the window less the answer's limit that
+    `coderai launch` set, and goes on with its own "Continue" message, in the same run."""
+    settings = tmp_path / ".config" / "opencode" / "opencode.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"permission": {"bash": "allow"}}))  # the user's own "yes"
+    done = launch(server, tmp_path, "opencode", "--model", "long-opencode", "--",
+                  "run", "Count to 3000")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert AFTER in done.stdout, done.stdout[-2000:] + done.stderr

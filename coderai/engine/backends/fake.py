@@ -89,6 +89,9 @@ def job_prompt(job: Job) -> str:
 
 #: in a script, stands for the last tool result's text
 TOOL_RESULT = "{tool_result}"
+#: in a script, the last user message's text (its first 2,000 characters): what an agent
+#: sent, echoed for a test to read
+LAST_USER = "{last_user}"
 
 
 def scripted(script: list[str], messages: list[Any], rules: list[list[str]] | None = None) -> str:
@@ -103,7 +106,7 @@ def scripted(script: list[str], messages: list[Any], rules: list[list[str]] | No
     results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
     text = script[min(len(results), len(script) - 1)]
     last = str(results[-1].get("content") or "").strip() if results else ""
-    return text.replace(TOOL_RESULT, last)
+    return text.replace(TOOL_RESULT, last).replace(LAST_USER, last_user.strip()[:2000])
 
 
 def bytes_text(ids: list[int], where: str) -> str:
