@@ -100,12 +100,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         # Claude Code's Read on a screenshot: its result is an image block
         {"id": "claude-read", "format": "fake",
          "options": tool_loop("Read", {"file_path": str(SHOT)})},
+        # Claude Code's WebSearch asks the model again, offering Anthropic's web_search
+        {"id": "claude-search", "format": "fake",
+         "options": {**tool_loop("WebSearch", {"query": "coderai"}), "script_rules": [
+             ["Perform a web search for the query", SEARCH_CALL]]}},
         {"id": "smol", "path": str(smol)},
     ]  # fmt: skip
     with running(tmp_path_factory.mktemp("agents"), models, tmp_path_factory.mktemp("c")) as srv:
         yield srv
 
 
+#: the call of Anthropic's web_search server tool that Claude Code's WebSearch asks for
+SEARCH_CALL = '<tool_call>{"name": "web_search", "arguments": {"query": "coderai"}}</tool_call>'
 #: the screenshot Claude Code reads (its path is in the scripted call, so fixed)
 SHOT = Path(tempfile.gettempdir()) / f"coderai-agents-{os.getpid()}" / "shot.png"
 #: what a model that reads no images gets for it
@@ -148,6 +154,15 @@ def test_claude_code_reads_a_png_and_the_session_goes_on(server: Server, tmp_pat
         agents.run([*argv, "Read", "--continue"], env, home=tmp_path, timeout=RUN_SECONDS)
     )
     assert agents.claude_result(again)["result"] == f"The tool said: {SHOT_PLACEHOLDER}"
+
+
+def test_claude_codes_web_search_tells_that_search_is_off(server: Server, tmp_path: Path) -> None:
+    """With no search backend, Anthropic's web_search is answered as unavailable in its
+    own protocol: Claude Code's WebSearch reads the error and says so."""
+    argv, env = agents.claude_launch(server.url, "claude-search", "Search the web for coderai")
+    done = succeeded(agents.run([*argv, "WebSearch"], env, home=tmp_path, timeout=RUN_SECONDS))
+    result = agents.claude_result(done)["result"]
+    assert result.startswith("The tool said: ") and "Web search error: unavailable" in result
 
 
 # -- a model that thinks before it acts ---------------------------------------------------------

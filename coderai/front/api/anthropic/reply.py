@@ -19,6 +19,7 @@ from aiohttp import web
 from coderai.bus.kinds import FinishReason
 from coderai.bus.messages import Done, Prompt
 from coderai.errors import CoderaiError, ContextLengthExceeded
+from coderai.front.api.anthropic import server_tools
 from coderai.front.api.event_relay import EventTemplate, render, sse
 from coderai.front.api.stream_io import progress_comment
 from coderai.front.dispatch.output import CallPiece, Collected, Piece
@@ -107,7 +108,24 @@ def tool_input(arguments: str) -> dict[str, Any]:
 SIGNATURE = ""
 
 
-def whole(msg_id: str, model: str, got: Collected, done: Done) -> dict[str, Any]:
+def _server_blocks(name: str, arguments: str) -> list[dict[str, Any]]:
+    """A server tool's call and its result (server_tools.py)."""
+    use_id = server_tools.server_tool_use_id()
+    use = {"type": "server_tool_use", "id": use_id, "name": name, "input": tool_input(arguments)}
+    return [use, server_tools.unavailable(name, use_id)]
+
+
+def _paused(stop: dict[str, Any], client_calls: int, server_calls: int) -> dict[str, Any]:
+    """A turn that called only server tools pauses (the client sends it back as it is, and
+    the model goes on from their results); one that called a client tool waits for it."""
+    if server_calls and not client_calls and stop["stop_reason"] == "tool_use":
+        return {**stop, "stop_reason": "pause_turn"}
+    return stop
+
+
+def whole(
+    msg_id: str, model: str, got: Collected, done: Done, server: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     thought = got.reasoning()
     if thought:
@@ -115,16 +133,22 @@ def whole(msg_id: str, model: str, got: Collected, done: Done) -> dict[str, Any]
     text = got.content()
     if text:
         content.append({"type": "text", "text": text})
+    client_calls = server_calls = 0
     for name, arguments in got.calls():
+        if name in server:
+            content += _server_blocks(name, arguments)
+            server_calls += 1
+            continue
         block = {"type": "tool_use", "id": tool_use_id(), "name": name}
         content.append({**block, "input": tool_input(arguments)})
+        client_calls += 1
     return {
         "id": msg_id,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        **stop_of(done),
+        **_paused(stop_of(done), client_calls, server_calls),
         "usage": usage(done),
     }
 
@@ -137,9 +161,14 @@ class MessageStream:
 
     _TEXT = "\x00coderai-text\x00"
 
-    def __init__(self, msg_id: str, model: str) -> None:
+    def __init__(self, msg_id: str, model: str, server: frozenset[str] = frozenset()) -> None:
         self.msg_id = msg_id
         self.model = model
+        #: the server tools' names, and the calls made of each kind, client and server
+        self.server = server
+        self.calls = {"client": 0, "server": 0}
+        #: the open server tool call: its name, id and arguments so far
+        self._server_call: tuple[str, str, list[str]] | None = None
         #: the open block's index and what it holds: ("text", 0) or ("call", call index)
         self._index = -1
         self._block: tuple[str, int] | None = None
@@ -187,8 +216,18 @@ class MessageStream:
     def _call(self, call: CallPiece) -> bytes:
         out = b""
         if self._block != ("call", call.index):
-            block = {"type": "tool_use", "id": tool_use_id(), "name": call.name, "input": {}}
-            out += self._start(block, ("call", call.index))
+            if call.name in self.server:
+                use_id = server_tools.server_tool_use_id()
+                block = {"type": "server_tool_use", "id": use_id, "name": call.name, "input": {}}
+                out += self._start(block, ("call", call.index))
+                self._server_call = (call.name, use_id, [])
+                self.calls["server"] += 1
+            else:
+                block = {"type": "tool_use", "id": tool_use_id(), "name": call.name, "input": {}}
+                out += self._start(block, ("call", call.index))
+                self.calls["client"] += 1
+        if call.arguments and self._server_call is not None:
+            self._server_call[2].append(call.arguments)
         if call.arguments:
             delta = {"type": "input_json_delta", "partial_json": call.arguments}
             event = {"type": "content_block_delta", "index": self._index, "delta": delta}
@@ -206,12 +245,22 @@ class MessageStream:
         if self._block is None:
             return b""
         self._block = None
-        return sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        out = sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        if self._server_call is not None:  # its result follows it, whole
+            name, use_id, _ = self._server_call
+            self._server_call = None
+            self._index += 1
+            start = {"type": "content_block_start", "index": self._index,
+                     "content_block": server_tools.unavailable(name, use_id)}  # fmt: skip
+            out += sse("content_block_start", start)
+            out += sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        return out
 
     def closing(self, done: Done) -> bytes:
-        delta = stop_of(done)
+        out = self._stop()  # a server call's result is sent before the stop reason
+        delta = _paused(stop_of(done), self.calls["client"], self.calls["server"])
         return (
-            self._stop()
+            out
             + sse("message_delta", {"type": "message_delta", "delta": delta, "usage": usage(done)})
             + sse("message_stop", {"type": "message_stop"})
         )

@@ -39,9 +39,10 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from coderai.errors import InvalidRequest
+from coderai.front.api.anthropic import server_tools
 from coderai.front.api.openai.schemas import Text, TokenCount
 from coderai.front.api.translation import Body, asks_nothing
 
@@ -229,6 +230,29 @@ class ToolResultBlock(Body):
         return parts
 
 
+class ServerToolUseBlock(Body):
+    """An earlier answer's call of a server tool (server_tools.py): an assistant's call."""
+
+    type: Literal["server_tool_use"]
+    id: Text = Field(min_length=1)
+    name: Literal["web_search", "web_fetch"]
+    input: dict[str, Any]
+    cache_control: CacheControl | None = None
+
+
+class ServerToolResultBlock(Body):
+    """What a server tool gave that call: its tool message, as the model reads it."""
+
+    type: Literal["web_search_tool_result", "web_fetch_tool_result"]
+    tool_use_id: Text = Field(min_length=1)
+    content: Any
+    cache_control: CacheControl | None = None
+
+    def text(self) -> str:
+        kind = "web_search" if self.type == "web_search_tool_result" else "web_fetch"
+        return server_tools.what_the_model_reads(kind, self.content)
+
+
 class ThinkingBlock(Body):
     """An earlier answer's thinking, sent back with the conversation: its turn's
     reasoning_content (see the module's note)."""
@@ -247,12 +271,15 @@ Block = Annotated[
     | ThinkingBlock
     | ImageBlock
     | DocumentBlock
-    | SearchResultBlock,
+    | SearchResultBlock
+    | ServerToolUseBlock
+    | ServerToolResultBlock,
     Field(discriminator="type"),
 ]
 #: the blocks this server reads
 _READ = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking", "image",
-         "document", "search_result")  # fmt: skip
+         "document", "search_result", "server_tool_use", "web_search_tool_result",
+         "web_fetch_tool_result")  # fmt: skip
 
 
 def join(blocks: list[TextBlock]) -> str:
@@ -291,9 +318,12 @@ class Message(Body):
     def _blocks_of_its_role(self) -> Message:
         blocks = self.content if isinstance(self.content, list) else []
         if self.role != "assistant" and any(
-            isinstance(b, ToolUseBlock | ThinkingBlock) for b in blocks
+            isinstance(b, ToolUseBlock | ThinkingBlock | ServerToolUseBlock | ServerToolResultBlock)
+            for b in blocks
         ):
-            raise ValueError("tool_use and thinking blocks belong in assistant messages")
+            raise ValueError(
+                "tool_use, thinking and server tool blocks belong in assistant messages"
+            )
         if self.role != "user" and any(isinstance(b, ToolResultBlock | Media) for b in blocks):
             raise ValueError(
                 "tool_result, image, document and search_result blocks belong in user messages"
@@ -311,26 +341,24 @@ class Message(Body):
         if isinstance(self.content, str):
             return [{"role": self.role, "content": self.content}]
         if self.role == "assistant":
-            return [self._assistant()]
+            return self._assistant()
         return self._user()
 
-    def _assistant(self) -> dict[str, Any]:
-        texts = [b for b in self.content if isinstance(b, TextBlock)]
-        out: dict[str, Any] = {"role": "assistant", "content": _parts(texts) or None}
-        calls = [
-            {"id": b.id, "type": "function",
-             "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
-            for b in self.content if isinstance(b, ToolUseBlock)
-        ]  # fmt: skip
-        if calls:
-            out["tool_calls"] = calls
-        thought = "".join(
-            b.thinking
-            for b in self.content
-            if isinstance(b, ThinkingBlock) and b.type == "thinking"
-        )
-        if thought:
-            out["reasoning_content"] = thought
+    def _assistant(self) -> list[dict[str, Any]]:
+        """The turn's text, thinking and calls; a server tool's result splits it: the
+        calls before it, its tool message, then the rest of the turn."""
+        out: list[dict[str, Any]] = []
+        blocks: list[Any] = []
+        for block in self.content:
+            if isinstance(block, ServerToolResultBlock):
+                out.append(_assistant_message(blocks))
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id,
+                            "content": block.text()})  # fmt: skip
+                blocks = []
+            else:
+                blocks.append(block)
+        if blocks or not out:
+            out.append(_assistant_message(blocks))
         return out
 
     def _user(self) -> list[dict[str, Any]]:
@@ -352,6 +380,24 @@ class Message(Body):
         if texts or not out:
             out.append({"role": "user", "content": texts})
         return out
+
+
+def _assistant_message(blocks: list[Any]) -> dict[str, Any]:
+    texts = [b for b in blocks if isinstance(b, TextBlock)]
+    out: dict[str, Any] = {"role": "assistant", "content": _parts(texts) or None}
+    calls = [
+        {"id": b.id, "type": "function",
+         "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
+        for b in blocks if isinstance(b, ToolUseBlock | ServerToolUseBlock)
+    ]  # fmt: skip
+    if calls:
+        out["tool_calls"] = calls
+    thought = "".join(
+        b.thinking for b in blocks if isinstance(b, ThinkingBlock) and b.type == "thinking"
+    )
+    if thought:
+        out["reasoning_content"] = thought
+    return out
 
 
 def _parts(blocks: list[TextBlock]) -> list[dict[str, Any]]:
@@ -415,8 +461,9 @@ class Tool(Body):
         kind = data.get("type") if isinstance(data, dict) else None
         if kind not in (None, "custom"):
             raise ValueError(
-                f"{kind!r} is one of Anthropic's server tools; this server runs client tools"
-                " (with a name and an input_schema) only"
+                f"{kind!r} is one of Anthropic's server tools that this server does not run;"
+                " it takes client tools (with a name and an input_schema), web_search and"
+                " web_fetch"
             )
         return data
 
@@ -427,6 +474,42 @@ class Tool(Body):
         if self.strict is not None:
             function["strict"] = self.strict
         return {"type": "function", "function": function}
+
+
+class ServerTool(Body):
+    """Anthropic's web search or web fetch (server_tools.py). Its limits and filters ask
+    nothing while no backend runs searches: every call is answered as unavailable."""
+
+    type: Annotated[str, Field(pattern=r"^web_(search|fetch)_\d{8}$")]
+    name: Literal["web_search", "web_fetch"]
+    max_uses: int | None = Field(None, ge=1)
+    allowed_domains: list[Text] | None = None
+    blocked_domains: list[Text] | None = None
+    user_location: dict[str, Any] | None = None
+    #: web_fetch's: cited answers, and how much of a page to read
+    citations: dict[str, Any] | None = None
+    max_content_tokens: int | None = Field(None, ge=1)
+    cache_control: CacheControl | None = None
+
+    @model_validator(mode="after")
+    def _name_of_its_type(self) -> ServerTool:
+        if server_tools.kind_of(self.type) != self.name:
+            raise ValueError(f"a {self.type} tool is named {server_tools.kind_of(self.type)!r}")
+        return self
+
+    def for_chat(self) -> dict[str, Any]:
+        return server_tools.function(self.name)
+
+
+def _tool_class(data: Any) -> str:
+    kind = data.get("type") if isinstance(data, dict) else getattr(data, "type", None)
+    return "server" if isinstance(kind, str) and server_tools.kind_of(kind) else "client"
+
+
+AnyTool = Annotated[
+    Annotated[Tool, Tag("client")] | Annotated[ServerTool, Tag("server")],
+    Discriminator(_tool_class),
+]
 
 
 class ToolChoice(Body):
@@ -506,7 +589,7 @@ class CountTokensRequest(Body):
     model: Text = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
     system: Text | list[TextBlock] | None = None
-    tools: list[Tool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: ToolChoice | None = None
     output_config: OutputConfig | None = None
     cache_control: CacheControl | None = None
@@ -523,8 +606,14 @@ class CountTokensRequest(Body):
     @model_validator(mode="after")
     def _no_prefill(self) -> CountTokensRequest:
         # Anthropic continues a final assistant message; chat templates close the turn
-        # and open a new one, so the answer would not continue it
-        if self.messages[-1].role == "assistant":
+        # and open a new one, so the answer would not continue it. A paused turn sent
+        # back (it ends with a server tool's result) is no prefill: the model's next turn
+        # follows the tool's message, as the API goes on from it.
+        last = self.messages[-1]
+        paused = isinstance(last.content, list) and isinstance(
+            last.content[-1] if last.content else None, ServerToolResultBlock
+        )
+        if last.role == "assistant" and not paused:
             raise InvalidRequest(
                 "a final assistant message (a prefill to continue) is not supported by this"
                 " server; end with a user message",
@@ -538,6 +627,10 @@ class CountTokensRequest(Body):
         if system:
             out.append({"role": "system", "content": system})
         return out + with_system_turns(self.messages)
+
+    def server_tools(self) -> dict[str, str]:
+        """The server tools offered, by the name the model calls them by."""
+        return {t.name: t.name for t in self.tools or [] if isinstance(t, ServerTool)}
 
     def reasoning_effort(self) -> str | None:
         """What the request asks of a reasoning model's switch: off when thinking is

@@ -72,9 +72,10 @@ class AnthropicRoutes:
         await chat.read_media()
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
+        server = frozenset(req.server_tools())
         try:
             if req.stream:
-                renderer = MessageStream(message_id(), entry.id)
+                renderer = MessageStream(message_id(), entry.id, server)
                 dispatcher = self.serving.dispatcher
                 return await event_relay.stream(
                     request, dispatcher, self.serving.metrics, job, renderer, refuse
@@ -82,7 +83,7 @@ class AnthropicRoutes:
             got = await event_relay.collect(job)
             if not isinstance(job.outcome, CoderaiError):
                 assert job.outcome is not None
-                body = anthropic_reply.whole(message_id(), entry.id, got, job.outcome)
+                body = anthropic_reply.whole(message_id(), entry.id, got, job.outcome, server)
                 return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
             return refuse(job.outcome, job.served_by)
         finally:

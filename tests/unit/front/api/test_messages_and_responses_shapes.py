@@ -106,8 +106,8 @@ def test_anthropic_output_format_is_a_json_schema_constraint() -> None:
          "messages", "citations"),
         ({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]},
          "messages", "assistant messages"),
-        ({"messages": [{"role": "user", "content": [{"type": "server_tool_use", "id": "x"}]}]},
-         "messages[0].content[0]", "'server_tool_use' block"),
+        ({"messages": [{"role": "user", "content": [{"type": "mcp_tool_use", "id": "x"}]}]},
+         "messages[0].content[0]", "'mcp_tool_use' block"),
         ({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
          "messages", "prefill"),
         ({"messages": [{"role": "user", "content": "a"}],
@@ -546,3 +546,24 @@ def test_runs_of_reasoning_merge_as_runs_of_text_do() -> None:
         Piece(reasoning="th"), Piece(reasoning="ink"), Piece(text="a", reasoning="!"), "b"
     ]  # fmt: skip
     assert texts_and_calls(items) == [Piece(reasoning="think!"), "ab"]
+
+
+def test_server_tools_are_offered_as_functions_and_their_blocks_read_back() -> None:
+    error = {"type": "web_search_tool_result_error", "error_code": "unavailable"}
+    turn = [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+         "input": {"query": "q"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": error},
+    ]  # fmt: skip
+    req = _messages({"tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                     "messages": [{"role": "user", "content": "a"},
+                                  {"role": "assistant", "content": turn}]})  # fmt: skip
+    body: dict[str, Any] = req.chat_body()
+    assert body["tools"][0]["function"]["name"] == "web_search"
+    call, result = body["messages"][1], body["messages"][2]
+    assert call["tool_calls"][0]["function"]["arguments"] == '{"query": "q"}'
+    assert result["role"] == "tool" and "no search backend" in result["content"]
+    with pytest.raises(InvalidRequest) as refused:  # a type's name is its own
+        _messages({"messages": [{"role": "user", "content": "a"}],
+                   "tools": [{"type": "web_fetch_20250910", "name": "web_search"}]})  # fmt: skip
+    assert refused.value.param == "tools"
