@@ -160,6 +160,28 @@ class BrokerConfig(_Strict):
         return self
 
 
+class SearchConfig(_Strict):
+    """The search backend that Anthropic's web_search and web_fetch server tools run on
+    (front/web/): a SearXNG instance's JSON API. Off while `url` is unset: a call is then
+    answered as unavailable."""
+
+    #: http(s)://HOST[:PORT] of a SearXNG instance whose `json` format is enabled
+    url: str | None = None
+    #: results one search returns at most
+    max_results: int = Field(5, ge=1, le=20)
+    #: a search's or a fetch's whole time
+    timeout_seconds: float = Field(10.0, gt=0, le=120)
+    #: a fetched page's bytes read at most (the rest is cut), and its text's characters
+    fetch_max_bytes: int = Field(2_000_000, ge=1024, le=50_000_000)
+    fetch_max_chars: int = Field(100_000, ge=1000)
+
+    @model_validator(mode="after")
+    def _http(self) -> SearchConfig:
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("search.url must be an http:// or https:// URL")
+        return self
+
+
 class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
@@ -231,6 +253,7 @@ class Config(_Strict):
     offload: OffloadConfig = Field(default_factory=OffloadConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
 
     @model_validator(mode="after")
     def _unique_engine_names(self) -> Config:

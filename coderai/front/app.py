@@ -165,7 +165,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     openai = OpenAIRoutes(serving)
     openai.add_to(app)
     TokenizeRoutes(serving).add_to(app)
-    AnthropicRoutes(serving).add_to(app)
+    AnthropicRoutes(serving, lambda: front.config.search).add_to(app)
     ResponsesRoutes(serving).add_to(app)
     admin = AdminRoutes(
         dispatcher, front.directory, front.engines, front.files.catalogue,

@@ -84,6 +84,12 @@ class Renderer(Protocol):
 
     def error(self, error: CoderaiError) -> bytes: ...
 
+    def settling(self) -> bool:
+        """After the job's end, whether the answer still waits for work of the front's own
+        (Anthropic's server tools run their calls: anthropic/reply.py) before it closes;
+        that work wakes the job when done."""
+        ...
+
 
 async def collect(job: FrontJob) -> Collected:
     """A whole answer: everything the job produced, once it has ended."""
@@ -138,6 +144,8 @@ def _advance(
             out = renderer.items(items)
         outcome = job.outcome
         if isinstance(outcome, Done):
+            if renderer.settling():
+                return out, False
             out += renderer.closing(outcome)
         elif isinstance(outcome, CoderaiError):
             out += renderer.error(outcome)

@@ -10,8 +10,11 @@ one matched).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -24,6 +27,10 @@ from coderai.front.api.event_relay import EventTemplate, render, sse
 from coderai.front.api.stream_io import progress_comment
 from coderai.front.dispatch.output import CallPiece, Collected, Piece
 from coderai.front.http import error_response
+
+log = logging.getLogger("coderai.front")
+#: what runs a server tool's call: (name, arguments, its block's id) -> its result block
+Run = Callable[[str, str, str], Awaitable[dict[str, Any]]]
 
 STOP_REASONS: dict[str, str] = {
     FinishReason.STOP: "end_turn",
@@ -108,11 +115,10 @@ def tool_input(arguments: str) -> dict[str, Any]:
 SIGNATURE = ""
 
 
-def _server_blocks(name: str, arguments: str) -> list[dict[str, Any]]:
-    """A server tool's call and its result (server_tools.py)."""
-    use_id = server_tools.server_tool_use_id()
-    use = {"type": "server_tool_use", "id": use_id, "name": name, "input": tool_input(arguments)}
-    return [use, server_tools.unavailable(name, use_id)]
+def server_calls(got: Collected, server: frozenset[str]) -> list[tuple[str, str, str]]:
+    """The answer's calls of server tools: (name, arguments, the id its block gets)."""
+    return [(name, arguments, server_tools.server_tool_use_id())
+            for name, arguments in got.calls() if name in server]  # fmt: skip
 
 
 def _paused(stop: dict[str, Any], client_calls: int, server_calls: int) -> dict[str, Any]:
@@ -124,8 +130,16 @@ def _paused(stop: dict[str, Any], client_calls: int, server_calls: int) -> dict[
 
 
 def whole(
-    msg_id: str, model: str, got: Collected, done: Done, server: frozenset[str] = frozenset()
+    msg_id: str,
+    model: str,
+    got: Collected,
+    done: Done,
+    server: frozenset[str] = frozenset(),
+    results: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The whole message; a server tool's call is followed by its result, in `results`
+    (server_calls' order: the route runs them first)."""
+    pending = list(results or [])
     content: list[dict[str, Any]] = []
     thought = got.reasoning()
     if thought:
@@ -136,7 +150,10 @@ def whole(
     client_calls = server_calls = 0
     for name, arguments in got.calls():
         if name in server:
-            content += _server_blocks(name, arguments)
+            result = pending.pop(0)
+            content.append({"type": "server_tool_use", "id": result["tool_use_id"],
+                            "name": name, "input": tool_input(arguments)})  # fmt: skip
+            content.append(result)
             server_calls += 1
             continue
         block = {"type": "tool_use", "id": tool_use_id(), "name": name}
@@ -161,14 +178,26 @@ class MessageStream:
 
     _TEXT = "\x00coderai-text\x00"
 
-    def __init__(self, msg_id: str, model: str, server: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        msg_id: str,
+        model: str,
+        server: frozenset[str] = frozenset(),
+        run: Run | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self.msg_id = msg_id
         self.model = model
-        #: the server tools' names, and the calls made of each kind, client and server
+        #: the server tools' names, what runs their calls (server_tools.Runner) and how
+        #: the relay is woken when one has run; the calls made, client and server
         self.server = server
+        self.run = run
+        self.wake = wake
         self.calls = {"client": 0, "server": 0}
-        #: the open server tool call: its name, id and arguments so far
-        self._server_call: tuple[str, str, list[str]] | None = None
+        #: each server call: its name, id and arguments, and once run, its task
+        self._server_calls: list[tuple[str, str, list[str]]] = []
+        self._runs: list[asyncio.Future[dict[str, Any]]] = []
+        self._open_server = False
         #: the open block's index and what it holds: ("text", 0) or ("call", call index)
         self._index = -1
         self._block: tuple[str, int] | None = None
@@ -216,18 +245,19 @@ class MessageStream:
     def _call(self, call: CallPiece) -> bytes:
         out = b""
         if self._block != ("call", call.index):
-            if call.name in self.server:
+            self._open_server = call.name in self.server
+            if self._open_server:
                 use_id = server_tools.server_tool_use_id()
                 block = {"type": "server_tool_use", "id": use_id, "name": call.name, "input": {}}
                 out += self._start(block, ("call", call.index))
-                self._server_call = (call.name, use_id, [])
+                self._server_calls.append((call.name, use_id, []))
                 self.calls["server"] += 1
             else:
                 block = {"type": "tool_use", "id": tool_use_id(), "name": call.name, "input": {}}
                 out += self._start(block, ("call", call.index))
                 self.calls["client"] += 1
-        if call.arguments and self._server_call is not None:
-            self._server_call[2].append(call.arguments)
+        if call.arguments and self._open_server:
+            self._server_calls[-1][2].append(call.arguments)
         if call.arguments:
             delta = {"type": "input_json_delta", "partial_json": call.arguments}
             event = {"type": "content_block_delta", "index": self._index, "delta": delta}
@@ -245,19 +275,41 @@ class MessageStream:
         if self._block is None:
             return b""
         self._block = None
-        out = sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
-        if self._server_call is not None:  # its result follows it, whole
-            name, use_id, _ = self._server_call
-            self._server_call = None
+        return sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
+
+    def settling(self) -> bool:
+        """Called once the job has ended: its server calls are run (each wakes the relay
+        when it has), and True while any still runs; closing waits for them."""
+        if self.run is not None and len(self._runs) < len(self._server_calls):
+            for name, use_id, arguments in self._server_calls[len(self._runs) :]:
+                task = asyncio.ensure_future(self.run(name, "".join(arguments), use_id))
+                task.add_done_callback(self._ran)
+                self._runs.append(task)
+        return any(not task.done() for task in self._runs)
+
+    def _ran(self, _task: asyncio.Future[dict[str, Any]]) -> None:
+        if self.wake is not None:
+            self.wake()
+
+    def _results(self) -> bytes:
+        """Each server call's result block, in the order they were made."""
+        out = b""
+        for i, (name, use_id, _) in enumerate(self._server_calls):
+            task = self._runs[i] if i < len(self._runs) else None
+            block = server_tools.unavailable(name, use_id)
+            if task is not None and task.done() and not task.cancelled():
+                if task.exception() is None:
+                    block = task.result()
+                else:
+                    log.error("a server tool call failed", exc_info=task.exception())
             self._index += 1
-            start = {"type": "content_block_start", "index": self._index,
-                     "content_block": server_tools.unavailable(name, use_id)}  # fmt: skip
-            out += sse("content_block_start", start)
+            event = {"type": "content_block_start", "index": self._index, "content_block": block}
+            out += sse("content_block_start", event)
             out += sse("content_block_stop", {"type": "content_block_stop", "index": self._index})
         return out
 
     def closing(self, done: Done) -> bytes:
-        out = self._stop()  # a server call's result is sent before the stop reason
+        out = self._stop() + self._results()  # the server calls' results, after them
         delta = _paused(stop_of(done), self.calls["client"], self.calls["server"])
         return (
             out

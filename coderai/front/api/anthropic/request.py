@@ -294,6 +294,9 @@ def _refuse_blocks(messages: object, model: object) -> None:
         content = message.get("content") if isinstance(message, dict) else None
         for j, block in enumerate(content if isinstance(content, list) else []):
             _refuse_block(block, f"messages[{i}].content[{j}]", model)
+            # a server tool's results are its own blocks (server_tools.py reads them)
+            if isinstance(block, dict) and block.get("type") in server_tools.RESULT_TYPES.values():
+                continue
             inner = block.get("content") if isinstance(block, dict) else None
             for k, part in enumerate(inner if isinstance(inner, list) else []):
                 _refuse_block(part, f"messages[{i}].content[{j}].content[{k}]", model)
@@ -477,8 +480,11 @@ class Tool(Body):
 
 
 class ServerTool(Body):
-    """Anthropic's web search or web fetch (server_tools.py). Its limits and filters ask
-    nothing while no backend runs searches: every call is answered as unavailable."""
+    """Anthropic's web search or web fetch (server_tools.py): its uses and domains bound
+    what the backend runs, web_fetch's `max_content_tokens` the text of a page (at four
+    characters a token; with no backend, every call is answered as unavailable, and they
+    ask nothing). `user_location` asks nothing of a search engine that has no notion of
+    it; cited answers are not built (`citations.enabled` is a 400)."""
 
     type: Annotated[str, Field(pattern=r"^web_(search|fetch)_\d{8}$")]
     name: Literal["web_search", "web_fetch"]
@@ -495,6 +501,8 @@ class ServerTool(Body):
     def _name_of_its_type(self) -> ServerTool:
         if server_tools.kind_of(self.type) != self.name:
             raise ValueError(f"a {self.type} tool is named {server_tools.kind_of(self.type)!r}")
+        if (self.citations or {}).get("enabled"):
+            raise ValueError("cited answers (citations.enabled) are not supported by this server")
         return self
 
     def for_chat(self) -> dict[str, Any]:
@@ -628,9 +636,22 @@ class CountTokensRequest(Body):
             out.append({"role": "system", "content": system})
         return out + with_system_turns(self.messages)
 
-    def server_tools(self) -> dict[str, str]:
+    def server_tool_names(self) -> dict[str, str]:
         """The server tools offered, by the name the model calls them by."""
         return {t.name: t.name for t in self.tools or [] if isinstance(t, ServerTool)}
+
+    def server_limits(self) -> dict[str, server_tools.Limits]:
+        """What each server tool offered allows (its uses, its domains)."""
+        return {
+            t.name: server_tools.Limits(
+                t.max_uses,
+                t.allowed_domains,
+                t.blocked_domains,
+                4 * t.max_content_tokens if t.max_content_tokens else None,
+            )
+            for t in self.tools or []
+            if isinstance(t, ServerTool)
+        }
 
     def reasoning_effort(self) -> str | None:
         """What the request asks of a reasoning model's switch: off when thinking is

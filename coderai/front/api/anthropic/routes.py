@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from coderai.bus.kinds import JobKind
+from coderai.config import SearchConfig
 from coderai.errors import CoderaiError
 from coderai.front.api import event_relay
 from coderai.front.api.anthropic import reply as anthropic_reply
@@ -24,6 +25,7 @@ from coderai.front.api.anthropic.request import (
     CountTokensRequest,
     MessagesRequest,
 )
+from coderai.front.api.anthropic.server_tools import Runner
 from coderai.front.api.openai.schemas import ChatRequest
 from coderai.front.api.openai.tokenize import tokens_answer
 from coderai.front.api.serving import Serving
@@ -54,8 +56,10 @@ def anthropic_errors(handler: Handler) -> Handler:
 
 
 class AnthropicRoutes:
-    def __init__(self, serving: Serving) -> None:
+    def __init__(self, serving: Serving, search: Callable[[], SearchConfig] = SearchConfig) -> None:
         self.serving = serving
+        #: the search backend's settings as they are now (the config may be replaced)
+        self.search = search
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post(PREFIX, anthropic_errors(self.messages))
@@ -72,10 +76,12 @@ class AnthropicRoutes:
         await chat.read_media()
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
-        server = frozenset(req.server_tools())
+        server = frozenset(req.server_tool_names())
+        seen = " ".join(m.text() for m in chat.messages)
+        run = Runner(self.search(), req.server_limits(), seen)
         try:
             if req.stream:
-                renderer = MessageStream(message_id(), entry.id, server)
+                renderer = MessageStream(message_id(), entry.id, server, run, job.wake.set)
                 dispatcher = self.serving.dispatcher
                 return await event_relay.stream(
                     request, dispatcher, self.serving.metrics, job, renderer, refuse
@@ -83,7 +89,11 @@ class AnthropicRoutes:
             got = await event_relay.collect(job)
             if not isinstance(job.outcome, CoderaiError):
                 assert job.outcome is not None
-                body = anthropic_reply.whole(message_id(), entry.id, got, job.outcome, server)
+                calls = anthropic_reply.server_calls(got, server)
+                results = [await run(name, arguments, i) for name, arguments, i in calls]
+                body = anthropic_reply.whole(
+                    message_id(), entry.id, got, job.outcome, server, results
+                )
                 return web.json_response(body, headers={ENGINE_HEADER: job.served_by or FRONT})
             return refuse(job.outcome, job.served_by)
         finally:

@@ -8,13 +8,32 @@ holding a `web_search_tool_result_error`, `web_fetch_tool_result` holding a
 `pause_turn`: a client sends the conversation back as it is, and the model, reading that
 search is off, goes on. Claude Code's WebSearch reads the error and tells its user.
 
+With a backend (the config's `search.url`, a SearXNG instance), the server runs the call
+itself (Runner: front/web/): a search's results become `web_search_result` blocks (title,
+url, page_age, and the snippet in `encrypted_content`, ours: base64 under a prefix, read
+back for the model), a fetch's page a `web_fetch_result` holding its text as a document;
+a failure is the error block with Anthropic's code for it. A fetch is made only of a URL
+the conversation already holds (`url_not_in_prior_context` otherwise, as Anthropic's
+own tool refuses), so that a model cannot be steered into sending what it read to an
+address of an attacker's choosing; `max_uses` bounds the calls one answer runs.
+Cited answers (text blocks with `citations`) are not built: the model reads the results
+and writes its answer without them.
+
 Sent back, a `server_tool_use` block is an assistant's call and its result block that
 call's tool message (`what_the_model_reads`)."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
+
+from coderai.config import SearchConfig
+from coderai.front.api.responses.reasoning_copy import seal, unseal
+from coderai.front.web import page, searxng
+from coderai.front.web.searxng import SearchFailed
 
 #: each server tool's result block type
 RESULT_TYPES = {"web_search": "web_search_tool_result", "web_fetch": "web_fetch_tool_result"}
@@ -59,10 +78,88 @@ def server_tool_use_id() -> str:
     return f"srvtoolu_{uuid.uuid4().hex[:24]}"
 
 
-def unavailable(kind: str, tool_use_id: str) -> dict[str, Any]:
-    """The result block of a call that could not run: no backend is configured."""
-    error = {"type": _ERROR_TYPES[kind], "error_code": "unavailable"}
+def failed(kind: str, tool_use_id: str, code: str = "unavailable") -> dict[str, Any]:
+    """The result block of a call that could not run (by default: no backend)."""
+    error = {"type": _ERROR_TYPES[kind], "error_code": code}
     return {"type": RESULT_TYPES[kind], "tool_use_id": tool_use_id, "content": error}
+
+
+def unavailable(kind: str, tool_use_id: str) -> dict[str, Any]:
+    return failed(kind, tool_use_id)
+
+
+#: a search result's snippet, kept in its encrypted_content
+SNIPPET_PREFIX = "coderai-search-v1:"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a request's server tool allows: its uses, and the domains it may reach."""
+
+    max_uses: int | None = None
+    allowed: list[str] | None = None
+    blocked: list[str] | None = None
+    #: a fetched page's characters at most (web_fetch's max_content_tokens)
+    max_chars: int | None = None
+
+
+@dataclass
+class Runner:
+    """Runs one answer's server tool calls: through the backend, or as unavailable."""
+
+    settings: SearchConfig
+    limits: dict[str, Limits]
+    #: the conversation's text, where a URL to fetch must already appear
+    seen: str = ""
+    uses: dict[str, int] = field(default_factory=dict)
+
+    async def __call__(self, kind: str, arguments: str, use_id: str) -> dict[str, Any]:
+        if self.settings.url is None:
+            return failed(kind, use_id)
+        limits = self.limits.get(kind, Limits())
+        self.uses[kind] = self.uses.get(kind, 0) + 1
+        if limits.max_uses is not None and self.uses[kind] > limits.max_uses:
+            return failed(kind, use_id, "max_uses_exceeded")
+        try:
+            given = json.loads(arguments or "{}")
+        except ValueError:
+            given = None
+        if not isinstance(given, dict):
+            return failed(kind, use_id, "invalid_tool_input")
+        try:
+            if kind == "web_search":
+                return await self._search(str(given.get("query") or ""), limits, use_id)
+            return await self._fetch(str(given.get("url") or ""), limits, use_id)
+        except SearchFailed as exc:
+            return failed(kind, use_id, exc.code)
+
+    async def _search(self, query: str, limits: Limits, use_id: str) -> dict[str, Any]:
+        results = await searxng.search(self.settings, query, limits.allowed, limits.blocked)
+        blocks = [
+            {"type": "web_search_result", "url": r.url, "title": r.title,
+             "encrypted_content": seal(r.snippet, SNIPPET_PREFIX), "page_age": r.age or None}
+            for r in results
+        ]  # fmt: skip
+        self.seen += " ".join(r.url for r in results)  # a later fetch may follow them
+        return {"type": RESULT_TYPES["web_search"], "tool_use_id": use_id, "content": blocks}
+
+    async def _fetch(self, url: str, limits: Limits, use_id: str) -> dict[str, Any]:
+        if url and url not in self.seen:
+            raise SearchFailed("url_not_in_prior_context", "the URL is not in the conversation")
+        if limits.allowed and not searxng.kept([searxng.Result(url, "", "")], limits.allowed,
+                                               None, 1):  # fmt: skip
+            raise SearchFailed("url_not_allowed", "the URL is outside the allowed domains")
+        if limits.blocked and not searxng.kept([searxng.Result(url, "", "")], None,
+                                               limits.blocked, 1):  # fmt: skip
+            raise SearchFailed("url_not_allowed", "the URL is in a blocked domain")
+        fetched = await page.fetch(self.settings, url)
+        text = fetched.text[: limits.max_chars] if limits.max_chars else fetched.text
+        document = {"type": "document", "title": fetched.title or None,
+                    "source": {"type": "text", "media_type": "text/plain",
+                               "data": text}}  # fmt: skip
+        content = {"type": "web_fetch_result", "url": fetched.url, "content": document,
+                   "retrieved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        return {"type": RESULT_TYPES["web_fetch"], "tool_use_id": use_id, "content": content}
 
 
 def what_the_model_reads(kind: str, content: Any) -> str:
@@ -70,11 +167,15 @@ def what_the_model_reads(kind: str, content: Any) -> str:
     if isinstance(content, dict) and "error_code" in content:
         code = content.get("error_code")
         return UNAVAILABLE[kind] if code == "unavailable" else f"{kind} failed: {code}"
-    if isinstance(content, list):  # search results
-        return "\n\n".join(
-            f"{r.get('title', '')}\n{r.get('url', '')}" for r in content if isinstance(r, dict)
-        )
+    if isinstance(content, list):  # search results, with their snippets where ours
+        return "\n\n".join(_result_text(r) for r in content if isinstance(r, dict))
     if isinstance(content, dict):  # a fetched document
         source = (content.get("content") or {}).get("source") or {}
         return f"{content.get('url', '')}\n{source.get('data', '')}"
     return str(content)
+
+
+def _result_text(result: dict[str, Any]) -> str:
+    snippet = unseal(str(result.get("encrypted_content", "")), SNIPPET_PREFIX)
+    lines = (str(result.get("title", "")), str(result.get("url", "")), snippet)
+    return "\n".join(line for line in lines if line)

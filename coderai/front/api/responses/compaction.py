@@ -67,6 +67,9 @@ class CompactionStream:
     def keepalive(self, prompt: Prompt | None) -> bytes:
         return progress_comment(prompt)
 
+    def settling(self) -> bool:
+        return False  # nothing of its own to wait for
+
     def items(self, items: list[str | Piece]) -> bytes:
         for item in items:  # the text alone: thinking and calls are no part of the summary
             if isinstance(item, str):

@@ -172,6 +172,9 @@ class ResponseStream:
     def keepalive(self, prompt: Prompt | None) -> bytes:
         return progress_comment(prompt)
 
+    def settling(self) -> bool:
+        return False  # nothing of its own to wait for
+
     def items(self, items: list[str | Piece]) -> bytes:
         return render(items, self._text, self._call_delta, self._thought)
 

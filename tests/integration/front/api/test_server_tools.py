@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
 
 from coderai.front.api.anthropic.server_tools import UNAVAILABLE
+from tests.support import agents, searxng
 from tests.support.server import Server, running
 
 TOOLS: Any = [
@@ -81,3 +83,92 @@ def test_the_streamed_answer_has_the_same_blocks(claude: anthropic.Anthropic) ->
     assert final.stop_reason == "pause_turn"
     use: Any = final.content[0]
     assert use.input == {"query": "coderai"}
+
+
+# -- with a search backend (a stand-in speaking SearXNG's JSON API) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def searx() -> Iterator[searxng.Standin]:
+    with searxng.running() as standin:
+        yield standin
+
+
+@pytest.fixture(scope="module")
+def searching(tmp_path_factory: pytest.TempPathFactory, searx: searxng.Standin) -> Iterator[Server]:
+    fetch = _call("web_fetch", {"url": f"{searx.url}/page/2"})
+    models: list[dict[str, Any]] = [
+        {"id": "search", "format": "fake", "options": {
+            "script": [_call("web_search", {"query": "coderai"}), "Noted: {tool_result}"]}},
+        {"id": "fetch", "format": "fake", "options": {
+            "script": [fetch, "Noted: {tool_result}"]}},
+        # Claude Code's WebSearch: its own tool, then Anthropic's web_search, asked again
+        {"id": "claude-search", "format": "fake", "options": {
+            "script": [_call("WebSearch", {"query": "coderai"}), "Found: {tool_result}"],
+            "script_rules": [["Perform a web search for the query",
+                              _call("web_search", {"query": "coderai"})]]}},
+    ]  # fmt: skip
+    srv = Server(tmp_path_factory.mktemp("searching"), {"engines": 1}, models,
+                 extra_config={"search": {"url": searx.url, "max_results": 3}})  # fmt: skip
+    try:
+        srv.wait_ready(1)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_a_search_runs_on_the_backend_and_the_model_reads_its_results(
+    searching: Server, searx: searxng.Standin
+) -> None:
+    with anthropic.Anthropic(base_url=searching.url, api_key="x", max_retries=0) as claude:
+        tools: Any = [{"type": "web_search_20250305", "name": "web_search",
+                       "blocked_domains": ["example.net"]}]  # fmt: skip
+        message = claude.messages.create(model="search", max_tokens=100, messages=ASK,
+                                         tools=tools)  # fmt: skip
+        assert message.stop_reason == "pause_turn" and searx.queries[-1] == "coderai"
+        use, found = (block.model_dump() for block in message.content)
+        assert found["type"] == "web_search_tool_result" and found["tool_use_id"] == use["id"]
+        results = found["content"]
+        assert [r["url"] for r in results] == [f"{searx.url}/page/1", f"{searx.url}/page/2"]
+        assert results[0]["title"] == "coderai result 1" and results[0]["page_age"]
+        paused: Any = [*ASK, {"role": "assistant", "content": [use, found]}]
+        again: Any = claude.messages.create(model="search", max_tokens=300, messages=paused,
+                                            tools=tools).content[0]  # fmt: skip
+    assert again.text.startswith("Noted: coderai result 1\n")
+    assert "Snippet 2 about coderai." in again.text  # the snippet, read back for the model
+
+
+def test_a_fetch_reads_the_page_of_an_address_the_conversation_holds(
+    searching: Server, searx: searxng.Standin
+) -> None:
+    tools: Any = [{"type": "web_fetch_20250910", "name": "web_fetch", "max_content_tokens": 10}]
+    asked: Any = [{"role": "user", "content": f"Read {searx.url}/page/2 please"}]
+    with anthropic.Anthropic(base_url=searching.url, api_key="x", max_retries=0) as claude:
+        with claude.messages.stream(model="fetch", max_tokens=100, messages=asked,
+                                    tools=tools) as stream:  # fmt: skip
+            final = stream.get_final_message()
+        refused = claude.messages.create(model="fetch", max_tokens=100, messages=ASK,
+                                         tools=tools)  # fmt: skip
+    fetched = final.content[1].model_dump()
+    assert fetched["type"] == "web_fetch_tool_result"
+    page = fetched["content"]
+    assert page["type"] == "web_fetch_result" and page["url"] == f"{searx.url}/page/2"
+    assert page["content"]["title"] == "Page 2"
+    # its visible text, a line per block, cut at max_content_tokens (four characters each)
+    text = "Result 2\nCoderAI serves models to coding agents.\nPage number 2."
+    assert page["content"]["source"]["data"] == text[:40]
+    error = refused.content[1].model_dump()["content"]
+    assert error == {
+        "type": "web_fetch_tool_result_error",
+        "error_code": "url_not_in_prior_context",
+    }
+
+
+def test_claude_codes_web_search_cites_a_result_of_the_backend(
+    searching: Server, searx: searxng.Standin, tmp_path: Path
+) -> None:
+    argv, env = agents.claude_launch(searching.url, "claude-search", "Search the web for coderai")
+    done = agents.run([*argv, "WebSearch"], env, home=tmp_path, timeout=50)
+    assert done.code == 0, done.describe()
+    result = agents.claude_result(done)["result"]
+    assert result.startswith("Found: ") and f"{searx.url}/page/1" in result, result
