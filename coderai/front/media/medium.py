@@ -26,7 +26,8 @@ class Medium:
     file_id: str = ""
 
     def digest(self) -> str:
-        """What identifies its content: equal for the same bytes however they are named."""
+        """What identifies it: its content and what it is said to be (the name and type
+        are part of the text the model reads)."""
         h = hashlib.sha256()
         for field in (self.kind, self.url, self.data, self.mime, self.name, self.file_id):
             h.update(field.encode("utf-8", "surrogatepass"))

@@ -135,10 +135,14 @@ def _decide(medium: Medium) -> Shown:
 
 
 class _Cache:
-    """Shown texts by content hash, the most recent kept (a session's media, resent)."""
+    """Shown texts by content hash, the most recent kept (a session's media, resent), as
+    many as `size` and no more than `chars` characters of text in all (a document's text
+    may be long)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, chars: int) -> None:
         self.size = size
+        self.chars = chars
+        self.held = 0
         self.items: OrderedDict[str, Shown] = OrderedDict()
         self.lock = Lock()  # filled from worker threads (read_media) and the event loop
 
@@ -151,12 +155,16 @@ class _Cache:
 
     def put(self, key: str, shown: Shown) -> None:
         with self.lock:
+            if key in self.items:
+                self.held -= len(self.items.pop(key).text)
             self.items[key] = shown
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+            self.held += len(shown.text)
+            while self.items and (len(self.items) > self.size or self.held > self.chars):
+                self.held -= len(self.items.popitem(last=False)[1].text)
 
 
-_CACHE = _Cache(512)
+#: 512 media, 16 million characters of text (some 64 MiB at most)
+_CACHE = _Cache(512, 16_000_000)
 
 
 def cached(medium: Medium) -> Shown | None:
@@ -170,6 +178,6 @@ def show(medium: Medium) -> Shown:
     if found is None:
         found = _decide(medium)
         _CACHE.put(key, found)
-        # once per content: a session resends it every turn
-        log.info("a request's %s is read as text: %s", found.what, found.text[:120])
+        # once per content (a session resends it every turn); what it is, never what it says
+        log.info("a request's %s is read as %d characters of text", found.what, len(found.text))
     return found

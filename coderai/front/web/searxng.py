@@ -34,16 +34,17 @@ def _host_matches(url: str, domains: list[str]) -> bool:
     return any(host == d.lower() or host.endswith("." + d.lower()) for d in domains)
 
 
+def host_allowed(url: str, allowed: list[str] | None, blocked: list[str] | None) -> bool:
+    """Whether an address is within `allowed` (if given) and outside `blocked`."""
+    return (not allowed or _host_matches(url, allowed)) and not (
+        blocked and _host_matches(url, blocked)
+    )
+
+
 def kept(results: list[Result], allowed: list[str] | None, blocked: list[str] | None,
          most: int) -> list[Result]:  # fmt: skip
-    """The results a request may see, in order: within `allowed` (if given), outside
-    `blocked`, at most `most`."""
-    out = [
-        r for r in results
-        if (not allowed or _host_matches(r.url, allowed))
-        and not (blocked and _host_matches(r.url, blocked))
-    ]  # fmt: skip
-    return out[:most]
+    """The results a request may see, in order, at most `most`."""
+    return [r for r in results if host_allowed(r.url, allowed, blocked)][:most]
 
 
 async def search(

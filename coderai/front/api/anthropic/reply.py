@@ -287,6 +287,11 @@ class MessageStream:
                 self._runs.append(task)
         return any(not task.done() for task in self._runs)
 
+    def cancel(self) -> None:
+        """The client has gone: the server calls still running are dropped."""
+        for task in self._runs:
+            task.cancel()
+
     def _ran(self, _task: asyncio.Future[dict[str, Any]]) -> None:
         if self.wake is not None:
             self.wake()
@@ -296,7 +301,7 @@ class MessageStream:
         out = b""
         for i, (name, use_id, _) in enumerate(self._server_calls):
             task = self._runs[i] if i < len(self._runs) else None
-            block = server_tools.unavailable(name, use_id)
+            block = server_tools.failed(name, use_id)
             if task is not None and task.done() and not task.cancelled():
                 if task.exception() is None:
                     block = task.result()

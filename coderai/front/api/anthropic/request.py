@@ -354,7 +354,8 @@ class Message(Body):
         blocks: list[Any] = []
         for block in self.content:
             if isinstance(block, ServerToolResultBlock):
-                out.append(_assistant_message(blocks))
+                if blocks or not out:  # a result right after a result answers the same turn
+                    out.append(_assistant_message(blocks))
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id,
                             "content": block.text()})  # fmt: skip
                 blocks = []
@@ -636,9 +637,21 @@ class CountTokensRequest(Body):
             out.append({"role": "system", "content": system})
         return out + with_system_turns(self.messages)
 
-    def server_tool_names(self) -> dict[str, str]:
+    def server_tool_names(self) -> frozenset[str]:
         """The server tools offered, by the name the model calls them by."""
-        return {t.name: t.name for t in self.tools or [] if isinstance(t, ServerTool)}
+        return frozenset(t.name for t in self.tools or [] if isinstance(t, ServerTool))
+
+    def server_uses(self) -> dict[str, int]:
+        """The server tool calls the turn has made so far: those of the assistant messages
+        after the last user message (a paused turn sent back), which max_uses counts."""
+        uses: dict[str, int] = {}
+        for message in reversed(self.messages):
+            if message.role == "user":
+                break
+            for block in message.content if isinstance(message.content, list) else []:
+                if isinstance(block, ServerToolUseBlock):
+                    uses[block.name] = uses.get(block.name, 0) + 1
+        return uses
 
     def server_limits(self) -> dict[str, server_tools.Limits]:
         """What each server tool offered allows (its uses, its domains)."""

@@ -25,7 +25,7 @@ from coderai.front.api.anthropic.request import (
     CountTokensRequest,
     MessagesRequest,
 )
-from coderai.front.api.anthropic.server_tools import Runner
+from coderai.front.api.anthropic.server_tools import Runner, urls_in
 from coderai.front.api.openai.schemas import ChatRequest
 from coderai.front.api.openai.tokenize import tokens_answer
 from coderai.front.api.serving import Serving
@@ -76,9 +76,10 @@ class AnthropicRoutes:
         await chat.read_media()
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
-        server = frozenset(req.server_tool_names())
-        seen = " ".join(m.text() for m in chat.messages)
-        run = Runner(self.search(), req.server_limits(), seen)
+        server = req.server_tool_names()
+        seen = urls_in(" ".join(m.text() for m in chat.messages))
+        run = Runner(self.search(), req.server_limits(), seen, req.server_uses())
+        renderer = None
         try:
             if req.stream:
                 renderer = MessageStream(message_id(), entry.id, server, run, job.wake.set)
@@ -99,6 +100,8 @@ class AnthropicRoutes:
         finally:
             # the handler ends early only when the client went away (or a write failed)
             self.serving.dispatcher.cancel(job)
+            if renderer is not None:
+                renderer.cancel()
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         """The prompt's tokens as the model reads them: its chat template applied to the
@@ -106,6 +109,7 @@ class AnthropicRoutes:
         req = validate(CountTokensRequest, await read_json(request), NOT_BUILT)
         chat: ChatRequest = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
+        await chat.read_media()
         tools = chat.tool_fields()
         job, outcome = await self.serving.answer(
             entry,

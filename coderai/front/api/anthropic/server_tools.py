@@ -25,6 +25,8 @@ call's tool message (`what_the_model_reads`)."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +36,8 @@ from coderai.config import SearchConfig
 from coderai.front.api.responses.reasoning_copy import seal, unseal
 from coderai.front.web import page, searxng
 from coderai.front.web.searxng import SearchFailed
+
+log = logging.getLogger("coderai.front")
 
 #: each server tool's result block type
 RESULT_TYPES = {"web_search": "web_search_tool_result", "web_fetch": "web_fetch_tool_result"}
@@ -84,10 +88,6 @@ def failed(kind: str, tool_use_id: str, code: str = "unavailable") -> dict[str, 
     return {"type": RESULT_TYPES[kind], "tool_use_id": tool_use_id, "content": error}
 
 
-def unavailable(kind: str, tool_use_id: str) -> dict[str, Any]:
-    return failed(kind, tool_use_id)
-
-
 #: a search result's snippet, kept in its encrypted_content
 SNIPPET_PREFIX = "coderai-search-v1:"
 
@@ -103,14 +103,25 @@ class Limits:
     max_chars: int | None = None
 
 
+#: an address in a conversation's text (up to a space, a quote or a bracket)
+_URL = re.compile(r"https?://[^\s\"'<>()\[\]{}]+")
+
+
+def urls_in(text: str) -> set[str]:
+    """The addresses a text holds, each also without trailing punctuation."""
+    found = _URL.findall(text)
+    return {*found, *(u.rstrip(".,;:!?") for u in found)}
+
+
 @dataclass
 class Runner:
     """Runs one answer's server tool calls: through the backend, or as unavailable."""
 
     settings: SearchConfig
     limits: dict[str, Limits]
-    #: the conversation's text, where a URL to fetch must already appear
-    seen: str = ""
+    #: the addresses the conversation holds: a URL to fetch must be one of them
+    seen: set[str] = field(default_factory=set)
+    #: the calls of each tool made so far in this turn (a paused turn's, sent back)
     uses: dict[str, int] = field(default_factory=dict)
 
     async def __call__(self, kind: str, arguments: str, use_id: str) -> dict[str, Any]:
@@ -132,6 +143,9 @@ class Runner:
             return await self._fetch(str(given.get("url") or ""), limits, use_id)
         except SearchFailed as exc:
             return failed(kind, use_id, exc.code)
+        except Exception:  # a failure of ours: the call is unavailable, the answer goes on
+            log.exception("%s call %s failed", kind, use_id)
+            return failed(kind, use_id)
 
     async def _search(self, query: str, limits: Limits, use_id: str) -> dict[str, Any]:
         results = await searxng.search(self.settings, query, limits.allowed, limits.blocked)
@@ -140,19 +154,18 @@ class Runner:
              "encrypted_content": seal(r.snippet, SNIPPET_PREFIX), "page_age": r.age or None}
             for r in results
         ]  # fmt: skip
-        self.seen += " ".join(r.url for r in results)  # a later fetch may follow them
+        self.seen |= {r.url for r in results}  # a later fetch may follow them
         return {"type": RESULT_TYPES["web_search"], "tool_use_id": use_id, "content": blocks}
 
     async def _fetch(self, url: str, limits: Limits, use_id: str) -> dict[str, Any]:
-        if url and url not in self.seen:
+        if url not in self.seen:
             raise SearchFailed("url_not_in_prior_context", "the URL is not in the conversation")
-        if limits.allowed and not searxng.kept([searxng.Result(url, "", "")], limits.allowed,
-                                               None, 1):  # fmt: skip
-            raise SearchFailed("url_not_allowed", "the URL is outside the allowed domains")
-        if limits.blocked and not searxng.kept([searxng.Result(url, "", "")], None,
-                                               limits.blocked, 1):  # fmt: skip
-            raise SearchFailed("url_not_allowed", "the URL is in a blocked domain")
-        fetched = await page.fetch(self.settings, url)
+
+        def allowed(address: str) -> str:  # the address and each redirect's
+            ok = searxng.host_allowed(address, limits.allowed, limits.blocked)
+            return "" if ok else "url_not_allowed"
+
+        fetched = await page.fetch(self.settings, url, allowed)
         text = fetched.text[: limits.max_chars] if limits.max_chars else fetched.text
         document = {"type": "document", "title": fetched.title or None,
                     "source": {"type": "text", "media_type": "text/plain",
@@ -170,8 +183,10 @@ def what_the_model_reads(kind: str, content: Any) -> str:
     if isinstance(content, list):  # search results, with their snippets where ours
         return "\n\n".join(_result_text(r) for r in content if isinstance(r, dict))
     if isinstance(content, dict):  # a fetched document
-        source = (content.get("content") or {}).get("source") or {}
-        return f"{content.get('url', '')}\n{source.get('data', '')}"
+        document = content.get("content")
+        source = document.get("source") if isinstance(document, dict) else None
+        data = source.get("data", "") if isinstance(source, dict) else ""
+        return f"{content.get('url', '')}\n{data}"
     return str(content)
 
 

@@ -33,8 +33,11 @@ def model_object(
     if file_facts is None:
         return out
     where = where or []
-    facts = from_report(where[0][1]) if where else file_facts
-    context = facts.context or file_facts.context
+    reported = [from_report(report) for _, report in where]
+    facts = reported[0] if reported else file_facts
+    # engines may have made different windows: a client must fit the smallest
+    windows = [f.context for f in reported if f.context]
+    context = min(windows) if windows else file_facts.context
     if context:
         out["context_length"] = out["max_model_len"] = context
     out["loaded"] = bool(where)

@@ -7,6 +7,8 @@ answered whole, by one TOKENS message before its DONE.
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from coderai.bus.kinds import JobKind
@@ -16,6 +18,7 @@ from coderai.front.api.openai.schemas import DetokenizeRequest, TokenizeRequest,
 from coderai.front.api.serving import Serving
 from coderai.front.dispatch.jobs import FrontJob, Outcome
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, read_json
+from coderai.front.media.shown import show
 
 
 class TokenizeRoutes:
@@ -29,6 +32,9 @@ class TokenizeRoutes:
     async def tokenize(self, request: web.Request) -> web.Response:
         req: TokenizeRequest = parse(TokenizeRequest, await read_json(request))
         entry = await self.serving.resolve(req.model)
+        media = [p.medium() for m in req.messages or [] for p in m.media()]
+        if media:  # what the model reads for them, found off the event loop (a PDF's text)
+            await asyncio.to_thread(lambda: [show(medium) for medium in media])
         messages = [m.for_template() for m in req.messages or []]
         job, outcome = await self.serving.answer(
             entry,

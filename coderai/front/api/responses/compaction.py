@@ -34,9 +34,14 @@ from coderai.front.dispatch.output import Collected, Piece
 RETAINED_CHARS = 32_000
 
 
+#: the summary of a compaction whose model wrote none (its thinking took its budget): the
+#: session goes on without the history, as after a client's own truncation
+NO_SUMMARY = "(The conversation before this point was compacted; no summary of it was written.)"
+
+
 def compaction_item(summary: str) -> dict[str, Any]:
-    return {"type": "compaction", "id": new_id("cmp"),
-            "encrypted_content": seal(summary.strip(), COMPACTION_PREFIX)}  # fmt: skip
+    sealed = seal(summary.strip() or NO_SUMMARY, COMPACTION_PREFIX)
+    return {"type": "compaction", "id": new_id("cmp"), "encrypted_content": sealed}
 
 
 def whole(start: dict[str, Any], got: Collected, done: Done) -> dict[str, Any]:
@@ -95,14 +100,17 @@ class CompactionStream:
 def retained(req: ResponsesRequest) -> list[dict[str, Any]]:
     """The user's own messages to keep beside the summary, newest first as far as
     RETAINED_CHARS allows, in their order."""
-    if isinstance(req.input, str):
-        return [_user_message(req.input)]
+    assert not isinstance(req.input, str)  # the route made a string input a message
     kept: list[dict[str, Any]] = []
     room = RETAINED_CHARS
     for item in reversed(req.input):
         if not (isinstance(item, MessageItem) and item.role == "user"):
             continue
-        content = item.content if isinstance(item.content, str) else item.model_dump()["content"]
+        content = (
+            item.content
+            if isinstance(item.content, str)
+            else item.model_dump(exclude_none=True)["content"]
+        )
         size = len(content) if isinstance(content, str) else len(str(content))
         if size > room:
             break
@@ -110,11 +118,6 @@ def retained(req: ResponsesRequest) -> list[dict[str, Any]]:
         kept.append({"type": "message", "id": new_id("msg"), "status": "completed",
                      "role": "user", "content": _input_parts(content)})  # fmt: skip
     return kept[::-1]
-
-
-def _user_message(text: str) -> dict[str, Any]:
-    return {"type": "message", "id": new_id("msg"), "status": "completed", "role": "user",
-            "content": _input_parts(text)}  # fmt: skip
 
 
 def _input_parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

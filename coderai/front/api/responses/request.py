@@ -189,7 +189,7 @@ class CompactionItem(Body):
 
     @model_validator(mode="after")
     def _ours(self) -> CompactionItem:
-        if not self.summary():
+        if not self.encrypted_content.startswith(COMPACTION_PREFIX):
             raise ValueError(
                 "a compaction item this server did not make cannot be read here; start a new"
                 " conversation, or send the history it replaced"

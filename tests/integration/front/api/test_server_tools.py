@@ -6,6 +6,7 @@ reading that search is off."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,10 @@ from typing import Any
 import anthropic
 import pytest
 
+from coderai.config import SearchConfig
 from coderai.front.api.anthropic.server_tools import UNAVAILABLE
+from coderai.front.web import page
+from coderai.front.web.searxng import SearchFailed
 from tests.support import agents, searxng
 from tests.support.server import Server, running
 
@@ -88,6 +92,10 @@ def test_the_streamed_answer_has_the_same_blocks(claude: anthropic.Anthropic) ->
 # -- with a search backend (a stand-in speaking SearXNG's JSON API) ------------------------------
 
 
+#: a page of the stand-in's that redirects to another host
+REDIRECT = "redirect?to=https://blog.example.net/post/3"
+
+
 @pytest.fixture(scope="module")
 def searx() -> Iterator[searxng.Standin]:
     with searxng.running() as standin:
@@ -102,6 +110,9 @@ def searching(tmp_path_factory: pytest.TempPathFactory, searx: searxng.Standin) 
             "script": [_call("web_search", {"query": "coderai"}), "Noted: {tool_result}"]}},
         {"id": "fetch", "format": "fake", "options": {
             "script": [fetch, "Noted: {tool_result}"]}},
+        *({"id": f"fetch-{name}", "format": "fake", "options": {
+            "script": [_call("web_fetch", {"url": f"{searx.url}/{path}"}), "Noted."]}}
+          for name, path in (("redirect", REDIRECT), ("big", "big"))),
         # Claude Code's WebSearch: its own tool, then Anthropic's web_search, asked again
         {"id": "claude-search", "format": "fake", "options": {
             "script": [_call("WebSearch", {"query": "coderai"}), "Found: {tool_result}"],
@@ -109,7 +120,9 @@ def searching(tmp_path_factory: pytest.TempPathFactory, searx: searxng.Standin) 
                               _call("web_search", {"query": "coderai"})]]}},
     ]  # fmt: skip
     srv = Server(tmp_path_factory.mktemp("searching"), {"engines": 1}, models,
-                 extra_config={"search": {"url": searx.url, "max_results": 3}})  # fmt: skip
+                 # the stand-in's pages are on this host: a public one is not at hand
+                 extra_config={"search": {"url": searx.url, "max_results": 3,
+                                          "fetch_private": True}})  # fmt: skip
     try:
         srv.wait_ready(1)
         yield srv
@@ -172,3 +185,36 @@ def test_claude_codes_web_search_cites_a_result_of_the_backend(
     assert done.code == 0, done.describe()
     result = agents.claude_result(done)["result"]
     assert result.startswith("Found: ") and f"{searx.url}/page/1" in result, result
+
+
+def _fetched(searching: Server, model: str, url: str, tool: dict[str, Any]) -> Any:
+    tools: Any = [{"type": "web_fetch_20250910", "name": "web_fetch", **tool}]
+    asked: Any = [{"role": "user", "content": f"Read {url}"}]
+    with anthropic.Anthropic(base_url=searching.url, api_key="x", max_retries=0) as claude:
+        message = claude.messages.create(model=model, max_tokens=50, messages=asked, tools=tools)
+    return message.content[1].model_dump()["content"]
+
+
+def test_a_redirect_is_checked_as_the_address_it_leads_to(
+    searching: Server, searx: searxng.Standin
+) -> None:
+    blocked = {"blocked_domains": ["example.net"]}
+    error = _fetched(searching, "fetch-redirect", f"{searx.url}/{REDIRECT}", blocked)
+    assert error["error_code"] == "url_not_allowed"
+
+
+def test_a_large_page_is_read_to_its_limit(searching: Server, searx: searxng.Standin) -> None:
+    page = _fetched(searching, "fetch-big", f"{searx.url}/big", {})
+    data = page["content"]["source"]["data"]
+    assert len(data) == 100_000 and data.startswith("word word")  # search.fetch_max_chars
+
+
+def test_an_address_that_is_not_public_is_not_fetched(searx: searxng.Standin) -> None:
+    """Without search.fetch_private, the host's own services (and cloud metadata) are out
+    of reach, whatever the conversation holds."""
+    settings = SearchConfig(url=searx.url)
+    by_name = searx.url.replace("127.0.0.1", "localhost")  # looked up, then refused
+    for url in (f"{searx.url}/page/1", f"{by_name}/page/1"):
+        with pytest.raises(SearchFailed) as refused:
+            asyncio.run(page.fetch(settings, url, lambda _url: ""))
+        assert refused.value.code == "url_not_accessible" and "not public" in str(refused.value)

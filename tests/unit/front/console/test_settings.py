@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coderai.config import Config, engine_settings
+from coderai.config import Config, SearchConfig, engine_settings
 from coderai.errors import InvalidRequest
 from coderai.front.console import settings
 from coderai.front.engines.plan import EnginePlan
@@ -29,7 +29,16 @@ def refusal(changes: dict[str, object], base: Config | None = None) -> InvalidRe
 def test_every_field_of_every_section_is_a_setting_but_the_secrets() -> None:
     expected = {
         f"{section}.{field}"
-        for section in ("server", "models", "auth", "thermal", "offload", "cluster", "broker")
+        for section in (
+            "server",
+            "models",
+            "auth",
+            "thermal",
+            "offload",
+            "cluster",
+            "broker",
+            "search",
+        )
         for field in type(getattr(Config(), section)).model_fields
     } - {"auth.admin_key", "broker.registration_token"}
     assert set(settings.NAMES) == expected
@@ -61,6 +70,7 @@ def test_live_and_restart_settings_split_every_name() -> None:
         "thermal.gpu_resume",
         "thermal.gpu_overrides",
         "offload.max_ram_gb",
+        *(f"search.{name}" for name in SearchConfig.model_fields),
     }
     assert set(settings.RESTART_NAMES) == set(settings.NAMES) - set(settings.LIVE_NAMES)
 
