@@ -104,6 +104,8 @@ OPERATIONS = (
     Op("POST", "/v1/messages/count_tokens", "Anthropic token count", CountTokensRequest,
        access="api"),
     Op("POST", "/v1/responses", "OpenAI responses", ResponsesRequest, access="api"),
+    Op("POST", "/v1/responses/compact", "A conversation compacted to its summary",
+       ResponsesRequest, access="api"),
     Op("POST", "/tokenize", "A prompt's token ids", TokenizeRequest, access="api"),
     Op("POST", "/detokenize", "The text of token ids", DetokenizeRequest, access="api"),
     Op("GET", "/healthz", "Engines and queue; 503 while no engine serves", access="open"),
