@@ -49,6 +49,8 @@ LONG = {
               "CONTEXT CHECKPOINT COMPACTION", "produced a summary"),
     "opencode": ("bash", {"command": "seq 1 3000", "description": "Count"}, 4000,
                  "summary", "Continue if you have next steps"),
+    # aider runs no tools: its long answer fills the history it keeps within a budget
+    "aider": ("", {}, 8192, "summarize this partial conversation", "I spoke to you previously"),
 }  # fmt: skip
 AFTER = "Going on from the summary."
 
@@ -56,6 +58,8 @@ AFTER = "Going on from the summary."
 def _long_session(agent: str) -> dict[str, Any]:
     tool, arguments, context, asks, resumes = LONG[agent]
     call = f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
+    if not tool:
+        call = " ".join(f"line{i}" for i in range(1500))
     rules = [[asks, "SUMMARY: the user asked to count; the command printed the numbers."],
              [resumes, AFTER]]  # fmt: skip
     return {"id": f"long-{agent}", "format": "fake", "options": {
@@ -226,3 +230,20 @@ def test_opencode_compacts_a_session_that_outgrows_the_window_and_goes_on(
                   "run", "Count to 3000")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert AFTER in done.stdout, done.stdout[-2000:] + done.stderr
+
+
+def test_aider_summarises_a_history_that_outgrows_its_budget_and_goes_on(
+    server: Server, tmp_path: Path
+) -> None:
+    """aider keeps its chat history within a budget of the window `coderai launch` told
+    it (a sixteenth, at least 1,024 tokens): the second run restores the first's long
+    answer, has the model summarise it, and asks on from the summary."""
+    flags = ["--yes-always", "--no-git", "--no-check-update", "--analytics-disable",
+             "--no-show-release-notes", "--no-pretty", "--restore-chat-history"]  # fmt: skip
+    first = launch(server, tmp_path, "aider", "--model", "long-aider", "--",
+                   "--message", "Count", *flags)  # fmt: skip
+    assert first.returncode == 0 and "line1499" in first.stdout, first.stdout + first.stderr
+    second = launch(server, tmp_path, "aider", "--model", "long-aider", "--",
+                    "--message", "Go on", *flags)  # fmt: skip
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert AFTER in second.stdout, second.stdout[-2000:] + second.stderr

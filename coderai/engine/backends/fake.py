@@ -13,7 +13,8 @@ buffers and back-pressure), prompt_tokens_per_step (the prompt is read over seve
 as a long one is: its progress is reported), script (a text it writes instead of
 its words, in tokens of script_token_chars characters: tool-call parsing is tested through
 the whole stack with it; a list of texts scripts a tool loop, turn by turn: `scripted`),
-script_rules ([needle, text] pairs: a last user message holding the needle gets the text)
+script_rules ([needle, text] pairs: a conversation whose user messages hold the needle
+gets the text)
 tool_format (the call format it is parsed as) and reasoning_format (how its reasoning
 is split from its answer: a script may think in <think> tags). With
 embedding_dims it embeds: each input's vector is a hash of its bytes (fake_embedding).
@@ -96,12 +97,13 @@ LAST_USER = "{last_user}"
 
 def scripted(script: list[str], messages: list[Any], rules: list[list[str]] | None = None) -> str:
     """The scripted answer to a conversation: the text of the first rule [needle, text]
-    whose needle the last user message holds (a compaction's request for a summary, say),
-    else script k after k tool results."""
-    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    last_user = str(users[-1].get("content") or "") if users else ""
+    whose needle a user message holds (a compaction's request for a summary, or the
+    summary an agent goes on from), else script k after k tool results."""
+    users = [str(m.get("content") or "") for m in messages
+             if isinstance(m, dict) and m.get("role") == "user"]  # fmt: skip
+    last_user = users[-1] if users else ""
     for needle, text in rules or []:
-        if needle in last_user:
+        if any(needle in said for said in users):
             return text
     results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
     text = script[min(len(results), len(script) - 1)]
