@@ -1,0 +1,69 @@
+"""The tiny vision projector (coderai/tinyprojector.py) is one llama.cpp's multimodal
+library takes: loaded beside the tiny model, a prompt with an image is split into text,
+the image's tokens and text, and all of it is read into a llama.cpp context. The ground
+the vision path stands on, with nothing downloaded."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from coderai.tinyprojector import IMAGE_TOKENS, build_projector
+from tests.support.media import png
+
+
+def test_mtmd_reads_a_prompt_with_an_image_through_the_tiny_projector(
+    tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import llama_cpp
+    import llama_cpp.mtmd_cpp as mtmd
+
+    _, gguf = tiny_models
+    projector = build_projector(tmp_path / "mmproj.gguf", embedding=64)  # the tiny model's
+    params = llama_cpp.llama_model_default_params()
+    model = llama_cpp.llama_model_load_from_file(str(gguf).encode(), params)
+    options = mtmd.mtmd_context_params_default()
+    options.use_gpu, options.print_timings, options.n_threads = False, False, 1
+    ctx = mtmd.mtmd_init_from_file(str(projector).encode(), model, options)
+    assert ctx and mtmd.mtmd_support_vision(ctx)
+    context_params = llama_cpp.llama_context_default_params()
+    context_params.n_ctx = context_params.n_batch = 256
+    lctx = llama_cpp.llama_init_from_model(model, context_params)
+    chunks = mtmd.mtmd_input_chunks_init()
+    bitmap = None
+    try:
+        image = png(64, 48)
+        data = (ctypes.c_ubyte * len(image)).from_buffer_copy(image)
+        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx, data, len(image), False)
+        assert bitmap and mtmd.mtmd_bitmap_get_nx(bitmap) == 64
+        marker = mtmd.mtmd_default_marker().decode()
+        prompt = f"<|user|>What is in {marker}?\n<|assistant|>".encode()
+        text = mtmd.mtmd_input_text()
+        text.text, text.text_len, text.add_special, text.parse_special = (
+            prompt,
+            len(prompt),
+            True,
+            True,
+        )
+        bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        assert mtmd.mtmd_tokenize(ctx, chunks, ctypes.byref(text), bitmaps, 1) == 0
+        kinds = [
+            (mtmd.mtmd_input_chunk_get_type(chunk), mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+            for chunk in (mtmd.mtmd_input_chunks_get(chunks, i)
+                          for i in range(mtmd.mtmd_input_chunks_size(chunks)))
+        ]  # fmt: skip
+        assert [k for k, _ in kinds] == [mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT,
+                                         mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE,
+                                         mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT]  # fmt: skip
+        assert kinds[1][1] == IMAGE_TOKENS
+        read = llama_cpp.llama_pos(0)
+        assert mtmd.mtmd_helper_eval_chunks(ctx, lctx, chunks, 0, 0, 256, True,
+                                            ctypes.byref(read)) == 0  # fmt: skip
+        assert read.value == sum(n for _, n in kinds)
+    finally:
+        if bitmap:
+            mtmd.mtmd_bitmap_free(bitmap)
+        mtmd.mtmd_input_chunks_free(chunks)
+        mtmd.mtmd_free(ctx)
+        llama_cpp.llama_free(lctx)
+        llama_cpp.llama_model_free(model)
