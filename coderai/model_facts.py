@@ -42,6 +42,11 @@ class ModelFacts:
         return [name for name in ("tools", "reasoning", "vision") if getattr(self, name)]
 
 
+def sees_images(entry: ModelEntry) -> bool:
+    """Whether the model reads images: its entry names a vision projector (`mmproj`)."""
+    return entry.options.get("mmproj") is not None
+
+
 def from_report(report: dict[str, Any]) -> ModelFacts:
     """A loaded instance's facts, as its engine's heartbeat reports them."""
     return ModelFacts(
@@ -74,7 +79,8 @@ def from_file(entry: ModelEntry, fmt: str | None) -> ModelFacts:
             own_template = template_text(template)
     context = int(options.get("n_ctx") or 0) or context
     source = own_template or ""
-    return ModelFacts(context, tools="tools" in source, reasoning=_reasons(options, source))
+    return ModelFacts(context, tools="tools" in source, reasoning=_reasons(options, source),
+                      vision=sees_images(entry))  # fmt: skip
 
 
 def _reasons(options: dict[str, Any], template: str | None) -> bool:

@@ -105,3 +105,8 @@ class MsgType(enum.IntEnum):
     PING = 21
     HOLD = 22  #: the job's client lags: stop decoding it and keep its output back
     RESUME = 23  #: the client caught up: go on
+
+
+#: where an image of a JOB's `images` stands in its messages' text, in order (the front
+#: writes it for a model with a vision projector; the engine reads the images there)
+IMAGE_MARKER = "<__coderai_image__>"

@@ -292,6 +292,9 @@ class Job(Message):
     thinking_budget: int = -1
     #: variables for the chat template (chat_template_kwargs), over the reasoning switch's
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: a chat job's images, each one's bytes, for a model with a vision projector: the
+    #: messages' text holds kinds.IMAGE_MARKER where each goes, in this order
+    images: list[bytes] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

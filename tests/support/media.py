@@ -8,11 +8,11 @@ import base64
 import io
 
 
-def png(width: int, height: int) -> bytes:
+def png(width: int, height: int, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
     from PIL import Image
 
     out = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(out, "PNG")
+    Image.new("RGB", (width, height), color).save(out, "PNG")
     return out.getvalue()
 
 

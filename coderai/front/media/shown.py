@@ -181,3 +181,29 @@ def show(medium: Medium) -> Shown:
         # once per content (a session resends it every turn); what it is, never what it says
         log.info("a request's %s is read as %d characters of text", found.what, len(found.text))
     return found
+
+
+@dataclass(frozen=True)
+class Seen:
+    """An image a model with a vision projector reads: its bytes, and what it was."""
+
+    raw: bytes
+    what: str
+
+
+def seen(medium: Medium) -> Seen | None:
+    """An image's bytes for a model that reads images, where they are in the request (a
+    `data:` URL or base64) and are an image; None otherwise (a remote URL, which the front
+    does not fetch, or bytes that are no image: the placeholder goes in its place)."""
+    if medium.kind != "image" or medium.file_id:
+        return None
+    if medium.url and not is_data_url(medium.url):
+        return None
+    try:
+        content = decoded(medium.url, medium.data, medium.mime)
+    except Unreadable:
+        return None
+    facts = image_facts(content.raw)
+    if facts is None:
+        return None
+    return Seen(content.raw, f"image {facts.mime} {facts.width}x{facts.height} (shown)")

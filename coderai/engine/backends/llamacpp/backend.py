@@ -34,6 +34,7 @@ from coderai.engine.backends.base import (
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
 from coderai.engine.backends.llamacpp.draft import Drafter
 from coderai.engine.backends.llamacpp.repack import KERNELS
+from coderai.engine.backends.llamacpp.vision import Projector
 from coderai.errors import JobError
 from coderai.model_memory import (
     CONTEXT_FLOOR,
@@ -170,6 +171,7 @@ class LlamaCppBackend(Backend):
             raise JobError("draft_length needs speculative (\"ngram\" or a draft model)",
                            kind="bad_model")  # fmt: skip
         context = LlamaContext(model=model, params=params, verbose=False)
+        projector = _projector(options.get("mmproj"), model.model, params.n_threads, on_gpu)
         log.info(
             "model %s: context of %d tokens (trained %d; KV cache %.0f MiB, %s), %d sequences"
             " at once, %d/%d threads, flash attention %s",
@@ -195,6 +197,7 @@ class LlamaCppBackend(Backend):
             if options.get("draft_length") is None
             else int(options["draft_length"]),
             options=options,
+            projector=projector,
         )
 
     def _load_embedder(
@@ -220,6 +223,17 @@ class LlamaCppBackend(Backend):
                 verbose=False,
             )
         return LlamaCppEmbedder(llm)
+
+
+def _projector(option: object, model: Any, threads: int, on_gpu: bool) -> Projector | None:
+    """The entry's vision projector (`mmproj`: the path of its GGUF), loaded beside the
+    model; None without one."""
+    if option is None:
+        return None
+    if not isinstance(option, str) or not Path(option).is_file():
+        raise JobError(f"mmproj must be the path of a vision projector's GGUF file, not "
+                       f"{option!r}", kind="bad_model")  # fmt: skip
+    return Projector(option, model, threads, on_gpu)
 
 
 def _check_room(

@@ -75,6 +75,7 @@ from coderai.engine.backends.llamacpp.prefix_cache import PrefixCache, common_pr
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
 from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.backends.llamacpp.sampler import SamplerChain
+from coderai.engine.backends.llamacpp.vision import Images, Projector
 from coderai.engine.decoding.chat_template import (
     chosen_template,
     knows_tools,
@@ -145,6 +146,8 @@ class _Slot:
     kept_rate: float = PRIOR_KEPT
     #: an n-gram draft not decoded (none paid), checked against what it samples next
     shadow: Shadow = field(default_factory=Shadow)
+    #: its prompt's images, each read as a step of its own where it starts (vision.py)
+    images: Images | None = None
 
 
 @dataclass(eq=False)
@@ -174,12 +177,15 @@ class LlamaCppBatchInstance(ModelInstance):
         drafter: Drafter | None = None,
         draft_length: int | None = None,
         options: dict[str, Any] | None = None,
+        projector: Projector | None = None,
     ) -> None:
         import llama_cpp
         from llama_cpp import llama_chat_format
         from llama_cpp._internals import LlamaBatch
 
         self._lib: Any = llama_cpp
+        #: its vision projector (vision.py), where its entry names one
+        self.projector = projector
         #: its catalogue id (the backend sets it: the list of models with the extra
         #: buffer types on is kept by id)
         self.model_id = ""
@@ -301,7 +307,17 @@ class LlamaCppBatchInstance(ModelInstance):
         self.fim: FimTokens | None = (fim[0], fim[1], fim[2]) if min(fim) >= 0 else None
 
     # -- sequences --------------------------------------------------------------------------
+    def facts(self) -> dict[str, Any]:
+        return {**super().facts(), "vision": self.projector is not None}
+
     def prompt_tokens(self, seq: Sequence) -> list[int]:
+        tokens, images = self._prompt(seq)
+        if images is not None and self.projector is not None:
+            self.projector.free(images)  # counted, not read
+        return tokens
+
+    def _prompt(self, seq: Sequence) -> tuple[list[int], Images | None]:
+        """The prompt's tokens, and its images where the job has some (vision.py)."""
         job = seq.job
         if job.kind == JobKind.CHAT:
             if self.formatter is None:
@@ -312,13 +328,19 @@ class LlamaCppBatchInstance(ModelInstance):
             formatted = formatter(messages=cast(Any, messages), tools=tools, **switches)
             seq.opened = opens_reasoning(formatted.prompt, self.think_tags[0])
             add_bos = self.add_bos and not formatted.added_special
-            return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True))
+            if job.images:
+                if self.projector is None:
+                    raise JobError("this model reads no images", kind="bad_request")
+                if not all(isinstance(image, bytes) for image in job.images):
+                    raise JobError("a job's images are bytes", kind="bad_request")
+                return self.projector.tokenize(formatted.prompt, list(job.images), add_bos)
+            return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True)), None
         if job.prompt_ids:
-            return known_ids(job.prompt_ids, self.vocabulary, "prompt")
+            return known_ids(job.prompt_ids, self.vocabulary, "prompt"), None
         if job.suffix:
             bos = [self.model.token_bos()] if self.add_bos and self.model.token_bos() >= 0 else []
-            return fill_in_the_middle(job, self.fim, self._encode, bos)
-        return list(self.model.tokenize(job.prompt.encode(), self.add_bos, False))
+            return fill_in_the_middle(job, self.fim, self._encode, bos), None
+        return list(self.model.tokenize(job.prompt.encode(), self.add_bos, False)), None
 
     def _encode(self, text: str) -> list[int]:
         return list(self.model.tokenize(text.encode(), False, False))
@@ -341,12 +363,19 @@ class LlamaCppBatchInstance(ModelInstance):
             size = -n
 
     def start(self, seq: Sequence) -> None:
-        tokens = self.prompt_tokens(seq)
-        if not tokens:
-            raise JobError("the prompt is empty", kind="bad_request")
-        # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so with
-        # prompt + completion <= n_ctx no llama_decode ever runs past the context
-        fit_prompt(seq, len(tokens), self.n_ctx)
+        tokens, images = self._prompt(seq)
+        try:
+            if not tokens:
+                raise JobError("the prompt is empty", kind="bad_request")
+            if images is not None and images.next_after(len(tokens) - 1) is not None:
+                raise JobError("a prompt cannot end with an image", kind="bad_request")
+            # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so
+            # with prompt + completion <= n_ctx no llama_decode ever runs past the context
+            fit_prompt(seq, len(tokens), self.n_ctx)
+        except JobError:
+            if images is not None and self.projector is not None:
+                self.projector.free(images)
+            raise
         job = seq.job
         limit = completion_limit(job.max_tokens, seq.room)
         sampler = SamplerChain(job, self.vocabulary, self.n_ctx)
@@ -358,7 +387,11 @@ class LlamaCppBatchInstance(ModelInstance):
             decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
             need=cells_needed(len(tokens), limit),
             bounded=job.max_tokens is not None,
-            ngrams=NgramIndex() if self.speculative and self.drafter is None else None,
+            # drafts would propose an image's placeholder ids: none where it has images
+            ngrams=NgramIndex()
+            if self.speculative and self.drafter is None and not images
+            else None,
+            images=images,
         )
         seq.state = slot
         self._slots.add(slot)
@@ -381,6 +414,8 @@ class LlamaCppBatchInstance(ModelInstance):
 
     def unloaded(self) -> None:
         KERNELS.released(self.model_id)
+        if self.projector is not None:
+            self.projector.close()
 
     def release(self, seq: Sequence) -> None:
         slot: _Slot | None = seq.state
@@ -390,6 +425,8 @@ class LlamaCppBatchInstance(ModelInstance):
         self._released += 1
         self._slots.discard(slot)
         slot.sampler.close()
+        if slot.images is not None and self.projector is not None:
+            self.projector.free(slot.images)
         if slot in self._waiting:
             self._waiting.remove(slot)
         if not (slot.admitted and slot.decoded and self.cache.max_entries):
@@ -878,7 +915,15 @@ class LlamaCppBatchInstance(ModelInstance):
                 continue
             if not budget:
                 break
+            image = slot.images.length_at(slot.decoded) if slot.images else 0
+            if image:  # an image is read whole, as a step of its own (_decode)
+                plan.runs.append((slot, slot.decoded, slot.decoded + image))
+                budget -= min(budget, image)
+                continue
             end = min(len(slot.tokens), slot.decoded + budget)
+            later = slot.images.next_after(slot.decoded) if slot.images else None
+            if later is not None:
+                end = min(end, later)  # the text up to the next image
             point = last_point(slot.seq.prompt_tokens)
             if self.max_checkpoints and slot.decoded < point < end:
                 end = point  # a step ends there, for the checkpoint (checkpoints.py)
@@ -898,7 +943,7 @@ class LlamaCppBatchInstance(ModelInstance):
         rooms: list[tuple[_Slot, int]] = []
         for slot in decoding:
             seq = slot.seq
-            if seq.constraint is not None or seq.logprobs is not None:
+            if seq.constraint is not None or seq.logprobs is not None or slot.images:
                 continue
             if not structured.may_draft(seq):  # a forced marker, or a budget to watch
                 continue
@@ -955,6 +1000,10 @@ class LlamaCppBatchInstance(ModelInstance):
         n = 0
         outputs: list[tuple[_Slot, int]] = []
         for slot, first, end in runs:
+            if slot.images and slot.images.length_at(first):
+                assert self.projector is not None
+                self.projector.read(self.ctx, slot.images, first, slot.seq_id, self.n_batch)
+                continue
             tokens, sid = slot.tokens, slot.seq_id
             for p in range(first, end):
                 token[n] = tokens[p]
@@ -973,12 +1022,12 @@ class LlamaCppBatchInstance(ModelInstance):
         batch.n_tokens = n
         began = time.perf_counter()
         readers = [slot for slot, first, end in runs if end - first > 1]
-        watch = bool(readers) and self.memory is not Memory.RECURRENT
+        watch = bool(readers) and self.memory is not Memory.RECURRENT and n > 0
         if watch:
             self._watched = readers
             lib.llama_set_abort_callback(self.ctx, self._abort, None)
         try:
-            status = lib.llama_decode(self.ctx, batch)
+            status = lib.llama_decode(self.ctx, batch) if n else 0  # images alone: read
         finally:
             if watch:
                 lib.llama_set_abort_callback(self.ctx, self._no_abort, None)

@@ -31,6 +31,7 @@ from coderai.front.api.openai.tokenize import tokens_answer
 from coderai.front.api.serving import Serving
 from coderai.front.api.translation import chat_request, submit_chat, validate
 from coderai.front.http import ENGINE_HEADER, FRONT, from_http_exception, notify, read_json
+from coderai.model_facts import sees_images
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -73,7 +74,7 @@ class AnthropicRoutes:
             update={"stop": req.stop_sequences}
         )
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media()
+        await chat.read_media(vision=sees_images(entry))
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
         server = req.server_tool_names()
@@ -109,7 +110,7 @@ class AnthropicRoutes:
         req = validate(CountTokensRequest, await read_json(request), NOT_BUILT)
         chat: ChatRequest = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media()
+        await chat.read_media(vision=sees_images(entry))
         tools = chat.tool_fields()
         job, outcome = await self.serving.answer(
             entry,
@@ -117,6 +118,7 @@ class AnthropicRoutes:
             messages=[m.for_template() for m in chat.messages],
             tools=tools["tools"],
             tool_choice=tools["tool_choice"],
+            images=chat.images(),
         )
         answer = tokens_answer(job, outcome)
         if isinstance(answer, CoderaiError):

@@ -27,7 +27,7 @@ from coderai.front.auth import activity
 from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
-from coderai.model_facts import ModelFacts, from_file
+from coderai.model_facts import ModelFacts, from_file, sees_images
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:
@@ -56,7 +56,8 @@ def job_fields(req: ChatRequest | CompletionRequest) -> dict[str, Any]:
                       reasoning_effort=req.reasoning_effort or "",
                       thinking_budget=-1 if req.thinking_token_budget is None
                       else req.thinking_token_budget,
-                      template_kwargs=req.chat_template_kwargs or {})  # fmt: skip
+                      template_kwargs=req.chat_template_kwargs or {},
+                      images=req.images())  # fmt: skip
     elif req.logprobs is not None:
         fields.update(logprobs=True, top_logprobs=req.logprobs)
     return fields
@@ -120,7 +121,7 @@ class OpenAIRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
         entry = await self.serving.resolve(req.model)
-        await req.read_media()
+        await req.read_media(vision=sees_images(entry))
         notify(request, req.notices)
         messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])

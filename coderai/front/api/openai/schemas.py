@@ -30,10 +30,11 @@ from pydantic import (
 )
 
 from coderai import grammar
+from coderai.bus.kinds import IMAGE_MARKER
 from coderai.errors import InvalidRequest
 from coderai.front.http import validate
 from coderai.front.media.medium import Medium
-from coderai.front.media.shown import show
+from coderai.front.media.shown import seen, show
 from coderai.front.media.source import is_data_url
 
 log = logging.getLogger("coderai.front")
@@ -166,6 +167,9 @@ class ImageUrl(_Body):
 class ImagePart(_Body):
     type: Literal["image_url"]
     image_url: ImageUrl
+    #: its bytes, where the model reads images (ChatRequest.read_media): the prompt then
+    #: holds IMAGE_MARKER in its place, and the job carries the bytes
+    _seen: bytes | None = PrivateAttr(None)
 
     def medium(self) -> Medium:
         return Medium("image", url=self.image_url.url)
@@ -292,15 +296,18 @@ class ChatMessage(_Body):
         if self.content is None:
             return ""
         if isinstance(self.content, str):
-            return self.content
+            return self.content.replace(IMAGE_MARKER, "")
         out = ""
         for part in self.content:
             if isinstance(part, TextPart | RefusalPart):
-                out += part.text
+                out += part.text.replace(IMAGE_MARKER, "")  # only the server places images
                 continue
             if out and not out.endswith("\n"):
                 out += "\n"
-            out += show(part.medium()).text + "\n"
+            if isinstance(part, ImagePart) and part._seen is not None:
+                out += IMAGE_MARKER + "\n"
+            else:
+                out += show(part.medium()).text + "\n"
         return out
 
     def media(self) -> list[MediaPart]:
@@ -458,15 +465,37 @@ class ChatRequest(_Sampling):
     def notices(self) -> dict[str, str]:
         return self._notices
 
-    async def read_media(self) -> None:
+    async def read_media(self, vision: bool = False) -> None:
         """What the model reads in each medium's place, found off the event loop (a PDF's
         text takes a while the first time; it is cached after: media/shown.py), and the
-        header that names them. A path that skips this step finds the same text when
-        the prompt is built, on the loop."""
-        media = [part.medium() for message in self.messages for part in message.media()]
-        if media:
-            shown = await asyncio.to_thread(lambda: [show(medium) for medium in media])
-            self._notices[MEDIA_HEADER] = "; ".join(s.what for s in shown)
+        header that names them. A model with a vision projector (`vision`) reads an image
+        whose bytes the request holds: the part keeps them (`images`). A path that skips
+        this step finds the same text when the prompt is built, on the loop."""
+        parts = [part for message in self.messages for part in message.media()]
+        if not parts:
+            return
+
+        def read() -> list[str]:
+            out = []
+            for part in parts:
+                image = seen(part.medium()) if vision and isinstance(part, ImagePart) else None
+                if image is not None and isinstance(part, ImagePart):
+                    part._seen = image.raw
+                    out.append(image.what)
+                else:
+                    out.append(show(part.medium()).what)
+            return out
+
+        self._notices[MEDIA_HEADER] = "; ".join(await asyncio.to_thread(read))
+
+    def images(self) -> list[bytes]:
+        """The images the model reads, in the order their markers stand in the prompt."""
+        return [
+            part._seen
+            for message in self.messages
+            for part in message.media()
+            if isinstance(part, ImagePart) and part._seen is not None
+        ]
 
     @field_validator("chat_template_kwargs")
     @classmethod

@@ -18,6 +18,7 @@ from coderai.front.api.responses.request import NOT_BUILT, RENAMES, ResponsesReq
 from coderai.front.api.serving import Serving
 from coderai.front.api.translation import chat_request, submit_chat, validate
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
+from coderai.model_facts import sees_images
 
 #: names the hosted tools a request offered that the model was not offered (comma-separated)
 OMITTED_HEADER = "X-CoderAI-Tools-Omitted"
@@ -59,7 +60,7 @@ class ResponsesRoutes:
         req = validate(ResponsesRequest, body, NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media()
+        await chat.read_media(vision=sees_images(entry))
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
         try:
@@ -76,7 +77,7 @@ class ResponsesRoutes:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media()
+        await chat.read_media(vision=sees_images(entry))
         notify(request, chat.notices)
         start = responses_reply.head(req, entry.id)
         headers = self._omitted(req)

