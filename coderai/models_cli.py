@@ -56,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                            "files, or a transformers repo")  # fmt: skip
     pull.add_argument("--id", help="the catalogue id (default: USER/REPO:QUANT, or USER/REPO)")
     pull.add_argument("--endpoint", help="the hub's address (default: $HF_ENDPOINT, else the hub)")
+    pull.add_argument("--mmproj", action="store_true",
+                      help="also fetch its vision projector: the model reads images")  # fmt: skip
     pull.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
     estimate = models_sub.add_parser("estimate", help="the memory a model takes loaded")
     estimate.add_argument("model", metavar="ID", help="a catalogue id or alias")
@@ -207,6 +209,8 @@ def _pull(args: argparse.Namespace, config: Config, catalogue: Path,
     hub = download.Hub.from_env(args.endpoint)
     try:
         job, commit = download.resolve(hub, args.model)
+        if args.mmproj:
+            job = download.with_projector(job)
         model_id = args.id or job.id
         taken = next((e for e in entries if model_id in e.names()), None)
         if taken is not None:
@@ -216,9 +220,9 @@ def _pull(args: argparse.Namespace, config: Config, catalogue: Path,
         listed = ", ".join(f.name for f in job.files)
         print(f"coderai: {job.repo}@{commit[:12]}: {listed} ({job.size / 1e6:.1f} MB) into "
               f"{hub.cache}", file=sys.stderr)  # fmt: skip
-        if job.projector:
-            print(f"coderai: {job.projector} (a vision projector) not fetched: this server reads "
-                  "no images", file=sys.stderr)  # fmt: skip
+        if job.projector and not args.mmproj:
+            print(f"coderai: {job.projector} (a vision projector) not fetched: pass --mmproj "
+                  "for the model to read images", file=sys.stderr)  # fmt: skip
         bar = _Bar()
         path = download.fetch(hub, job, commit, download.Progress(bar))
         if bar.tty:
@@ -226,5 +230,7 @@ def _pull(args: argparse.Namespace, config: Config, catalogue: Path,
     except download.PullError as exc:
         raise ConfigError(exc.message) from None
     print(path)
-    _add(config, catalogue, entries, [{"id": model_id, "path": str(path), "format": job.format}])
+    projector = download.projector_path(hub, job, commit)
+    _add(config, catalogue, entries,
+         [{"id": model_id, **download.entry_fields(job, path, projector)}])  # fmt: skip
     return 0

@@ -33,6 +33,7 @@ from huggingface_hub.utils.tqdm import tqdm as hf_tqdm
 
 from coderai.errors import CoderaiError
 from coderai.pull.plan import Plan, PlanError, RepoFile, parse, plan
+from coderai.pull.plan import with_projector as _with_projector
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 #: room kept free beyond the download itself (the cache's lock and link files)
@@ -268,3 +269,26 @@ def fetch(hub: Hub, job: Plan, commit: str, progress: Progress | None = None) ->
     if job.entry_file:
         return next(p for p, f in zip(paths, job.files, strict=True) if f.name == job.entry_file)
     return paths[0].parent
+
+
+def projector_path(hub: Hub, job: Plan, commit: str) -> Path | None:
+    """Where the plan's vision projector lies once fetched (None: it was not asked)."""
+    if job.projector_file is None or job.projector_file not in job.files:
+        return None
+    return _cached(hub, job.repo, commit, job.projector_file.name)
+
+
+def entry_fields(job: Plan, path: Path, projector: Path | None) -> dict[str, Any]:
+    """The catalogue entry a pull makes (its id is the caller's)."""
+    fields: dict[str, Any] = {"path": str(path), "format": job.format}
+    if projector is not None:
+        fields["options"] = {"mmproj": str(projector)}
+    return fields
+
+
+def with_projector(job: Plan) -> Plan:
+    """The plan with its vision projector too, or PullRefused where the repo has none."""
+    try:
+        return _with_projector(job)
+    except PlanError as exc:
+        raise PullRefused(str(exc)) from None

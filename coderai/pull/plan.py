@@ -5,7 +5,8 @@
   a split one; `user/repo/FILE`: that file (and its other parts, if it is split);
 - a repo with no GGUF: a transformers model, its safetensors weights, config and tokenizer
   (pickled `.bin` weights are never fetched: loading them runs code);
-- a vision projector (`mmproj-…`) is named but not fetched: this server reads no images.
+- a vision projector (`mmproj-…`) is named, and fetched where asked (`with_projector`:
+  `--mmproj`), the entry then naming it as its `mmproj` option.
 
 Ids are those `coderai models scan` proposes for the same files in the cache, so a model
 pulled is known as the same model when it is scanned."""
@@ -13,7 +14,7 @@ pulled is known as the same model when it is scanned."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coderai.model_scan import is_projector, quant, shard
 
@@ -61,8 +62,9 @@ class Plan:
     files: tuple[RepoFile, ...]
     #: the file (GGUF: its first part) the entry points at; "" for a transformers folder
     entry_file: str
-    #: a vision projector the repo has and that is not fetched
+    #: a vision projector the repo has (fetched only where asked: with_projector)
     projector: str | None = None
+    projector_file: RepoFile | None = None
 
     @property
     def size(self) -> int:
@@ -129,10 +131,24 @@ def _gguf_id(repo: str, name: str) -> str:
     return f"{repo}:{_quant_of(name) or stem}"
 
 
-def _projector(ggufs: list[RepoFile]) -> str | None:
-    projectors = sorted(f.name for f in ggufs if is_projector(f.name))
-    preferred = [n for n in projectors if quant(n) in ("F16", "BF16")]
+def _projector(ggufs: list[RepoFile]) -> RepoFile | None:
+    """The repo's vision projector, at full precision where it has one so."""
+    projectors = sorted((f for f in ggufs if is_projector(f.name)), key=lambda f: f.name)
+    preferred = [f for f in projectors if quant(f.name) in ("F16", "BF16")]
     return next(iter(preferred or projectors), None)
+
+
+def with_projector(job: Plan) -> Plan:
+    """The plan with its vision projector fetched too (`--mmproj`)."""
+    if job.projector_file is None:
+        raise PlanError(f"{job.repo} has no vision projector (an mmproj-… GGUF)")
+    return replace(job, files=(*job.files, job.projector_file))
+
+
+def _plan_with(repo: str, model_id: str, parts: list[RepoFile], ggufs: list[RepoFile]) -> Plan:
+    found = _projector(ggufs)
+    return Plan(repo, model_id, "gguf", tuple(parts), parts[0].name,
+                found.name if found else None, found)  # fmt: skip
 
 
 def plan(request: Request, files: list[RepoFile]) -> Plan:
@@ -144,8 +160,7 @@ def plan(request: Request, files: list[RepoFile]) -> Plan:
         if not wanted.name.lower().endswith(".gguf") or is_projector(wanted.name):
             raise PlanError(f"{request.file!r} is not a model GGUF; name one, or the repo")
         parts = _parts(wanted.name, ggufs)
-        return Plan(request.repo, _gguf_id(request.repo, wanted.name), "gguf", tuple(parts),
-                    parts[0].name, _projector(ggufs))  # fmt: skip
+        return _plan_with(request.repo, _gguf_id(request.repo, wanted.name), parts, ggufs)
     models = _models(ggufs)
     if models:
         return _gguf_plan(request, ggufs, models)
@@ -166,8 +181,7 @@ def _gguf_plan(request: Request, ggufs: list[RepoFile], models: list[str]) -> Pl
         raise PlanError(f"{request.repo} has {len(chosen)} {wanted} GGUFs ({', '.join(chosen)}):"
                         f" name one as {request.repo}/FILE")  # fmt: skip
     parts = _parts(chosen[0], ggufs)
-    return Plan(request.repo, _gguf_id(request.repo, chosen[0]), "gguf", tuple(parts),
-                parts[0].name, _projector(ggufs))  # fmt: skip
+    return _plan_with(request.repo, _gguf_id(request.repo, chosen[0]), parts, ggufs)
 
 
 def _transformers_plan(repo: str, files: list[RepoFile]) -> Plan:

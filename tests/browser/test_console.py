@@ -172,6 +172,8 @@ def test_a_pull_shows_its_progress_and_the_machines_models_are_found_and_added(
         console.get_by_role("button", name="Pull from hub").click()
         form = console.get_by_test_id("pull-form")
         form.get_by_label("Model").fill("hf.co/acme/smol-GGUF")
+        # the repo's vision projector is fetched only where asked (a model that reads images)
+        expect(form.get_by_test_id("pull-mmproj")).not_to_be_checked()
         form.get_by_role("button", name="Pull").click()
         row = console.locator("tr[data-pull='hf.co/acme/smol-GGUF']")
         expect(row).to_contain_text("acme/smol-GGUF:Q4_K_M")

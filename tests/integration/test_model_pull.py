@@ -85,7 +85,7 @@ def test_a_gguf_is_fetched_into_the_hub_cache_and_added(
     path = Path(done.stdout.strip())
     assert path.read_bytes() == tiny_models[1].read_bytes()
     assert path.is_symlink() and path.resolve().parent.name == "blobs"  # the hub's layout
-    assert "mmproj-tiny-F16.gguf (a vision projector) not fetched" in done.stderr
+    assert "mmproj-tiny-F16.gguf (a vision projector) not fetched: pass --mmproj" in done.stderr
     assert "tiny-Q8_0.gguf: 0.5 of 0.5 MB (100%)" in done.stderr  # progress, a line a tenth
     entry = catalogue(tmp_path)["acme/tiny-GGUF:Q8_0"]
     assert entry == {"id": "acme/tiny-GGUF:Q8_0", "path": str(path), "format": "gguf"}
@@ -105,6 +105,19 @@ def test_a_gguf_is_fetched_into_the_hub_cache_and_added(
     assert other.returncode == 0, other.stderr
     assert len(gets(hub, "tiny-Q8_0.gguf")) == before
     assert catalogue(tmp_path)["tiny-again"]["path"] == str(path)
+
+
+def test_mmproj_fetches_the_vision_projector_and_names_it_in_the_entry(
+    hub: Hub, tmp_path: Path
+) -> None:
+    done = pull(tmp_path, hub.url, "acme/tiny-GGUF:Q8_0", "--mmproj", "--id", "seeing")
+    assert done.returncode == 0, done.stderr
+    entry = catalogue(tmp_path)["seeing"]
+    projector = Path(entry["options"]["mmproj"])
+    assert projector.name == "mmproj-tiny-F16.gguf" and projector.exists()
+    assert gets(hub, "mmproj-tiny-F16.gguf")  # fetched from the hub
+    none = pull(tmp_path, hub.url, "acme/tiny", "--mmproj")  # a repo with no projector
+    assert none.returncode != 0 and "has no vision projector" in none.stderr
 
 
 def test_a_cut_download_is_resumed_where_it_stopped(hub: Hub, tmp_path: Path) -> None:

@@ -48,6 +48,8 @@ class PullBody(BaseModel):
 
     model: str = Field(min_length=1)
     id: str | None = Field(default=None, min_length=1)
+    #: fetch the repo's vision projector too: the model reads images
+    mmproj: bool = False
 
 
 @dataclass
@@ -61,6 +63,8 @@ class Pull:
     state: str = "queued"
     error: str | None = None
     projector: str | None = None
+    #: whether the projector is fetched with the model (the entry then reads images)
+    projector_fetched: bool = False
     started: float = field(default_factory=time.time)
 
     def public(self) -> dict[str, Any]:
@@ -68,7 +72,8 @@ class Pull:
         return {"id": self.id, "model": self.model, "entry_id": self.entry_id,
                 "repo": self.repo, "files": self.files, "state": self.state,
                 "file": p.file, "done": p.done, "total": p.total, "error": self.error,
-                "projector": self.projector, "started": self.started}  # fmt: skip
+                "projector": self.projector, "projector_fetched": self.projector_fetched,
+                "started": self.started}  # fmt: skip
 
     @property
     def active(self) -> bool:
@@ -115,6 +120,8 @@ class Pulls:
             raise Conflict(f"{body.model} is being pulled already", param="model")
         where = download.Hub.from_env(self.endpoint)
         job, commit = await asyncio.to_thread(download.resolve, where, body.model)
+        if body.mmproj:
+            job = download.with_projector(job)
         entry_id = body.id or job.id
         if self.taken(entry_id) or any(
             p.active and p.entry_id == entry_id for p in self._pulls.values()
@@ -123,7 +130,8 @@ class Pulls:
         self._count += 1
         files = [f.name for f in job.files]
         pull = Pull(f"pull-{self._count}", body.model, entry_id, job.repo, files,
-                    download.Progress(total=job.size), projector=job.projector)  # fmt: skip
+                    download.Progress(total=job.size), projector=job.projector,
+                    projector_fetched=body.mmproj)  # fmt: skip
         self._keep(pull)
         task = asyncio.get_running_loop().create_task(self._run(pull, where, job, commit))
         self._tasks.add(task)
@@ -175,7 +183,8 @@ class Pulls:
             pull.progress.check()
             pull.state = "adding"
             self._publish(pull)
-            fields = {"id": pull.entry_id, "path": str(path), "format": job.format}
+            projector = download.projector_path(where, job, commit)
+            fields = {"id": pull.entry_id, **download.entry_fields(job, path, projector)}
             await self.add(ModelEntry.model_validate(fields))
             pull.state = "done"
             log.info("pulled %s as %s (%s)", pull.model, pull.entry_id, path)

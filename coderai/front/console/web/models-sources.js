@@ -15,11 +15,14 @@ export function pulls(added) {
   const message = notice();
   const model = h('input', { name: 'model', required: true, placeholder: 'user/repo:Q4_K_M, user/repo/file.gguf or a transformers repo' });
   const id = h('input', { name: 'id', placeholder: 'default: user/repo:QUANT' });
+  // a GGUF repo's vision projector (mmproj-…): fetched with the model, it reads images
+  const mmproj = h('input', { type: 'checkbox', name: 'mmproj', 'data-testid': 'pull-mmproj' });
   const form = h(
     'form',
     { class: 'card editor', 'data-testid': 'pull-form', onsubmit: start },
     h('h2', {}, 'Pull from the Hugging Face hub'),
     h('div', { class: 'grid' }, field('Model', model), field('ID', id)),
+    h('label', {}, mmproj, ' fetch its vision projector too (mmproj: it reads images)'),
     message.el,
     h('div', { class: 'buttons' }, h('button', { type: 'submit', class: 'primary' }, 'Pull')),
   );
@@ -30,7 +33,7 @@ export function pulls(added) {
     event.preventDefault();
     message.clear();
     try {
-      const pull = await post('pulls', { model: model.value.trim(), ...(id.value.trim() ? { id: id.value.trim() } : {}) });
+      const pull = await post('pulls', { model: model.value.trim(), ...(id.value.trim() ? { id: id.value.trim() } : {}), ...(mmproj.checked ? { mmproj: true } : {}) });
       // the feed may have told of it already, and of a later state: that one stays
       if (!state.pulls.has(pull.id)) state.pulls.set(pull.id, pull);
       draw();
@@ -79,7 +82,8 @@ export function pulls(added) {
       update(p) {
         current = p;
         el.dataset.pull = p.model;
-        fill(cells[0], h('strong', {}, p.model), p.projector ? h('div', { class: 'muted' }, `projector ${p.projector} not fetched`) : null);
+        const projector = p.projector ? `projector ${p.projector} ${p.projector_fetched ? 'fetched too' : 'not fetched'}` : null;
+        fill(cells[0], h('strong', {}, p.model), projector ? h('div', { class: 'muted' }, projector) : null);
         fill(cells[1], h('code', {}, p.entry_id));
         bar.max = Math.max(p.total, 1);
         bar.value = p.done;
