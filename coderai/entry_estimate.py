@@ -28,6 +28,15 @@ def _gguf_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in parts)
 
 
+def _projector_bytes(mmproj: object) -> int:
+    """The size of an entry's vision projector (0 without one; the engine refuses one
+    that is missing, naming it)."""
+    if not isinstance(mmproj, str):
+        return 0
+    projector = Path(mmproj)
+    return projector.stat().st_size if projector.is_file() else 0
+
+
 def _plain(path: Path) -> None:
     """Only a regular file or a folder is read: opening a FIFO would wait for a writer."""
     try:
@@ -60,7 +69,9 @@ def estimate(entry: ModelEntry, room: int, on_gpu: bool, where: str,
             meta = gguf_header.read(path)
             # llama.cpp offloads every layer to a card unless the entry says otherwise
             gpu = on_gpu and options.get("n_gpu_layers", -1) != 0
-            return model_memory.for_gguf(meta, _gguf_bytes(path), options, gpu, allowance,
+            # a vision projector's weights load beside the model's (vision.py)
+            weights = _gguf_bytes(path) + _projector_bytes(options.get("mmproj"))
+            return model_memory.for_gguf(meta, weights, options, gpu, allowance,
                                          room if gpu or not on_gpu else allowance,
                                          where if gpu or not on_gpu else "RAM")  # fmt: skip
         config = json.loads((path / "config.json").read_text())

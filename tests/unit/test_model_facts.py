@@ -62,3 +62,18 @@ def test_a_resident_report_with_malformed_facts_is_refused(bad: dict[str, object
     assert residents_of([good, {**good, "context": 8, "tools": True}])
     with pytest.raises(BusProtocolError):
         residents_of([{**good, **bad}])
+
+
+def test_a_vision_projector_counts_in_the_memory_estimate_and_the_facts(tmp_path: Path) -> None:
+    from coderai.entry_estimate import estimate
+
+    assert SMOL is not None
+    projector = tmp_path / "mmproj.gguf"
+    projector.write_bytes(b"\0" * 3_000_000)
+    plain = ModelEntry(id="s", path=str(SMOL), options={"n_ctx": 1024})
+    seeing = ModelEntry(id="s", path=str(SMOL), options={"n_ctx": 1024, "mmproj": str(projector)})
+    room = 1 << 34
+    assert estimate(seeing, room, False, "RAM").weights == (
+        estimate(plain, room, False, "RAM").weights + 3_000_000
+    )
+    assert from_file(seeing, "gguf").vision and not from_file(plain, "gguf").vision

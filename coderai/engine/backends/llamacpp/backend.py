@@ -140,6 +140,9 @@ class LlamaCppBackend(Backend):
         on_gpu = gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload()
         if not on_gpu:
             weights = int(llama_cpp.llama_model_size(model.model))
+            mmproj = options.get("mmproj")  # its projector's weights load beside it
+            if isinstance(mmproj, str) and Path(mmproj).is_file():
+                weights += Path(mmproj).stat().st_size
             _check_room(spec, model.metadata(), model.n_vocab(), weights, n_ctx)
         # a sequence id per running sequence and per kept prefix (one per running sequence
         # at most), and one to save part of a sequence's cells through (batch.py, _save;
