@@ -185,6 +185,18 @@ class SearchConfig(_Strict):
         return self
 
 
+class MediaConfig(_Strict):
+    """Images by URL, for a model that reads images (a vision projector): fetched by the
+    front only where `fetch_urls` allows (off: such an image is a placeholder naming this
+    setting), within a size and a time, from public addresses only unless
+    `fetch_private`."""
+
+    fetch_urls: bool = False
+    max_image_bytes: int = Field(20_000_000, ge=1024, le=100_000_000)
+    timeout_seconds: float = Field(10.0, gt=0, le=120)
+    fetch_private: bool = False
+
+
 class ModelsConfig(_Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
@@ -257,6 +269,7 @@ class Config(_Strict):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
 
     @model_validator(mode="after")
     def _unique_engine_names(self) -> Config:

@@ -161,7 +161,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         lambda: front.uplink.status() if front.uplink is not None else None,
         front.hub, activity,
     ).add_to(app)  # fmt: skip
-    serving = Serving(dispatcher, front.directory, front.metrics)
+    serving = Serving(dispatcher, front.directory, front.metrics, lambda: front.config.media)
     openai = OpenAIRoutes(serving)
     openai.add_to(app)
     TokenizeRoutes(serving).add_to(app)

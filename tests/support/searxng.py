@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from tests.support.media import png
 from tests.support.server import free_port
 
 #: the words of /big (five bytes each)
@@ -59,7 +60,11 @@ def _app(standin: Standin) -> web.Application:
         # far more than one read of the network gives: a fetch must read it all
         return web.Response(text="word " * BIG_WORDS, content_type="text/plain")
 
+    async def image(request: web.Request) -> web.Response:
+        return web.Response(body=png(64, 48), content_type="image/png")
+
     app = web.Application()
+    app.router.add_get("/image.png", image)
     app.router.add_get("/search", search)
     app.router.add_get("/page/{n}", page)
     app.router.add_get("/redirect", redirect)

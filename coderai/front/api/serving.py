@@ -6,11 +6,12 @@ all run their requests through it, whatever their wire format."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Job
-from coderai.config import ModelEntry
+from coderai.config import MediaConfig, ModelEntry
 from coderai.front.auth import activity
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
@@ -19,10 +20,18 @@ from coderai.front.metrics import Metrics
 
 
 class Serving:
-    def __init__(self, dispatcher: Dispatcher, directory: ModelDirectory, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        directory: ModelDirectory,
+        metrics: Metrics,
+        media: Callable[[], MediaConfig] = MediaConfig,
+    ) -> None:
         self.dispatcher = dispatcher
         self.directory = directory
         self.metrics = metrics
+        #: the config's media section as it is now (images by URL: media/fetch.py)
+        self.media = media
 
     async def resolve(self, name: str) -> ModelEntry:
         """The catalogue entry a request names, if the request's API key may use it."""

@@ -16,6 +16,7 @@ from coderai.config import (
     BrokerConfig,
     ClusterConfig,
     Config,
+    MediaConfig,
     ModelsConfig,
     OffloadConfig,
     SearchConfig,
@@ -36,6 +37,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "cluster": ClusterConfig,
     "broker": BrokerConfig,
     "search": SearchConfig,
+    "media": MediaConfig,
 }
 #: never shown nor changed here: the key that guards this very API, and the broker's
 SECRETS = frozenset({"auth.admin_key", "broker.registration_token"})
@@ -65,6 +67,7 @@ LIVE = ENGINE_SETTINGS | {
     "server.stream_keepalive_seconds",
     # read by each request that runs a server tool (anthropic/routes.py)
     *(f"search.{name}" for name in SearchConfig.model_fields),
+    *(f"media.{name}" for name in MediaConfig.model_fields),
 }
 #: settings kept per engine name
 OVERRIDES = frozenset(

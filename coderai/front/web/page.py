@@ -136,25 +136,37 @@ async def fetch(settings: SearchConfig, url: str, allowed: Callable[[str], str])
     connector = aiohttp.TCPConnector(resolver=resolver)
     try:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            for _ in range(REDIRECTS + 1):
-                _check(url, allowed, settings.fetch_private)
-                async with session.get(url, allow_redirects=False) as response:
-                    if response.status in (301, 302, 303, 307, 308):
-                        url = urljoin(url, response.headers.get("Location", ""))
-                        continue
-                    if response.status != 200:
-                        raise SearchFailed(
-                            "url_not_accessible", f"the page answered {response.status}"
-                        )
-                    raw = await _body(response, settings.fetch_max_bytes)
-                    mime, charset = response.content_type or "", response.charset or "utf-8"
-                    break
-            else:
-                raise SearchFailed("url_not_accessible", f"over {REDIRECTS} redirects")
+            response = await checked_redirects(session, url, settings.fetch_private, allowed)
+            async with response:
+                if response.status != 200:
+                    why = f"the page answered {response.status}"
+                    raise SearchFailed("url_not_accessible", why)
+                raw = await body(response, settings.fetch_max_bytes)
+                mime, charset = response.content_type or "", response.charset or "utf-8"
+                url = str(response.url)
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
         raise SearchFailed("url_not_accessible", f"the page cannot be fetched: {exc}") from None
     title, text = await asyncio.to_thread(_text_of, raw, mime, charset)
     return Page(url, title, text[: settings.fetch_max_chars])
+
+
+async def checked_redirects(
+    session: aiohttp.ClientSession,
+    url: str,
+    private_ok: bool,
+    allowed: Callable[[str], str] = lambda _url: "",
+) -> aiohttp.ClientResponse:
+    """The answer at `url`, its redirects followed here and each address checked first
+    (_check); SearchFailed for one that may not be reached, or past REDIRECTS."""
+    for _ in range(REDIRECTS + 1):
+        _check(url, allowed, private_ok)
+        response = await session.get(url, allow_redirects=False)
+        if response.status not in (301, 302, 303, 307, 308):
+            return response
+        location = response.headers.get("Location", "")
+        response.release()
+        url = urljoin(url, location)
+    raise SearchFailed("url_not_accessible", f"over {REDIRECTS} redirects")
 
 
 def _check(url: str, allowed: Callable[[str], str], private_ok: bool) -> None:
@@ -175,7 +187,7 @@ def _check(url: str, allowed: Callable[[str], str], private_ok: bool) -> None:
         raise SearchFailed(why, f"{url[:200]} may not be fetched")
 
 
-async def _body(response: aiohttp.ClientResponse, most: int) -> bytes:
+async def body(response: aiohttp.ClientResponse, most: int) -> bytes:
     """The body, up to `most` bytes (the rest is not read)."""
     chunks: list[bytes] = []
     size = 0

@@ -74,7 +74,7 @@ class AnthropicRoutes:
             update={"stop": req.stop_sequences}
         )
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media(vision=sees_images(entry))
+        await chat.read_media(sees_images(entry), self.serving.media())
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
         server = req.server_tool_names()
@@ -110,7 +110,7 @@ class AnthropicRoutes:
         req = validate(CountTokensRequest, await read_json(request), NOT_BUILT)
         chat: ChatRequest = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media(vision=sees_images(entry))
+        await chat.read_media(sees_images(entry), self.serving.media())
         tools = chat.tool_fields()
         job, outcome = await self.serving.answer(
             entry,

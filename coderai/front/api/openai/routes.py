@@ -121,7 +121,7 @@ class OpenAIRoutes:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
         entry = await self.serving.resolve(req.model)
-        await req.read_media(vision=sees_images(entry))
+        await req.read_media(sees_images(entry), self.serving.media())
         notify(request, req.notices)
         messages = [m.for_template() for m in req.messages]
         return await self._run(request, req, entry, JobKind.CHAT, [{"messages": messages}], [""])

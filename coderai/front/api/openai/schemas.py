@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import re
+from base64 import b64encode
 from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Annotated, Any, Literal, TypeGuard
@@ -31,8 +32,10 @@ from pydantic import (
 
 from coderai import grammar
 from coderai.bus.kinds import IMAGE_MARKER
+from coderai.config import MediaConfig
 from coderai.errors import InvalidRequest
 from coderai.front.http import validate
+from coderai.front.media.fetch import NotFetched, fetch_image
 from coderai.front.media.medium import Medium
 from coderai.front.media.shown import seen, show
 from coderai.front.media.source import is_data_url
@@ -170,6 +173,8 @@ class ImagePart(_Body):
     #: its bytes, where the model reads images (ChatRequest.read_media): the prompt then
     #: holds IMAGE_MARKER in its place, and the job carries the bytes
     _seen: bytes | None = PrivateAttr(None)
+    #: what the model reads in its place instead of show()'s, where read_media decided it
+    _note: str | None = PrivateAttr(None)
 
     def medium(self) -> Medium:
         return Medium("image", url=self.image_url.url)
@@ -306,6 +311,8 @@ class ChatMessage(_Body):
                 out += "\n"
             if isinstance(part, ImagePart) and part._seen is not None:
                 out += IMAGE_MARKER + "\n"
+            elif isinstance(part, ImagePart) and part._note is not None:
+                out += part._note + "\n"
             else:
                 out += show(part.medium()).text + "\n"
         return out
@@ -465,20 +472,35 @@ class ChatRequest(_Sampling):
     def notices(self) -> dict[str, str]:
         return self._notices
 
-    async def read_media(self, vision: bool = False) -> None:
+    async def read_media(self, vision: bool = False, media: MediaConfig | None = None) -> None:
         """What the model reads in each medium's place, found off the event loop (a PDF's
         text takes a while the first time; it is cached after: media/shown.py), and the
         header that names them. A model with a vision projector (`vision`) reads an image
-        whose bytes the request holds: the part keeps them (`images`). A path that skips
+        whose bytes the request holds, or (where `media.fetch_urls` allows) that the
+        front fetched from its URL: the part keeps them (`images`). A path that skips
         this step finds the same text when the prompt is built, on the loop."""
         parts = [part for message in self.messages for part in message.media()]
         if not parts:
             return
+        fetched: dict[int, bytes | str] = {}  # by part: its bytes, or why there are none
+        if vision:
+            for i, part in enumerate(parts):
+                url = part.image_url.url if isinstance(part, ImagePart) else ""
+                if url and not is_data_url(url):
+                    fetched[i] = await _by_url(url, media or MediaConfig())
 
         def read() -> list[str]:
             out = []
-            for part in parts:
-                image = seen(part.medium()) if vision and isinstance(part, ImagePart) else None
+            for i, part in enumerate(parts):
+                got = fetched.get(i)
+                if isinstance(got, str) and isinstance(part, ImagePart):
+                    part._note = f"[image: {_quoted(part.image_url.url)}, not shown: {got}]"
+                    out.append(f"image {_quoted(part.image_url.url)} (not fetched)")
+                    continue
+                medium = part.medium()
+                if isinstance(got, bytes):  # fetched: read as if the request held it
+                    medium = Medium("image", data=b64encode(got).decode())
+                image = seen(medium) if vision and isinstance(part, ImagePart) else None
                 if image is not None and isinstance(part, ImagePart):
                     part._seen = image.raw
                     out.append(image.what)
@@ -527,6 +549,20 @@ class ChatRequest(_Sampling):
             "parallel_tool_calls": self.parallel_tool_calls,
             "response_format": self.response_format.for_job() if self.response_format else {},
         }
+
+
+def _quoted(url: str) -> str:
+    return url if len(url) <= 200 else url[:199] + "…"
+
+
+async def _by_url(url: str, media: MediaConfig) -> bytes | str:
+    """An image's bytes fetched from its URL, or why they are not (the placeholder's)."""
+    if not media.fetch_urls:
+        return "images by URL are not fetched here (the config's media.fetch_urls is off)"
+    try:
+        return await fetch_image(media, url)
+    except NotFetched as exc:
+        return f"it could not be fetched ({exc})"
 
 
 def check_structured(req: ChatRequest) -> None:

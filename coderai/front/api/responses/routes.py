@@ -60,7 +60,7 @@ class ResponsesRoutes:
         req = validate(ResponsesRequest, body, NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media(vision=sees_images(entry))
+        await chat.read_media(sees_images(entry), self.serving.media())
         notify(request, chat.notices)
         job = submit_chat(self.serving, chat, entry)
         try:
@@ -77,7 +77,7 @@ class ResponsesRoutes:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
         chat = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
-        await chat.read_media(vision=sees_images(entry))
+        await chat.read_media(sees_images(entry), self.serving.media())
         notify(request, chat.notices)
         start = responses_reply.head(req, entry.id)
         headers = self._omitted(req)

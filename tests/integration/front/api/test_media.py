@@ -16,8 +16,9 @@ import pytest
 
 from coderai.defaults import embedded_gguf
 from coderai.tinyprojector import IMAGE_TOKENS, build_projector
+from tests.support import searxng
 from tests.support.media import data_url, png, scanned_pdf, text_pdf
-from tests.support.server import Server, openai_client, running
+from tests.support.server import Server, openai_client
 
 MEDIA_HEADER = "X-CoderAI-Media-Replaced"
 PNG = png(800, 600)
@@ -50,9 +51,18 @@ def server(
         {"id": "vision", "path": str(tiny_models[1]),
          "options": {"mmproj": str(projector), "n_ctx": 512}},
     ]  # fmt: skip
-    folder = tmp_path_factory.mktemp("media")
-    with running(folder, models, tmp_path_factory.mktemp("cache")) as srv:
-        yield srv
+    # images by URL are fetched (from this host's stand-in web: private addresses allowed)
+    media = {"fetch_urls": True, "fetch_private": True, "timeout_seconds": 5}
+    with searxng.running() as web:
+        srv = Server(tmp_path_factory.mktemp("media"), {"engines": 1}, models,
+                     env={"CODERAI_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))},
+                     extra_config={"media": media})  # fmt: skip
+        srv.web = web.url  # type: ignore[attr-defined]
+        try:
+            srv.wait_ready(1)
+            yield srv
+        finally:
+            srv.stop()
 
 
 def _chat_part(kind: str) -> dict[str, Any]:
@@ -207,6 +217,11 @@ def test_a_vision_model_is_listed_as_one_and_an_unreadable_image_is_named(server
     with openai_client(server) as client:
         listed: Any = client.models.retrieve("vision").model_dump()
     assert "vision" in listed["capabilities"] and listed["input_modalities"] == ["text", "image"]
-    remote = {"type": "image_url", "image_url": {"url": "https://example.org/shot.png"}}
-    raw = _vision_chat(server, [{"type": "text", "text": "And this?"}, remote])
-    assert raw.headers[MEDIA_HEADER] == "image https://example.org/shot.png"  # not fetched
+    web: str = server.web  # type: ignore[attr-defined]
+    fetched = {"type": "image_url", "image_url": {"url": f"{web}/image.png"}}
+    gone = {"type": "image_url", "image_url": {"url": f"{web}/nothing.png"}}
+    raw = _vision_chat(server, [{"type": "text", "text": "And these?"}, fetched, gone])
+    assert raw.headers[MEDIA_HEADER] == (
+        f"image image/png 64x48 (shown); image {web}/nothing.png (not fetched)"
+    )
+    assert raw.parse().usage.prompt_tokens > IMAGE_TOKENS  # one image read, one placeholder

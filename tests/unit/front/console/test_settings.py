@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from coderai.config import Config, SearchConfig, engine_settings
+from coderai.config import Config, MediaConfig, SearchConfig, engine_settings
 from coderai.errors import InvalidRequest
 from coderai.front.console import settings
 from coderai.front.engines.plan import EnginePlan
@@ -38,6 +38,7 @@ def test_every_field_of_every_section_is_a_setting_but_the_secrets() -> None:
             "cluster",
             "broker",
             "search",
+            "media",
         )
         for field in type(getattr(Config(), section)).model_fields
     } - {"auth.admin_key", "broker.registration_token"}
@@ -71,6 +72,7 @@ def test_live_and_restart_settings_split_every_name() -> None:
         "thermal.gpu_overrides",
         "offload.max_ram_gb",
         *(f"search.{name}" for name in SearchConfig.model_fields),
+        *(f"media.{name}" for name in MediaConfig.model_fields),
     }
     assert set(settings.RESTART_NAMES) == set(settings.NAMES) - set(settings.LIVE_NAMES)
 

@@ -126,3 +126,13 @@ def test_responses_images_and_files_in_messages_and_tool_outputs() -> None:
     user = chat.messages[0].text()
     assert user.startswith(f"Look:\n{PLACEHOLDER}\n[document: r.pdf, 1 page]\nPDF body")
     assert chat.messages[-1].role == "tool" and chat.messages[-1].text() == PLACEHOLDER + "\n"
+
+
+def test_an_image_by_url_is_not_fetched_unless_the_config_allows() -> None:
+    from coderai.config import MediaConfig
+    from coderai.front.api.openai.schemas import _by_url
+
+    why = asyncio.run(_by_url("https://example.org/a.png", MediaConfig()))
+    assert why == "images by URL are not fetched here (the config's media.fetch_urls is off)"
+    refused = asyncio.run(_by_url("http://127.0.0.1:9/a.png", MediaConfig(fetch_urls=True)))
+    assert isinstance(refused, str) and refused.startswith("it could not be fetched")
