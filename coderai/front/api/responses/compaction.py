@@ -20,13 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from coderai.bus.messages import Done, Prompt
-from coderai.errors import CoderaiError
-from coderai.front.api.event_relay import sse
+from coderai.bus.messages import Done
 from coderai.front.api.responses.reasoning_copy import COMPACTION_PREFIX, seal
-from coderai.front.api.responses.reply import finished, new_id, usage
+from coderai.front.api.responses.reply import ResponseStream, finished, new_id, usage
 from coderai.front.api.responses.request import MessageItem, ResponsesRequest
-from coderai.front.api.stream_io import progress_comment
 from coderai.front.dispatch.output import Collected, Piece
 
 #: how much of the user's own messages a /v1/responses/compact answer keeps, newest first
@@ -49,31 +46,14 @@ def whole(start: dict[str, Any], got: Collected, done: Done) -> dict[str, Any]:
     return finished(start, [compaction_item(got.content())], done)
 
 
-class CompactionStream:
+class CompactionStream(ResponseStream):
     """The compaction turn streamed: response.created and .in_progress at once (keepalive
     comments while the summary is written), then the compaction item's output_item.added
     and .done, and response.completed. The summary is sent whole, in the item."""
 
     def __init__(self, start: dict[str, Any]) -> None:
-        self.start = start
-        self.seq = 0
+        super().__init__(start, {})
         self.text: list[str] = []
-
-    def _event(self, event: dict[str, Any]) -> bytes:
-        event["sequence_number"] = self.seq
-        self.seq += 1
-        return sse(event["type"], event)
-
-    def opening(self, prompt: Prompt | None) -> bytes:
-        return self._event({"type": "response.created", "response": self.start}) + self._event(
-            {"type": "response.in_progress", "response": self.start}
-        )
-
-    def keepalive(self, prompt: Prompt | None) -> bytes:
-        return progress_comment(prompt)
-
-    def settling(self) -> bool:
-        return False  # nothing of its own to wait for
 
     def items(self, items: list[str | Piece]) -> bytes:
         for item in items:  # the text alone: thinking and calls are no part of the summary
@@ -90,11 +70,6 @@ class CompactionStream:
         out += self._event({"type": "response.output_item.done", "output_index": 0, "item": item})
         response = {**finished(self.start, [item], done), "status": "completed"}
         return out + self._event({"type": "response.completed", "response": response})
-
-    def error(self, error: CoderaiError) -> bytes:
-        failed = {**self.start, "status": "failed", "output": [],
-                  "error": {"code": "server_error", "message": error.message}}  # fmt: skip
-        return self._event({"type": "response.failed", "response": failed})
 
 
 def retained(req: ResponsesRequest) -> list[dict[str, Any]]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
-from typing import Any
 
 from coderai.tinyprojector import IMAGE_TOKENS, build_projector
 from tests.support.media import png
+from tests.support.stepping import text_of
 
 
 def test_mtmd_reads_a_prompt_with_an_image_through_the_tiny_projector(
@@ -70,26 +70,6 @@ def test_mtmd_reads_a_prompt_with_an_image_through_the_tiny_projector(
         llama_cpp.llama_model_free(model)
 
 
-def _run(instance: Any, seq: Any, steps: int) -> str:
-    """The text of one sequence, to its end or its max_tokens (which the scheduler would
-    enforce), within `steps` steps; it is released after."""
-    from coderai.engine.backends.base import END, PENDING, READING
-
-    text, made = "", 0
-    for _ in range(steps):
-        result = instance.step([seq])[0]
-        if result is END:
-            break
-        if result is READING or result is PENDING:
-            continue
-        assert isinstance(result, str), result
-        text, made = text + result, made + 1
-        if made == seq.job.max_tokens:
-            break
-    instance.release(seq)
-    return text
-
-
 def test_a_model_with_a_projector_reads_images_in_its_batched_context(
     tiny_models: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -114,18 +94,18 @@ def test_a_model_with_a_projector_reads_images_in_its_batched_context(
 
     plain = Sequence(job=job([]))
     instance.start(plain)
-    _run(instance, plain, 20)
+    text_of(instance, plain, 20)
     seen = Sequence(job=job([png(64, 48)]))
     instance.start(seen)
     assert seen.prompt_tokens == plain.prompt_tokens + IMAGE_TOKENS
-    first = _run(instance, seen, 40)
+    first = text_of(instance, seen, 40)
     again = Sequence(job=job([png(64, 48)]))
     instance.start(again)
     assert again.prompt_tokens == seen.prompt_tokens
-    assert _run(instance, again, 40) == first  # the same image, the same answer
+    assert text_of(instance, again, 40) == first  # the same image, the same answer
     assert again.cached_tokens > plain.prompt_tokens  # read from the cache past the image
     other = Sequence(job=job([png(32, 32)]))  # another image: no cache past the text before
     instance.start(other)
-    _run(instance, other, 40)
+    text_of(instance, other, 40)
     assert other.cached_tokens < plain.prompt_tokens
     instance.unloaded()
