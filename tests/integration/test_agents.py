@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from coderai.defaults import embedded_gguf
+from coderai.front.api.responses.request import SUMMARY_HEAD
 from tests.support import agents
 from tests.support.media import png
 from tests.support.server import Server, running
@@ -98,6 +99,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         # Claude Code's Read on a screenshot: its result is an image block
         {"id": "claude-read", "format": "fake",
          "options": tool_loop("Read", {"file_path": str(shot)})},
+        # Codex on OpenAI's own provider compacts through its compaction_trigger item
+        {"id": "codex-compact", "format": "fake", "options": {
+            **tool_loop("exec_command", {"cmd": command}),
+            "script_rules": [["Write only the summary.", "SUMMARY: ran the command."],
+                             [SUMMARY_HEAD, "Going on from the summary."]]}},
         # Claude Code's WebSearch asks the model again, offering Anthropic's web_search
         {"id": "claude-search", "format": "fake",
          "options": {**tool_loop("WebSearch", {"query": "coderai"}), "script_rules": [
@@ -159,6 +165,28 @@ def test_claude_codes_web_search_tells_that_search_is_off(server: Server, tmp_pa
     done = succeeded(agents.run([*argv, "WebSearch"], env, home=tmp_path, timeout=RUN_SECONDS))
     result = agents.claude_result(done)["result"]
     assert result.startswith("The tool said: ") and "Web search error: unavailable" in result
+
+
+def test_codex_on_openais_provider_compacts_through_the_trigger(
+    server: Server, tmp_path: Path
+) -> None:
+    """Pointed at this server as OpenAI's own (`openai_base_url`), Codex compacts remotely:
+    a /v1/responses request ending with a compaction_trigger item, answered with one
+    compaction item; past its threshold mid-turn it compacts and answers from the summary.
+    (Its WebSocket transport is tried first and refused: it falls back to HTTPS.)"""
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex" / "config.toml").write_text(
+        f'openai_base_url = "{server.url}/v1"\nmodel = "codex-compact"\n'
+        "model_context_window = 400000\nmodel_auto_compact_token_limit = 1000\n"
+    )
+    argv = [str(agents.BIN / "codex"), "exec", "--json", "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox", ASK]  # fmt: skip
+    done = succeeded(agents.run(argv, {"OPENAI_API_KEY": agents.KEY}, home=tmp_path,
+                                timeout=RUN_SECONDS))  # fmt: skip
+    items = [json.loads(line).get("item", {}) for line in done.output.splitlines()
+             if line.startswith("{")]  # fmt: skip
+    said = [i["text"] for i in items if i.get("type") == "agent_message"]
+    assert said == ["Going on from the summary."], done.output
 
 
 # -- a model that thinks before it acts ---------------------------------------------------------
