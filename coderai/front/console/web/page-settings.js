@@ -20,6 +20,10 @@ const LABELS = {
   'thermal.gpu_high': ['GPU pause at (°C)', 'a hot GPU pauses the engine that owns it'],
   'thermal.gpu_resume': ['GPU go on below (°C)', ''],
   'thermal.gpu_overrides': ['Per GPU vendor', 'empty: the GPU defaults above'],
+  'search.url': ['Search backend', "a SearXNG instance's address: web_search and web_fetch run on it"],
+  'search.fetch_private': ['web_fetch reaches private addresses', "the host's own services too: only on a trusted network"],
+  'media.fetch_urls': ['Fetch images by URL', 'for models that read images; off: a placeholder names this setting'],
+  'media.fetch_private': ['Images from private addresses', "the host's own services too: only on a trusted network"],
 };
 /** Shown first, in this order, when the API offers them. */
 const FIRST = [
