@@ -335,6 +335,8 @@ class LlamaCppBatchInstance(ModelInstance):
                     raise JobError("a job's images are bytes", kind="bad_request")
                 return self.projector.tokenize(formatted.prompt, list(job.images), add_bos)
             return list(self.model.tokenize(formatted.prompt.encode(), add_bos, True)), None
+        if job.images:  # a chat template places them; a raw prompt has no place for them
+            raise JobError("images go with chat messages", kind="bad_request")
         if job.prompt_ids:
             return known_ids(job.prompt_ids, self.vocabulary, "prompt"), None
         if job.suffix:
@@ -367,7 +369,9 @@ class LlamaCppBatchInstance(ModelInstance):
         try:
             if not tokens:
                 raise JobError("the prompt is empty", kind="bad_request")
-            if images is not None and images.next_after(len(tokens) - 1) is not None:
+            # the next token is sampled from the last one's logits, which an image's
+            # tokens do not give (its ids are negative: vision.py)
+            if tokens[-1] < 0:
                 raise JobError("a prompt cannot end with an image", kind="bad_request")
             # to sample completion token k llama.cpp has decoded prompt + k - 1 tokens, so
             # with prompt + completion <= n_ctx no llama_decode ever runs past the context

@@ -109,3 +109,25 @@ def test_a_model_with_a_projector_reads_images_in_its_batched_context(
     text_of(instance, other, 40)
     assert other.cached_tokens < plain.prompt_tokens
     instance.unloaded()
+
+
+def test_images_outside_chat_messages_are_refused(
+    tiny_models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A completion's raw prompt has no place for images: they are refused, not dropped."""
+    import pytest
+
+    from coderai.bus.kinds import IMAGE_MARKER
+    from coderai.bus.messages import Job, ModelSpec
+    from coderai.engine.backends.base import LoadProgress, Sequence
+    from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
+    from coderai.errors import JobError
+
+    _, gguf = tiny_models
+    projector = build_projector(tmp_path / "mmproj.gguf", embedding=64)
+    spec = ModelSpec("v", str(gguf), "gguf", options={"mmproj": str(projector), "n_ctx": 512})
+    instance = LlamaCppBackend().load(spec, LoadProgress())
+    job = Job(1, {}, "completion", prompt=IMAGE_MARKER, images=[png(64, 48)])
+    with pytest.raises(JobError, match="images go with chat messages"):
+        instance.start(Sequence(job=job))
+    instance.unloaded()
