@@ -206,4 +206,23 @@ def seen(medium: Medium) -> Seen | None:
     facts = image_facts(content.raw)
     if facts is None:
         return None
-    return Seen(content.raw, f"image {facts.mime} {facts.width}x{facts.height} (shown)")
+    raw = content.raw
+    if facts.mime not in _DECODED:  # llama.cpp's decoder reads these; others go as PNG
+        raw = as_png(raw)
+    return Seen(raw, f"image {facts.mime} {facts.width}x{facts.height} (shown)")
+
+
+#: the image types llama.cpp's own decoder (stb_image) reads
+_DECODED = ("image/png", "image/jpeg", "image/gif", "image/bmp")
+
+
+def as_png(raw: bytes) -> bytes:
+    """An image of another type (WebP, TIFF) as PNG."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(raw)) as image:
+        image.convert("RGB").save(out, "PNG")
+    return out.getvalue()

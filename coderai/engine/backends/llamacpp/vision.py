@@ -62,6 +62,12 @@ class Projector:
         if not mtmd.mtmd_support_vision(self.ctx):
             mtmd.mtmd_free(self.ctx)
             raise JobError(f"{path} is a projector for audio, not images", kind="model_file")
+        if mtmd.mtmd_decode_use_mrope(self.ctx):
+            # an image's positions then differ from its token count (Qwen-VL's M-RoPE):
+            # the batched engine places tokens at their index
+            mtmd.mtmd_free(self.ctx)
+            raise JobError(f"{path}: models with M-RoPE (Qwen-VL) are not served with images"
+                           " yet", kind="bad_model")  # fmt: skip
 
     def tokenize(
         self, prompt: str, images: list[bytes], add_special: bool
@@ -99,6 +105,9 @@ class Projector:
                     ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                     tokens += [int(ids[k]) for k in range(n.value)]
                     continue
+                if taken == len(images):  # an image sliced in several chunks (MiniCPM-V)
+                    raise JobError("this projector slices images, which this server does not"
+                                   " read yet", kind="bad_request")  # fmt: skip
                 count = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
                 out.at[len(tokens)] = (chunk, count)
                 tokens += placeholder_ids(images[taken], count)

@@ -136,3 +136,18 @@ def test_an_image_by_url_is_not_fetched_unless_the_config_allows() -> None:
     assert why == "images by URL are not fetched here (the config's media.fetch_urls is off)"
     refused = asyncio.run(_by_url("http://127.0.0.1:9/a.png", MediaConfig(fetch_urls=True)))
     assert isinstance(refused, str) and refused.startswith("it could not be fetched")
+
+
+def test_a_webp_image_reaches_a_vision_model_as_png() -> None:
+    """llama.cpp's own decoder reads PNG, JPEG, GIF and BMP: another type goes as PNG."""
+    import io
+
+    from PIL import Image
+
+    from coderai.front.media.shown import seen
+
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(out, "WEBP")
+    image = seen(Medium("image", url=data_url(out.getvalue(), "image/webp")))
+    assert image is not None and image.raw[:8] == b"\x89PNG\r\n\x1a\n"
+    assert image.what == "image image/webp 40x30 (shown)"
