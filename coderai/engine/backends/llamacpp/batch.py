@@ -382,7 +382,12 @@ class LlamaCppBatchInstance(ModelInstance):
             raise
         job = seq.job
         limit = completion_limit(job.max_tokens, seq.room)
-        sampler = SamplerChain(job, self.vocabulary, self.n_ctx)
+        try:
+            sampler = SamplerChain(job, self.vocabulary, self.n_ctx)
+        except JobError:  # a bad logit_bias: the images read so far go too
+            if images is not None and self.projector is not None:
+                self.projector.free(images)
+            raise
         slot = _Slot(
             seq=seq,
             seq_id=self._free_ids.pop(),  # last: nothing after it can fail

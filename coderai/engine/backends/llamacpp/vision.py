@@ -21,9 +21,10 @@ from coderai.errors import JobError
 
 
 def placeholder_ids(image: bytes, count: int) -> list[int]:
-    """The ids an image's `count` tokens stand as: negative, its hash's, one per place."""
-    base = int.from_bytes(hashlib.sha256(image).digest()[:4], "big") & 0x3FFFFFFF
-    return [-1 - ((base + i) & 0x3FFFFFFF) for i in range(count)]
+    """The ids an image's `count` tokens stand as: negative, its hash's, one per place
+    (31 bits of the hash in each: two images whose first ids meet are the same image)."""
+    base = int.from_bytes(hashlib.sha256(image).digest()[:8], "big")
+    return [-1 - ((base + i) % 0x7FFFFFFF) for i in range(count)]
 
 
 @dataclass

@@ -301,11 +301,11 @@ class ChatMessage(_Body):
         if self.content is None:
             return ""
         if isinstance(self.content, str):
-            return self.content.replace(IMAGE_MARKER, "")
+            return unmarked(self.content)
         out = ""
         for part in self.content:
             if isinstance(part, TextPart | RefusalPart):
-                out += part.text.replace(IMAGE_MARKER, "")  # only the server places images
+                out += unmarked(part.text)  # only the server places images
                 continue
             if out and not out.endswith("\n"):
                 out += "\n"
@@ -549,6 +549,13 @@ class ChatRequest(_Sampling):
             "parallel_tool_calls": self.parallel_tool_calls,
             "response_format": self.response_format.for_job() if self.response_format else {},
         }
+
+
+def unmarked(text: str) -> str:
+    """The text without the image marker, however it was nested to survive one pass."""
+    while IMAGE_MARKER in text:
+        text = text.replace(IMAGE_MARKER, "")
+    return text
 
 
 def _quoted(url: str) -> str:

@@ -135,7 +135,7 @@ def test_an_image_by_url_is_not_fetched_unless_the_config_allows() -> None:
     why = asyncio.run(_by_url("https://example.org/a.png", MediaConfig()))
     assert why == "images by URL are not fetched here (the config's media.fetch_urls is off)"
     refused = asyncio.run(_by_url("http://127.0.0.1:9/a.png", MediaConfig(fetch_urls=True)))
-    assert isinstance(refused, str) and refused.startswith("it could not be fetched")
+    assert isinstance(refused, str) and "is an address that is not public" in refused
 
 
 def test_a_webp_image_reaches_a_vision_model_as_png() -> None:
@@ -151,3 +151,12 @@ def test_a_webp_image_reaches_a_vision_model_as_png() -> None:
     image = seen(Medium("image", url=data_url(out.getvalue(), "image/webp")))
     assert image is not None and image.raw[:8] == b"\x89PNG\r\n\x1a\n"
     assert image.what == "image image/webp 40x30 (shown)"
+
+
+def test_the_image_marker_cannot_be_smuggled_in_by_nesting_it() -> None:
+    from coderai.bus.kinds import IMAGE_MARKER
+    from coderai.front.api.openai.schemas import unmarked
+
+    half = len(IMAGE_MARKER) // 2
+    nested = IMAGE_MARKER[:half] + IMAGE_MARKER + IMAGE_MARKER[half:]
+    assert unmarked(f"a {nested} b") == "a  b"
