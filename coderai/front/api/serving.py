@@ -30,7 +30,7 @@ class Serving:
         self.dispatcher = dispatcher
         self.directory = directory
         self.metrics = metrics
-        #: the config's media section as it is now (images by URL: media/fetch.py)
+        #: the config's media section as it is now (images by URL: web/image.py)
         self.media = media
 
     async def resolve(self, name: str) -> ModelEntry:

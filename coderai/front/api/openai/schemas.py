@@ -35,10 +35,10 @@ from coderai.bus.kinds import IMAGE_MARKER
 from coderai.config import MediaConfig
 from coderai.errors import InvalidRequest
 from coderai.front.http import validate
-from coderai.front.media.fetch import NotFetched, fetch_image
 from coderai.front.media.medium import Medium
 from coderai.front.media.shown import seen, show
 from coderai.front.media.source import is_data_url
+from coderai.front.web.image import NotFetched, fetch_image
 
 log = logging.getLogger("coderai.front")
 
