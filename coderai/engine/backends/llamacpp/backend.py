@@ -34,6 +34,7 @@ from coderai.engine.backends.base import (
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
 from coderai.engine.backends.llamacpp.draft import Drafter
 from coderai.engine.backends.llamacpp.repack import KERNELS
+from coderai.engine.backends.llamacpp.settings import BatchSettings
 from coderai.engine.backends.llamacpp.vision import Projector
 from coderai.errors import JobError
 from coderai.model_memory import (
@@ -145,7 +146,7 @@ class LlamaCppBackend(Backend):
                 weights += Path(mmproj).stat().st_size
             _check_room(spec, model.metadata(), model.n_vocab(), weights, n_ctx)
         # a sequence id per running sequence and per kept prefix (one per running sequence
-        # at most), and one to save part of a sequence's cells through (batch.py, _save;
+        # at most), and one to save part of a sequence's cells through (host_tier.py, save;
         # left out where llama.cpp's bound on sequences is reached)
         parallel, ids = sequences(
             {**options, "prefix_cache_tokens": options.get("prefix_cache_tokens", n_ctx)}, on_gpu
@@ -181,9 +182,7 @@ class LlamaCppBackend(Backend):
             spec.id, n_ctx, trained, n_ctx * per_token / (1 << 20), kv, parallel,
             params.n_threads, params.n_threads_batch, "on" if flash else "off",
         )  # fmt: skip
-        return LlamaCppBatchInstance(
-            model,
-            context,
+        settings = BatchSettings(
             parallel=parallel,
             reserve_step=int(options.get("reserve_tokens") or RESERVE_STEP),
             cache_tokens=cache_tokens,
@@ -195,12 +194,13 @@ class LlamaCppBackend(Backend):
             flash=flash,
             ram_bytes=_ram_cache_bytes(options.get("prompt_cache_ram_mb")),
             speculative=ngram,
-            drafter=Drafter(draft, model, params) if draft is not None else None,
             draft_length=None
             if options.get("draft_length") is None
             else int(options["draft_length"]),
-            options=options,
-            projector=projector,
+        )
+        drafter = Drafter(draft, model, params) if draft is not None else None
+        return LlamaCppBatchInstance(
+            model, context, settings, drafter=drafter, projector=projector, options=options
         )
 
     def _load_embedder(

@@ -91,7 +91,7 @@ def due(tokens: int, prompt: int, taken: list[int], every: int) -> bool:
     return tokens == end or tokens - (taken[-1] if taken else 0) >= every
 
 
-def kept(checkpoints: list[Checkpoint], most: int) -> list[Checkpoint]:
+def latest(checkpoints: list[Checkpoint], most: int) -> list[Checkpoint]:
     """The checkpoints a sequence keeps: the latest `most` (a conversation grows at its
     end, so the latest serve the most turns)."""
     return checkpoints[-most:] if most > 0 else []

@@ -1,13 +1,13 @@
 """A draft model for speculative decoding: a small model with the same vocabulary guesses
 the next few tokens of each decoding sequence, which the main model then checks in one
-batched step (batch.py keeps those its sampler would have picked).
+batched step (speculation.py accepts those its sampler would have picked).
 
 The draft model has a context of its own, with a sequence per main sequence id. Before
 guessing it reads what it has not seen of the sequence (the prompt once, then the tokens
-kept since), a bounded number of tokens a step so that a long prompt never stalls the
+accepted since), a bounded number of tokens a step so that a long prompt never stalls the
 main model's steps; a sequence still catching up gets no draft that step. Its guesses are
 greedy. After the main model's check, the draft context lets go of the guesses that were
-not kept, so it again holds exactly a prefix of the sequence.
+not accepted, so it again holds exactly a prefix of the sequence.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from coderai.engine.backends.llamacpp.llama_memory import LlamaMemory
 from coderai.errors import JobError
 
 #: tokens of catch-up (prompts it has not read) the draft context reads in one step
@@ -46,6 +47,7 @@ class Drafter:
             )
         self.context = LlamaContext(model=self.model, params=params, verbose=False)
         self.ctx = self.context.ctx
+        self._memory = LlamaMemory(llama_cpp, self.ctx, self.context.memory)
         self.vocabulary = int(self.model.n_vocab())
         self.n_batch = int(llama_cpp.llama_n_batch(self.ctx))
         self._batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
@@ -54,7 +56,7 @@ class Drafter:
 
     def forget(self, seq_id: int) -> None:
         """A sequence id is released or reused: its draft cells go."""
-        self._lib.llama_memory_seq_rm(self.context.memory, seq_id, -1, -1)
+        self._memory.drop(seq_id)
         self._held.pop(seq_id, None)
 
     def propose(self, wants: list[tuple[int, list[int], int]]) -> dict[int, list[int]]:
@@ -92,11 +94,11 @@ class Drafter:
                 guesses[seq_id].append(row)
         return guesses
 
-    def kept(self, seq_id: int, tokens: int) -> None:
-        """The main model kept a prefix of the guesses: the sequence's first `tokens`
+    def accepted(self, seq_id: int, tokens: int) -> None:
+        """The main model accepted a prefix of the guesses: the sequence's first `tokens`
         tokens are now right in the draft context, the guesses after them go."""
         if self._held.get(seq_id, 0) > tokens:
-            self._lib.llama_memory_seq_rm(self.context.memory, seq_id, tokens, -1)
+            self._memory.drop(seq_id, tokens)
         self._held[seq_id] = min(self._held.get(seq_id, 0), tokens)
 
     def _decode(self, runs: list[tuple[int, list[int], int, bool]]) -> dict[int, int]:

@@ -1,17 +1,17 @@
 """How many draft tokens a sequence should decode in a step: as many as pay for themselves.
 
-A draft token costs the step's time whether it is kept or not, and what a step costs per
+A draft token costs the step's time whether it is accepted or not, and what a step costs per
 token depends on the model and the machine: where decoding reads the weights once for a
 whole batch (a large model, a GPU) a few more tokens are nearly free, and where it is
 compute-bound (a 135M model on a CPU core: a 9-token step measured 4.7 times a 1-token
 one) they are not. So the length is chosen from the step times measured on this instance
-and the share of drafts this sequence has had kept: the length whose tokens per second,
-counting the other sequences in the step, are the highest; 0 (no draft) where none beats
-plain decoding.
+and the share of its draft tokens this sequence has had accepted: the length whose tokens
+per second, counting the other sequences in the step, are the highest; 0 (no draft) where
+none beats plain decoding.
 
 A sequence whose drafts do not pay is not drafted for, so its decoded drafts can no
 longer say when they would: its n-gram guesses (free to make) are then checked against the
-tokens it goes on to sample instead (`Shadow`), and the kept share follows its text either
+tokens it goes on to sample instead (`Shadow`), and the accepted share follows its text either
 way. Without that, a few early misses fixed the length at 0 for the rest of an answer that
 went on to repeat itself (measured on Gemma 3: 2 draft tokens in 256).
 
@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import bisect
 
-#: before anything is measured, a sequence's drafts are taken to be kept at this rate
-PRIOR_KEPT = 0.5
+#: before anything is measured, a sequence's draft tokens are taken to be accepted at this
+#: rate
+PRIOR_ACCEPTED = 0.5
 #: weight of the newest observation in the running estimates
 SMOOTHING = 0.2
 
 
-def expected_tokens(kept: float, length: int) -> float:
-    """Tokens a step yields for a sequence decoding `length` draft tokens when each is kept
-    with probability `kept` (given those before it were): its own token, plus the drafts
-    up to the first one not kept."""
-    return sum(kept**i for i in range(length + 1))
+def expected_tokens(accepted: float, length: int) -> float:
+    """Tokens a step yields for a sequence decoding `length` draft tokens when each is
+    accepted with probability `accepted` (given those before it were): its own token, plus
+    the drafts up to the first one not accepted."""
+    return sum(accepted**i for i in range(length + 1))
 
 
 class StepCosts:
@@ -78,7 +79,7 @@ class StepCosts:
         return seconds[hi] + per_token * (tokens - hi)
 
 
-def best_length(kept: float, costs: StepCosts, decoding: int, most: int) -> int:
+def best_length(accepted: float, costs: StepCosts, decoding: int, most: int) -> int:
     """The draft length for one sequence of the `decoding` in a step that yields the most
     tokens per second, the others decoding one token each; 0 where no length beats none.
     Until a step as long as the longest draft has been measured (a prompt's chunk usually
@@ -92,20 +93,21 @@ def best_length(kept: float, costs: StepCosts, decoding: int, most: int) -> int:
     for length in range(1, most + 1):
         seconds = costs.estimate(decoding + length)
         assert seconds is not None
-        tokens = decoding - 1 + expected_tokens(kept, length)
+        tokens = decoding - 1 + expected_tokens(accepted, length)
         if tokens / seconds > rate:
             best, rate = length, tokens / seconds
     return best
 
 
-def updated_kept(kept: float, drafted: int, taken: int) -> float:
-    """A sequence's estimate of the chance a draft token is kept, after a step that kept
-    `taken` of `drafted`: each kept token a success, the first one not kept a failure."""
+def updated_acceptance(rate: float, drafted: int, taken: int) -> float:
+    """A sequence's estimate of the chance a draft token is accepted, after a step that
+    accepted `taken` of `drafted`: each accepted token a success, the first one not
+    accepted a failure."""
     failures = 1 if taken < drafted else 0
     trials = taken + failures
     if trials == 0:
-        return kept
-    return kept + SMOOTHING * (taken / trials - kept)
+        return rate
+    return rate + SMOOTHING * (taken / trials - rate)
 
 
 class Shadow:
@@ -121,7 +123,7 @@ class Shadow:
             self.guess, self._matched = guess, 0
 
     def see(self, token: int) -> tuple[int, int] | None:
-        """The next sampled token: (guessed, kept) once the guess is settled (a token
+        """The next sampled token: (guessed, accepted) once the guess is settled (a token
         differed, or all matched), else None."""
         if not self.guess:
             return None
@@ -138,7 +140,7 @@ class Shadow:
 
     def clear(self) -> tuple[int, int] | None:
         """The sequence decodes a real draft now, which is measured instead: the tokens
-        of this guess that came true so far, as kept ((matched, matched)), or None. (Long
+        of this guess that came true so far, as accepted ((matched, matched)), or None. (Long
         guesses that keep coming true are the likeliest to be cut off here: dropping what
         they showed would bias the estimate low.)"""
         matched, self.guess, self._matched = self._matched, [], 0

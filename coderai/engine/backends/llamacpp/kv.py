@@ -60,8 +60,8 @@ class KvLedger:
     def free(self) -> int:
         return self.cells - self.reserved
 
-    def holds(self, owner: int) -> int:
-        """The cells an owner may hold, the ones it shares included."""
+    def promised(self, owner: int) -> int:
+        """The cells promised to an owner, the ones it shares included."""
         return self._by_owner.get(owner, 0)
 
     def base(self, owner: int) -> tuple[int, int] | None:
@@ -70,14 +70,14 @@ class KvLedger:
     def cost(self, owner: int) -> int:
         """The cells an owner adds to the cache: its reservation less what it shares."""
         base = self._base.get(owner)
-        return self.holds(owner) - (base[1] if base else 0)
+        return self.promised(owner) - (base[1] if base else 0)
 
     def reserve(self, owner: int, cells: int) -> bool:
         """Set an owner's reservation to `cells` (never less than it shares) if the cache
         has room; False if not."""
         base = self._base.get(owner)
         assert base is None or cells >= base[1], "an owner holds the cells it shares"
-        change = cells - self.holds(owner)
+        change = cells - self.promised(owner)
         if change > self.free():
             return False
         self._by_owner[owner] = cells
@@ -90,7 +90,7 @@ class KvLedger:
         if self._base.get(owner) == (base, count):
             return
         assert owner not in self._by_owner, "an owner is given cells before any of its own"
-        assert owner != base and count <= self.holds(base), "a base holds what it shares"
+        assert owner != base and count <= self.promised(base), "a base holds what it shares"
         self._base[owner] = (base, count)
         self._by_owner[owner] = count
 
@@ -112,9 +112,9 @@ class KvLedger:
         if not sharers:
             return
         heir, *others = sharers
-        kept = self._base.pop(heir)[1]
-        if base is not None and min(base[1], kept) > 0:  # still shared further back
-            self._base[heir] = (base[0], min(base[1], kept))
-        self.reserved += self.cost(heir) - (self.holds(heir) - kept)
+        inherited = self._base.pop(heir)[1]
+        if base is not None and min(base[1], inherited) > 0:  # still shared further back
+            self._base[heir] = (base[0], min(base[1], inherited))
+        self.reserved += self.cost(heir) - (self.promised(heir) - inherited)
         for other in others:  # they share no more than the heir holds of them
             self._base[other] = (heir, self._base[other][1])

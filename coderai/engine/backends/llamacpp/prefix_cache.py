@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import NamedTuple
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -25,6 +26,13 @@ def common_prefix(a: list[int], b: list[int]) -> int:
         else:
             hi = mid
     return lo
+
+
+class Hit(NamedTuple):
+    """A prefix entry a prompt can start from, and how many of its tokens."""
+
+    entry: int
+    tokens: int
 
 
 class PrefixCache:
@@ -57,20 +65,20 @@ class PrefixCache:
 
     def match(
         self, tokens: list[int], usable: Callable[[int, int], int] | None = None
-    ) -> tuple[int, int] | None:
+    ) -> Hit | None:
         """The entry sharing the longest prefix with `tokens` and that prefix's length,
         leaving at least the last token to be decoded (its logits are needed). `usable`
         says how much of n shared tokens an entry's state can give (checkpoints.py): less
         on a model whose windowed or recurrent state cannot be cut back anywhere."""
-        best: tuple[int, int] | None = None
+        best: Hit | None = None
         for seq_id, cached in self._entries.items():
             shared = min(common_prefix(cached, tokens), len(tokens) - 1)
             if usable is not None and shared > 0:
                 shared = usable(seq_id, shared)
             if shared > 0 and (best is None or shared > best[1]):
-                best = (seq_id, shared)
+                best = Hit(seq_id, shared)
         if best is not None:
-            self._entries.move_to_end(best[0])
+            self._entries.move_to_end(best.entry)
         return best
 
     def ids(self) -> list[int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
 from coderai.engine.backends.llamacpp.prefix_cache import common_prefix
@@ -37,6 +38,13 @@ class Saved:
     @property
     def size(self) -> int:
         return len(self.data) + sum(len(c.data) for c in self.checkpoints)
+
+
+class RamHit(NamedTuple):
+    """A saved state a prompt can go on from, and how many of its tokens it gives."""
+
+    saved: Saved
+    tokens: int
 
 
 class RamCache:
@@ -75,7 +83,7 @@ class RamCache:
 
     def match(
         self, tokens: list[int], usable: Callable[[Saved, int], int], fits: int
-    ) -> tuple[Saved, int] | None:
+    ) -> RamHit | None:
         """The saved state that gives the most of `tokens` (at most all but the last,
         whose logits are needed) and holds no more than `fits` cells (a restore writes
         all of its cells before the ones past the shared prefix are let go), and how many
@@ -92,7 +100,7 @@ class RamCache:
         if best is None:
             return None
         self._entries.move_to_end(best[0])
-        return self._entries[best[0]], best[1]
+        return RamHit(self._entries[best[0]], best[1])
 
     def continues(self, tokens: list[int], have: int, end: int) -> bool:
         """Whether a saved state that begins past `have` and by `end` holds more of

@@ -20,8 +20,7 @@ from coderai.bus.codec import decode
 from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
 from coderai.defaults import embedded_gguf
 from coderai.engine.backends.base import END, READING, LoadProgress, Sequence
-from coderai.engine.backends.llamacpp import batch as llamacpp_batch
-from coderai.engine.backends.llamacpp import draft_policy
+from coderai.engine.backends.llamacpp import draft_policy, speculation
 from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
@@ -734,17 +733,17 @@ def test_guesses_not_decoded_are_checked_against_what_is_sampled(
 ) -> None:
     """Where the policy gives a sequence no draft, its n-gram guess is still made and
     checked against the tokens it samples next, and what it showed moves the sequence's
-    kept share (draft_policy.Shadow): without that, a share that fell once would never
+    acceptance rate (draft_policy.Shadow): without that, a share that fell once would never
     rise again. Nothing is decoded for such guesses, and the text is unchanged."""
     scored: list[tuple[int, int]] = []
-    real = draft_policy.updated_kept
+    real = draft_policy.updated_acceptance
 
-    def spy(kept: float, drafted: int, taken: int) -> float:
+    def spy(rate: float, drafted: int, taken: int) -> float:
         scored.append((drafted, taken))
-        return real(kept, drafted, taken)
+        return real(rate, drafted, taken)
 
-    monkeypatch.setattr(llamacpp_batch, "updated_kept", spy)
-    monkeypatch.setattr(llamacpp_batch, "best_length", lambda *_: 0)  # never pays
+    monkeypatch.setattr(speculation, "updated_acceptance", spy)
+    monkeypatch.setattr(speculation, "best_length", lambda *_: 0)  # never pays
     prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
 
     async def run(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:

@@ -11,7 +11,7 @@ from coderai.engine.backends.llamacpp.checkpoints import (
     Held,
     Memory,
     due,
-    kept,
+    latest,
     reusable,
     whole,
 )
@@ -83,8 +83,8 @@ def test_checkpoints_fall_before_the_prompts_last_token_and_every_so_many_tokens
 
 def test_a_sequence_keeps_its_latest_checkpoints() -> None:
     points = [Checkpoint(n, b"") for n in (1, 2, 3, 4)]
-    assert [c.tokens for c in kept(points, 2)] == [3, 4]
-    assert kept(points, 0) == []
+    assert [c.tokens for c in latest(points, 2)] == [3, 4]
+    assert latest(points, 0) == []
 
 
 def test_the_prefix_cache_takes_the_entry_that_can_give_the_most() -> None:

@@ -9,7 +9,7 @@ from coderai.engine.backends.llamacpp.draft_policy import (
     StepCosts,
     best_length,
     expected_tokens,
-    updated_kept,
+    updated_acceptance,
 )
 
 
@@ -20,7 +20,7 @@ def costs(per_step: float, per_token: float, sizes: range) -> StepCosts:
     return measured
 
 
-def test_a_step_yields_its_own_token_and_the_drafts_up_to_the_first_not_kept() -> None:
+def test_a_step_yields_its_own_token_and_the_drafts_up_to_the_first_not_accepted() -> None:
     assert expected_tokens(0.0, 8) == 1
     assert expected_tokens(1.0, 8) == 9
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)
@@ -30,7 +30,7 @@ def test_where_more_tokens_cost_little_the_whole_draft_pays() -> None:
     """A memory-bound step (a large model, a GPU): 9 tokens cost about what 1 does."""
     cheap = costs(0.050, 0.001, range(1, 65))
     assert best_length(0.9, cheap, 1, 8) == 8
-    assert best_length(0.6, cheap, 1, 8) >= 5  # past that, the rare 7th kept costs more
+    assert best_length(0.6, cheap, 1, 8) >= 5  # past that, the rare 7th accepted costs more
 
 
 def test_where_each_token_costs_as_much_as_a_step_no_draft_pays() -> None:
@@ -54,10 +54,10 @@ def test_costs_between_and_past_measured_sizes_are_interpolated_and_extrapolated
     assert measured.estimate(0) == pytest.approx(0.010)
 
 
-def test_the_kept_rate_moves_toward_what_a_step_showed() -> None:
-    assert updated_kept(0.5, 8, 8) > 0.5
-    assert updated_kept(0.5, 8, 0) < 0.5
-    assert updated_kept(0.5, 0, 0) == 0.5
+def test_the_acceptance_rate_moves_toward_what_a_step_showed() -> None:
+    assert updated_acceptance(0.5, 8, 8) > 0.5
+    assert updated_acceptance(0.5, 8, 0) < 0.5
+    assert updated_acceptance(0.5, 0, 0) == 0.5
 
 
 def test_a_shadow_guess_settles_at_the_first_token_it_did_not_guess() -> None:
@@ -69,7 +69,7 @@ def test_a_shadow_guess_settles_at_the_first_token_it_did_not_guess() -> None:
     assert shadow.see(7) is None  # settled: nothing watched until the next guess
 
 
-def test_a_shadow_guess_all_sampled_settles_as_all_kept() -> None:
+def test_a_shadow_guess_all_sampled_settles_as_all_accepted() -> None:
     shadow = Shadow()
     shadow.start([5, 6])
     shadow.start([1, 2])  # one guess at a time: the first is still being checked
@@ -81,8 +81,8 @@ def test_shadow_guesses_that_come_true_bring_drafting_back() -> None:
     """A sequence whose early drafts missed stops drafting; once its own text repeats, the
     guesses it was not decoding come true and the policy drafts again."""
     dear_then_cheap = costs(0.010, 0.002, range(1, 65))
-    kept = 0.1
-    assert best_length(kept, dear_then_cheap, 1, 8) == 0
+    rate = 0.1
+    assert best_length(rate, dear_then_cheap, 1, 8) == 0
     shadow = Shadow()
     for _ in range(10):
         shadow.start([1, 2, 3, 4, 5, 6, 7, 8])
@@ -90,8 +90,8 @@ def test_shadow_guesses_that_come_true_bring_drafting_back() -> None:
         for token in range(1, 9):
             settled = shadow.see(token)
         assert settled == (8, 8)
-        kept = updated_kept(kept, *settled)
-    assert best_length(kept, dear_then_cheap, 1, 8) > 0
+        rate = updated_acceptance(rate, *settled)
+    assert best_length(rate, dear_then_cheap, 1, 8) > 0
 
 
 def test_a_guess_cut_off_by_a_real_draft_counts_what_came_true() -> None:

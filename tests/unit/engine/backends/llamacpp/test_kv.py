@@ -29,7 +29,7 @@ def test_the_ledger_promises_no_more_cells_than_it_has() -> None:
     assert ledger.reserve(1, 30)  # shrinking always fits
     assert ledger.reserve(2, 70) and ledger.free() == 0
     ledger.release(1)
-    assert (ledger.reserved, ledger.holds(1), ledger.free()) == (70, 0, 30)
+    assert (ledger.reserved, ledger.promised(1), ledger.free()) == (70, 0, 30)
 
 
 def test_kv_bytes_per_token_come_from_the_gguf_metadata() -> None:
@@ -63,9 +63,9 @@ def test_a_quantized_cache_takes_its_blocks_bytes_per_token() -> None:
 
 def test_cells_a_sequence_shares_with_its_base_are_counted_once() -> None:
     ledger = KvLedger(100)
-    assert ledger.reserve(1, 60)  # a kept system prompt
+    assert ledger.reserve(1, 60)  # a system prompt, a prefix entry
     ledger.share(2, 1, 50)  # an agent starts from its first 50 cells
-    assert (ledger.holds(2), ledger.cost(2), ledger.reserved) == (50, 0, 60)
+    assert (ledger.promised(2), ledger.cost(2), ledger.reserved) == (50, 0, 60)
     assert ledger.reserve(2, 80)  # and adds 30: 60 + 30 fit where 60 + 80 would not
     assert (ledger.cost(2), ledger.free()) == (30, 10)
     assert not ledger.reserve(2, 91)
@@ -107,7 +107,7 @@ def test_changes_can_be_tried_on_a_copy() -> None:
     trial.share(2, 1, 60)
     trial.release(1)
     assert trial.reserve(2, 100) and (trial.base(2), trial.free()) == (None, 0)
-    assert (ledger.free(), ledger.holds(2)) == (40, 0)
+    assert (ledger.free(), ledger.promised(2)) == (40, 0)
 
 
 @given(st.lists(st.tuples(st.sampled_from(["new", "share", "grow", "release"]),
@@ -126,7 +126,7 @@ def test_the_ledger_counts_exactly_the_cells_the_owners_hold_between_them(
     def check() -> None:
         held = {c for owned in cells.values() for c in owned}
         assert ledger.reserved == len(held)
-        assert all(ledger.holds(o) == len(owned) for o, owned in cells.items())
+        assert all(ledger.promised(o) == len(owned) for o, owned in cells.items())
 
     for op, owner, other, count in ops:
         if op == "new" and owner not in cells:
@@ -188,7 +188,7 @@ def test_the_ledger_refuses_what_would_break_its_count() -> None:
         ledger.share(2, 1, 41)  # more than the base holds
     ledger.share(2, 1, 30)
     ledger.share(2, 1, 30)  # again, the same: nothing changes
-    assert (ledger.reserved, ledger.holds(2)) == (40, 30)
+    assert (ledger.reserved, ledger.promised(2)) == (40, 30)
     assert ledger.reserve(2, 30)  # exactly what it shares: none of its own
     with pytest.raises(AssertionError):
         ledger.reserve(2, 29)  # less than it shares

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coderai.engine.backends.llamacpp.batch import RAM_TAIL, worth_taking
 from coderai.engine.backends.llamacpp.checkpoints import Held
+from coderai.engine.backends.llamacpp.host_tier import RAM_TAIL, worth_taking
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
 
 

@@ -1,0 +1,181 @@
+"""Prompt state in host RAM, below the KV cache: what the cache lets go is saved here
+(ram_cache.py keeps the bytes) and restored when a prompt that begins with it comes back.
+
+Three things are saved: a prefix entry evicted for room, a preempted sequence's cells,
+and, with `parks_idle` (policy.py), the entries no running sequence shares and the cells
+past the shared ones of a sequence that finishes. Where part of a sequence's cells can be
+saved alone (`saves_tails`), only those past the cells that stay in the cache are (an
+agent's own turns after a system prompt others share: a few MB, not the hundreds of the
+whole), copied through the scratch sequence; a recall then restores a conversation's
+turns one by one, each into the scratch sequence, from where the cells past those the
+sequence has are copied.
+"""
+
+from __future__ import annotations
+
+import time
+
+from coderai.engine.backends.llamacpp.cache_manager import CacheManager
+from coderai.engine.backends.llamacpp.checkpoints import Held, Memory, reusable
+from coderai.engine.backends.llamacpp.llama_memory import WHOLE
+from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
+from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
+
+#: the fewest tokens past a shared prefix for which an entry taken over is saved to host
+#: RAM first, where its whole state is saved (reading fewer again costs less than copying
+#: it all out); where only its cells past the shared ones are, MIN_CHUNK (fewer, such as
+#: the one token a whole prefix taken over leaves, are read again at no cost)
+RAM_TAIL = 256
+
+
+def worth_taking(gained: int, held: int) -> bool:
+    """Whether starting from a kept or saved state that holds `held` tokens, for the
+    `gained` a sequence need then not read, is worth it: for RAM_TAIL tokens or more,
+    or for at least half of what it holds."""
+    return gained >= RAM_TAIL or 2 * gained >= held
+
+
+class HostTier:
+    def __init__(self, ram: RamCache, cells: CacheManager) -> None:
+        self.ram = ram
+        self.cells = cells
+        self.policy = cells.policy
+        self.memory = cells.memory
+        cells.prefixes.on_evict = self.save
+        cells.on_let_go = self._entry_let_go
+
+    def save(self, seq_id: int, tokens: list[int], most: int | None = None) -> int:
+        """Copy a sequence's state to host RAM before its cells are freed: where cells it
+        shares stay in the cache (with its base, or another that shares them), only those
+        past them. The bytes saved: 0 if nothing was (all of it stays in the cache, or RAM
+        did not take it, or it is over `most` bytes)."""
+        start = self.cells.ledger.staying(seq_id) if self.policy.saves_tails else 0
+        if start >= len(tokens):
+            return 0
+        source = seq_id
+        if start > 0:
+            assert self.policy.scratch is not None
+            source = self.policy.scratch
+            self.memory.copy(seq_id, source, start, -1)
+        bound = self.ram.max_bytes if most is None else min(self.ram.max_bytes, most)
+        data = self.memory.save(source, WHOLE, bound)
+        held = self.memory.held(source)
+        if source != seq_id:
+            self.memory.drop(source)
+        if data is None:
+            return 0
+        points = list(self.cells.checkpoints.get(seq_id, ()))
+        if self.policy.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
+            held = Held(max(held.first, held.end - self.policy.window), held.end)
+        saved = Saved(list(tokens), data, held, points, start)
+        return saved.size if self.ram.put(saved) else 0
+
+    def _entry_let_go(self, entry: int, tokens: list[int], shared: int) -> None:
+        """An entry a sequence started from goes: where it held many more tokens than are
+        shared (another agent's conversation beyond a common system prompt), it is saved
+        first, for that conversation's next turn."""
+        tail = len(tokens) - shared
+        if tail >= RAM_TAIL or (tail >= MIN_CHUNK and self.policy.saves_tails):
+            self.save(entry, tokens)
+
+    def park_idle(self, busy: set[int]) -> None:
+        """Save the prefix entries but `busy` (those a running sequence shares, or a
+        waiting one would start from) and let them go. What RAM cannot hold beside what
+        this call saved stays (reading it again would cost more than the cells it keeps
+        idle, and a save must not push out another just parked)."""
+        room = self.ram.max_bytes
+        prefixes = self.cells.prefixes
+        for idle in [i for i in prefixes.ids() if i not in busy]:
+            if room <= 0:
+                return
+            saved = self.save(idle, prefixes.tokens_of(idle), most=room)
+            if saved:
+                room -= saved
+                prefixes.take(idle)
+                self.cells.retire(idle)
+
+    # -- recall ------------------------------------------------------------------------------
+    def recall(self, seq_id: int, tokens: list[int], have: int) -> int:
+        """Go on from a state saved here where that gives more of a sequence's `tokens`
+        than the `have` its cells hold; the tokens its cells hold then."""
+        if self.policy.saves_tails:
+            while (more := self._recall_tail(seq_id, tokens, have)) > have:
+                have = more  # a conversation's turns, saved one by one
+            return have
+        return self._recall_whole(seq_id, tokens, have)
+
+    def _gives(self, saved: Saved, common: int) -> int:
+        taken = [c.tokens for c in saved.checkpoints]
+        p = self.policy
+        return reusable(common, saved.held, p.memory, p.window, taken)[0]
+
+    def _recall_tail(self, seq_id: int, tokens: list[int], have: int) -> int:
+        """Restore a saved state that begins within the cells a sequence has and gives
+        more: into the scratch sequence (in the room the cache has now: cells no one is
+        promised, and those promised to it that it does not use), from where the cells past
+        those it has are copied. The tokens its cells hold then."""
+        assert self.policy.scratch is not None
+        ledger, scratch = self.cells.ledger, self.policy.scratch
+        base = ledger.base(seq_id)
+        own = have - (base[1] if base else 0)
+        room = ledger.free() + ledger.cost(seq_id) - own
+
+        def gives(saved: Saved, common: int) -> int:
+            return 0 if saved.start > have else self._gives(saved, common)
+
+        hit = self.ram.match(tokens, gives, room)
+        if hit is None or hit.tokens <= have:
+            return have
+        if (
+            self.policy.parks_idle
+            and not worth_taking(hit.tokens - have, len(hit.saved.tokens) - hit.saved.start)
+            and not self.ram.continues(tokens, have, hit.tokens)
+        ):
+            # a few tokens from a larger state (a chat template's first ones from another
+            # conversation): reading them costs less than loading it all, unless they
+            # are what a saved tail of its own conversation begins with
+            return have
+        began = time.perf_counter()
+        restored = self.memory.load(scratch, hit.saved.data, WHOLE)
+        if restored:
+            self.memory.drop(scratch, hit.tokens)
+            self.memory.copy(scratch, seq_id, have, hit.tokens)
+        self.memory.drop(scratch)
+        if not restored:
+            return have
+        self.ram.count_hit(hit.tokens - have, round((time.perf_counter() - began) * 1000))
+        return hit.tokens
+
+    def _recall_whole(self, seq_id: int, tokens: list[int], have: int) -> int:
+        """Start a sequence from a whole saved state where that gives more of its tokens
+        than its cells hold: all of the state's cells are restored (in the room the cache
+        has now: the cells no one is promised and those promised to it), then those past
+        the shared tokens let go. (A sequence here shares no cells: not `saves_tails`.)
+        The tokens its cells hold then: 0 where the restore failed."""
+        ledger = self.cells.ledger
+        hit = self.ram.match(tokens, self._gives, ledger.free() + ledger.cost(seq_id))
+        if hit is None or hit.tokens <= have:
+            return have
+        began = time.perf_counter()
+        self.memory.drop(seq_id)
+        self.cells.checkpoints.pop(seq_id, None)
+        if not self.memory.load(seq_id, hit.saved.data, WHOLE):
+            self.memory.drop(seq_id)
+            return 0
+        held = self.memory.held(seq_id)  # what was restored, not what was foreseen
+        self.memory.drop(seq_id, hit.tokens)
+        if not self.cells.complete(seq_id, hit.tokens, held, hit.saved.checkpoints):
+            return 0
+        self.ram.count_hit(hit.tokens, round((time.perf_counter() - began) * 1000))
+        return hit.tokens
+
+    def stats(self) -> dict[str, int]:
+        ram = self.ram
+        return {
+            "ram_cache_entries": len(ram),
+            "ram_cache_bytes": ram.bytes,
+            "ram_cache_saves": ram.saves,
+            "ram_cache_hits": ram.hits,
+            "ram_cache_tokens": ram.restored_tokens,
+            "ram_cache_restore_ms": ram.restore_ms,
+        }

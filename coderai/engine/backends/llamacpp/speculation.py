@@ -1,0 +1,147 @@
+"""Speculative decoding in the batch: which decoding sequences get draft tokens this step
+and how many (draft_policy.py decides from measured step costs), where the drafts come
+from (an n-gram index of the sequence's own tokens, ngram.py, or a draft model,
+draft.py), and verification: sampling after each draft token in turn, accepting drafts
+while they are what was sampled. A sequence's text is the one decoding one token at a
+time gives: the sampler draws as often, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coderai.engine.backends import structured
+from coderai.engine.backends.base import END, StepResult
+from coderai.engine.backends.llamacpp.draft import Drafter
+from coderai.engine.backends.llamacpp.draft_policy import (
+    StepCosts,
+    best_length,
+    updated_acceptance,
+)
+from coderai.engine.backends.llamacpp.llama_memory import SequenceMemory
+from coderai.engine.backends.llamacpp.slot import Slot
+
+#: the most draft tokens a sequence decodes in a step, and the most sequences decoding in
+#: a step for drafts to be tried at all (with more, the batch already fills a step: drafts
+#: would slow every sequence more than they gain)
+DRAFT_MOST, DRAFT_SEQUENCES = 8, 4
+
+#: samples a sequence's next token from the logits at a batch index, appends it to its
+#: tokens, and gives it with its text (END for an end-of-generation token)
+Sample = Callable[[Slot, int], tuple[int, str | None]]
+
+
+class Speculation:
+    def __init__(
+        self,
+        enabled: bool,
+        drafter: Drafter | None,
+        draft_length: int | None,
+        memory: SequenceMemory,
+    ) -> None:
+        self.enabled = enabled
+        #: a draft model's context, where drafts come from one (else n-grams)
+        self.drafter = drafter if enabled else None
+        #: a length fixed by the model entry; else chosen from what steps cost
+        self.draft_length = draft_length
+        self.costs = StepCosts()
+        self._memory = memory
+        self.drafted = self.accepted = 0
+
+    def uses_ngrams(self, has_images: bool) -> bool:
+        """Whether a new sequence gets an n-gram index: not with a draft model, and not
+        with images (a draft would propose an image's placeholder ids)."""
+        return self.enabled and self.drafter is None and not has_images
+
+    def started(self, seq_id: int) -> None:
+        """A sequence takes an id: what the id's last sequence left in the draft model's
+        context goes."""
+        if self.drafter is not None:
+            self.drafter.forget(seq_id)
+
+    def draft(self, decoding: list[Slot], budget: int, promised: Callable[[int], int]) -> None:
+        """Give the decoding sequences their drafts for this step, within the batch's
+        `budget`, their promised cells and their token limits; none where many decode, or
+        for a sequence whose logits are shaped or reported (a grammar, logprobs)."""
+        for slot in decoding:
+            slot.draft = []
+        if not self.enabled or len(decoding) > DRAFT_SEQUENCES:
+            return
+        rooms: list[tuple[Slot, int]] = []
+        for slot in decoding:
+            seq = slot.seq
+            if seq.constraint is not None or seq.logprobs is not None or slot.images:
+                continue
+            if not structured.may_draft(seq):  # a forced marker, or a budget to watch
+                continue
+            room = min(
+                DRAFT_MOST,
+                budget // len(decoding),
+                promised(slot.seq_id) - slot.decoded - 1,
+                seq.limit - seq.completion_tokens - 1,
+            )
+            if self.draft_length is not None:
+                length = min(room, self.draft_length)
+            else:
+                length = best_length(slot.accept_rate, self.costs, len(decoding), room)
+            if length > 0:
+                rooms.append((slot, length))
+        if self.drafter is not None:
+            guesses = self.drafter.propose([(s.seq_id, s.tokens, room) for s, room in rooms])
+            for slot, _ in rooms:
+                slot.draft = guesses.get(slot.seq_id, [])
+            return
+        for slot, room in rooms:
+            if slot.ngrams is not None:
+                slot.draft = slot.ngrams.draft(slot.tokens, room)
+        self._shadow(decoding, {slot for slot, _ in rooms})
+
+    def _shadow(self, decoding: list[Slot], drafted: set[Slot]) -> None:
+        """Where the policy gave a sequence no draft, its n-gram guess is still made and
+        checked against what it samples next (draft_policy.Shadow); a guess being checked
+        where a real draft is decoded now counts for what came true so far."""
+        for slot in decoding:
+            if (
+                slot.ngrams is None
+                or slot.seq.constraint is not None
+                or slot.seq.logprobs is not None
+            ):
+                continue
+            if slot in drafted:
+                shown = slot.shadow.clear()
+                if shown is not None:
+                    slot.accept_rate = updated_acceptance(slot.accept_rate, *shown)
+            elif self.draft_length is None and not slot.shadow.pending():
+                # the policy said 0: keep its estimate current with a guess not decoded
+                slot.shadow.start(slot.ngrams.draft(slot.tokens, DRAFT_MOST))
+
+    def sampled(self, slot: Slot, chosen: int) -> None:
+        """A token sampled without a draft: a shadow guess checked against it."""
+        settled = slot.shadow.see(chosen)
+        if settled is not None:
+            slot.accept_rate = updated_acceptance(slot.accept_rate, *settled)
+
+    def verify(self, slot: Slot, index: int, sample: Sample) -> StepResult:
+        """Sample after the sequence's last token (at batch `index`) and after each draft
+        token in turn, accepting drafts while they are what was sampled: several tokens for
+        one step when the draft was right. The cells of drafts not accepted are let go."""
+        draft, start = slot.draft, slot.decoded  # start: where the first draft token lies
+        texts: list[str | None] = []
+        for offset in range(len(draft) + 1):
+            chosen, text = sample(slot, index + offset)
+            texts.append(text)
+            if text is END or offset == len(draft) or chosen != draft[offset]:
+                break
+        accepted = len(texts) - 1  # draft tokens whose cells hold what was sampled
+        slot.decoded = start + accepted
+        self._memory.drop(slot.seq_id, slot.decoded)
+        if self.drafter is not None:
+            self.drafter.accepted(slot.seq_id, slot.decoded)
+        self.drafted += len(draft)
+        self.accepted += accepted
+        slot.accept_rate = updated_acceptance(slot.accept_rate, len(draft), accepted)
+        slot.draft = []
+        return texts if len(texts) > 1 else texts[0]
+
+    def stats(self) -> dict[str, int]:
+        return {"draft_tokens": self.drafted, "draft_accepted": self.accepted}
