@@ -21,7 +21,7 @@ from tests.support.hub import Hub, HubRepo, serve
 from tests.support.server import REPO, Server
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = REPO / "bench" / "screenshots"
+SCREENSHOTS = REPO / "docs" / "screenshots"
 ADMIN_KEY = "admin-key-for-browser-tests"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 USER, PASSWORD = "operator", "a-long-password"
@@ -144,6 +144,6 @@ def console(page: Page) -> Page:
 
 
 def screenshot(page: Page, name: str) -> None:
-    """The page as the test left it, for bench/screenshots/ (overwritten each run)."""
+    """The page as the test left it, for docs/screenshots/ (overwritten each run)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
