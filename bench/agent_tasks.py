@@ -10,7 +10,7 @@ on each server, one run at a time, with the same model file, context and threads
   `--jinja` (its tool-call parsing), one slot holding the whole 32k context, the engine's
   batch, KV type, attention kernels and weight repacking (bench/llamacpp.same_kernels).
 
-python bench/agents.py --model qwen-coder [--agents claude,codex,opencode,aider]
+python -m bench.agents --model qwen-coder [--agents claude,codex,opencode,aider]
     [--tasks fix,create,edit] [--servers coderai,llama-server] [--seconds 420]
 Needs tests/agents/install.sh and the model's chunk packages (tests/support/qwen.py).
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.lib.results import RESULTS, save
+from bench.lib.server import BenchServer, free_port
 from bench.llamacpp import Peer, same_kernels
-from bench.results import RESULTS, save
-from bench.server import BenchServer, free_port
 from coderai.engine.backends.llamacpp.repack import cpu_model
 from tests.support import agents, qwen
 
@@ -216,3 +216,7 @@ def result(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _cpu() -> str:
     return cpu_model(Path("/proc/cpuinfo").read_text())
+
+
+if __name__ == "__main__":  # the same as `python -m bench.agents --model qwen-coder ...`
+    sys.exit(main(sys.argv[1:]))

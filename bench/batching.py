@@ -1,7 +1,7 @@
 """Dynamic batching: 8 concurrent requests to one transformers instance against the same 8
 sent one after another, through the full stack, greedy, in one run.
 
-    python bench/batching.py [--requests 8] [--tokens 64] [--rounds 3] [--model tiny|smollm2]
+    python -m bench.batching [--requests 8] [--tokens 64] [--rounds 3] [--model tiny|smollm2]
 
 tiny: the tiny random Llama built offline (coderai.tinymodel); smollm2: the embedded
 SmolLM2-135M-Instruct GGUF, run through the transformers backend.
@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,9 +20,7 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer
+from bench.lib.server import BenchServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROMPTS = [

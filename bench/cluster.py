@@ -2,7 +2,7 @@
 joined as one engine), against the same engine on ipc, in one run; and what CURVE costs
 per message on a bare socket pair.
 
-    python bench/cluster.py [--rounds 5] [--streams 1,8] [--tokens 256]
+    python -m bench.cluster [--rounds 5] [--streams 1,8] [--tokens 256]
 
 Part 1: one head with a local engine (ipc), a remote engine (`coderai engine --connect
 tcp://127.0.0.1:…` with CURVE keys) and a node (`coderai run` with one engine and
@@ -35,9 +35,7 @@ from typing import Any
 import aiohttp
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer, free_port
+from bench.lib.server import BenchServer, free_port
 from tests.support.sse import is_content_delta
 
 RESULTS = Path(__file__).resolve().parent / "results"

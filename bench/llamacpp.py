@@ -1,7 +1,7 @@
 """The llama.cpp engine on SmolLM2-135M-Instruct, in one run: batching, prefix cache,
 chunked prefill, memory, and its rates beside llama.cpp's own tools.
 
-    python bench/llamacpp.py [--tokens 128] [--levels 1,2,4,8] [--rounds 3]
+    python -m bench.llamacpp [--tokens 128] [--levels 1,2,4,8] [--rounds 3]
         [--sections throughput,cache,prefill,memory,rates] [--prefill-step-ms MS]
         [--servers llama_cpp.server,llama-server] [--prompt-sizes 512,2048]
 
@@ -45,10 +45,8 @@ from typing import Any
 import aiohttp
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS, save
-from bench.server import BenchServer, free_port
+from bench.lib.results import RESULTS, save
+from bench.lib.server import BenchServer, free_port
 from coderai.engine_main import brief_openmp_spin
 from tests.support.sse import DONE, event
 

@@ -2,7 +2,7 @@
 llama-cpp-python's sdist vendors, with the ggml configuration pip gave that library: the
 peers the llama.cpp benchmark measures our engine against, like with like.
 
-    python bench/llamacpp_peer.py [--rebuild]
+    python -m bench.llamacpp_peer [--rebuild]
 
 The first call downloads the sdist (pip) and builds both tools with cmake (~12 minutes on
 2 cores) into `$CODERAI_CACHE_DIR/llama.cpp-<version>/` (default `~/.cache/coderai`); later
@@ -29,8 +29,6 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coderai.engine.backends.llamacpp.cpu_features import system_info_features
 from coderai.engine.backends.transformers.backend import cache_root

@@ -3,7 +3,7 @@ models (each really allocates and touches its memory), one of them generating th
 For each step, the fleet's RSS by process once it has settled, the peak sampled every
 20 ms while the step ran, and how long the request waited for its room.
 
-    python bench/ram_cap.py [--model-mb 300]
+    python -m bench.ram_cap [--model-mb 300]
 
 Writes bench/results/ram_cap.json and prints a table. What it does not show: real models
 (a torch or llama.cpp model frees memory less promptly than a bytearray), and more than
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,9 +23,7 @@ from typing import Any
 import httpx
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer
+from bench.lib.server import BenchServer
 from tests.support.sse import DONE, event
 
 RESULTS = Path(__file__).resolve().parent / "results"

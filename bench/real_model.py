@@ -1,7 +1,7 @@
 """The real model through the full stack against llama-cpp-python called directly in one
 process: SmolLM2-135M-Instruct, the same prompts, greedy, one request at a time, in one run.
 
-    python bench/real_model.py [--tokens 64] [--rounds 3]
+    python -m bench.real_model [--tokens 64] [--rounds 3]
 
 Reports time to first token and decode tokens/s (tokens after the first, over the time
 after the first) per request, medians, and whether both gave the same text.
@@ -13,16 +13,13 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer
+from bench.lib.server import BenchServer
 from tests.support.sse import DONE, event
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -11,7 +11,7 @@ Events delivered are counted from the bytes wrk read (partial answers count too)
 latency client's own count; each relaying process's CPU time per event comes from its
 rusage. A rate of 0 is full speed, where CoderAI merges a stream's deltas into few events.
 
-    python bench/relay.py [--designs coderai,proxy,floor,floor-uvloop] [--rates 50,200,1000]
+    python -m bench.relay [--designs coderai,proxy,floor,floor-uvloop] [--rates 50,200,1000]
                           [--concurrency 64,256,1024]
 """
 
@@ -34,11 +34,9 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.designs import Running, start_bare, start_coderai, start_floor, start_proxy
-from bench.server import cpu_seconds
-from bench.stats import percentile
+from bench.lib.designs import Running, start_bare, start_coderai, start_floor, start_proxy
+from bench.lib.server import cpu_seconds
+from bench.lib.stats import percentile
 from tests.support.sse import DATA, is_content_delta
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -3,7 +3,7 @@ every 20 ms while an engine loads a model and generates at full CPU, with the co
 feed (/admin/api/events) open and read throughout, in the default mode (engines in their
 own processes) and in --single-process mode (the engine inside the front), in one run.
 
-    python bench/responsiveness.py [--seconds 20] [--streams 8]
+    python -m bench.responsiveness [--seconds 20] [--streams 8]
 
 Load: the embedded SmolLM2 GGUF converted and loaded by the transformers backend (a long,
 Python-heavy load), while 8 streams decode on the tiny transformers model.
@@ -28,10 +28,8 @@ from urllib.parse import urlparse
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer
-from bench.stats import percentile
+from bench.lib.server import BenchServer
+from bench.lib.stats import percentile
 from tests.support.sse import iter_frames
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -1,14 +1,13 @@
 """What open and waiting requests cost the front: RSS and CPU per 1,000 idle-but-open
 streams, and per 10,000 queued requests.
 
-    python bench/scale.py [--streams 1000] [--queued 10000] [--hold 10]
+    python -m bench.scale [--streams 1000] [--queued 10000] [--hold 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -16,10 +15,8 @@ from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS, save
-from bench.server import BenchServer, cpu_seconds
+from bench.lib.results import RESULTS, save
+from bench.lib.server import BenchServer, cpu_seconds
 from tests.support.sse import aiter_frames
 
 MIB = 1 << 20

@@ -5,7 +5,7 @@ streams and 5 more requests that queue (3 streamed, 2 whole), sends SIGTERM and 
 for each request, how it ended: an error event then a proper end of the chunked body, a
 503, a [DONE], or cut (the body ended without its terminator, or never answered).
 
-    python bench/shutdown.py [--grace 2]
+    python -m bench.shutdown [--grace 2]
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ import argparse
 import asyncio
 import json
 import signal
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.server import BenchServer
+from bench.lib.server import BenchServer
 from tests.support.sse import DONE, aiter_frames
 
 SLOW = {"id": "slow", "format": "fake", "options": {"tokens_per_second": 20,

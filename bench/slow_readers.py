@@ -5,7 +5,7 @@ N clients each open a stream from a full-speed fake engine and read about 1 KB/s
 over the idle baseline, with the stream backlog cap given (or the code's default).
 Run it on two checkouts (PYTHONPATH=...) to compare before and after a change.
 
-    python bench/slow_readers.py --streams 4 --seconds 20 [--backlog 65536]
+    python -m bench.slow_readers --streams 4 --seconds 20 [--backlog 65536]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from bench.server import BenchServer
+from bench.lib.server import BenchServer
 
 FAST = {"id": "fast", "format": "fake", "options": {"output_tokens": 10_000_000}}
 

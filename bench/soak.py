@@ -4,7 +4,7 @@ the catalogue. Every request is accounted for (see soak_load.py for the outcomes
 the invariants are checked: no leaked slot, no queued job, no orphan process, the front's
 RSS within RSS_BOUND_MB of where it started, and log lines per second bounded.
 
-    python bench/soak.py [--minutes 10] [--clients 12] [--seed 1]
+    python -m bench.soak [--minutes 10] [--clients 12] [--seed 1]
 
 Writes bench/results/soak.json; exits 1 when a request went wrong or an invariant broke.
 """
@@ -31,10 +31,9 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.results import RESULTS
-from bench.server import BenchServer
+from bench.lib.results import RESULTS
+from bench.lib.server import BenchServer
+from bench.lib.stats import percentile
 from bench.soak_load import (
     CHAT,
     EMBED,
@@ -45,9 +44,10 @@ from bench.soak_load import (
     WIDE_TOKEN_CHARS,
     WIDE_TOKENS,
 )
-from bench.stats import percentile
 from coderai.front.engines.supervisor import STARTUP_FAILURE_SECONDS
 
+#: the repository's root: the load runs as the module bench.soak_load from there
+REPO = Path(__file__).resolve().parents[1]
 KEY = "soak-admin-key"
 ENGINES = 3
 HEARTBEAT_INTERVAL = 0.5
@@ -280,10 +280,10 @@ def main() -> int:
     try:
         rss_start = server.front.memory_info().rss / 2**20
         started = time.time()
-        command = [sys.executable, str(Path(__file__).with_name("soak_load.py")), server.url,
+        command = [sys.executable, "-m", "bench.soak_load", server.url,
                    str(seconds), str(requests_file), "--clients", str(args.clients),
                    "--seed", str(args.seed)]  # fmt: skip
-        load = subprocess.Popen(command)
+        load = subprocess.Popen(command, cwd=REPO)
         sampler.t0 = time.monotonic()
         sampler.start()
         chaos.start()

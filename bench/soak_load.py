@@ -11,7 +11,7 @@ truncated (a stream that ended without [DONE] or an error event), wrong (text ot
 the model's), bad_error (a status chaos does not explain, or an error without its
 envelope) and bad_response (an answer of the wrong shape).
 
-    python bench/soak_load.py URL SECONDS OUT [--clients 12] [--seed 1]
+    python -m bench.soak_load URL SECONDS OUT [--clients 12] [--seed 1]
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coderai.engine.backends.fake import fake_embedding, fake_tokens
 from tests.support.server import expected_chat

@@ -1,6 +1,6 @@
 """Speculative decoding by prompt lookup on a code-editing workload, through `coderai run`.
 
-    python bench/speculation.py [--levels 1,4] [--rounds 2] [--tokens 256] [--lines 200]
+    python -m bench.speculation [--levels 1,4] [--rounds 2] [--tokens 256] [--lines 200]
 
 The workload is what a coding agent does most: a ~200-line Python file in the prompt and
 the request to give it back whole with one change. SmolLM2-135M-Instruct (the embedded
@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.chat_stream import stream_chat
-from bench.results import RESULTS, save
-from bench.server import BenchServer
+from bench.lib.chat_stream import stream_chat
+from bench.lib.results import RESULTS, save
+from bench.lib.server import BenchServer
 from coderai.defaults import embedded_gguf
 
 SIDES = {"plain": {}, "ngram": {"speculative": "ngram"}}

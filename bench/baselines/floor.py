@@ -4,7 +4,7 @@ request with the same pre-rendered, pre-framed events a relay would write, one w
 per event at the asked pace, driven by timer callbacks (no task per stream). What it
 costs per event is the cost of one paced `transport.write` in Python on this machine.
 
-    python bench/baselines/floor.py --port 8790 [--tokens-per-second 200] [--uvloop]
+    python -m bench.baselines.floor --port 8790 [--tokens-per-second 200] [--uvloop]
 """
 
 from __future__ import annotations
@@ -12,13 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 import uuid
-from pathlib import Path
 from typing import ClassVar
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coderai.engine.backends.fake import fake_tokens, render_chat
 

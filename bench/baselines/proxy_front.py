@@ -1,7 +1,7 @@
 """The seed's design, as a baseline: an aiohttp reverse proxy in front of engine processes
 on internal ports, forwarding each response's bytes as they come (no parsing).
 
-    python bench/baselines/proxy_front.py --port 8000 --engines 8780,8781
+    python -m bench.baselines.proxy_front --port 8000 --engines 8780,8781
 """
 
 from __future__ import annotations

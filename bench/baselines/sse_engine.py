@@ -5,7 +5,7 @@ paces each stream as CoderAI's fake model does (one token per interval, on a sch
 a late token never catching up), so the proxy relays one event per token, as a real model
 makes it.
 
-    python bench/baselines/sse_engine.py --port 8780 [--tokens-per-second 200]
+    python -m bench.baselines.sse_engine --port 8780 [--tokens-per-second 200]
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 import uuid
-from pathlib import Path
 
 from aiohttp import web
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from coderai.engine.backends.fake import fake_tokens, render_chat
 

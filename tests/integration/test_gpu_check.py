@@ -1,6 +1,6 @@
-"""bench/gpu_check.py kept working between the rare times a GPU is lent: its dry run,
-with the tiny model alone and short streams, runs every step that needs no CUDA call and
-writes its JSON and summary."""
+"""bench/gpu_check.py kept working between the rare times a GPU is lent: its dry run
+(`python -m bench.gpu_check --dry-run`), with the tiny model alone and short streams, runs
+every step that needs no CUDA call and writes its JSON and summary."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_the_gpu_checks_dry_run_passes_every_step(tmp_path: Path) -> None:
     carried = tmp_path / "carried"
     (carried / "wheels").mkdir(parents=True)
     (carried / "wheels" / "none-0-py3-none-any.whl").write_bytes(b"")  # not installed here
-    command = [sys.executable, str(REPO / "bench/gpu_check.py"), "--dry-run", "--tiny-only",
+    command = [sys.executable, "-m", "bench.gpu_check", "--dry-run", "--tiny-only",
                "--levels", "1,4", "--tokens", "4", "--carried", str(carried),
                "--out", str(tmp_path / "out")]  # fmt: skip
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -11,7 +11,7 @@ def api_fuzz_section(result: dict[str, Any]) -> list[str]:
     return [
         "## API fuzzing, the long run",
         "",
-        f"`python bench/api_fuzz.py --examples {result['examples_per_route']}`: schemathesis"
+        f"`python -m bench.api_fuzz --examples {result['examples_per_route']}`: schemathesis"
         f" against the OpenAPI description the front serves, {result['routes']} routes (the"
         " ones tests/integration/front/api/test_api_fuzz.py fuzzes in CI with 8 examples each"
         " and a fixed"

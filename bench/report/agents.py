@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bench.report_table import table
+from bench.report.table import table
 
 MILESTONES = [
     ("status", "status line"),
@@ -41,7 +41,7 @@ def agents_section(result: dict[str, Any]) -> list[str]:
     out = [
         "## Coding agents: streams open at admission (issue 28)",
         "",
-        "`python bench/agents.py`. A ~2k-token prompt (1,900 words) streamed on SmolLM2 to"
+        "`python -m bench.agents`. A ~2k-token prompt (1,900 words) streamed on SmolLM2 to"
         " `/v1/messages` by a Python client, seconds after the request was sent, medians of"
         f" {runs} runs, each with a prompt of its own; the code before the change"
         f" ({result['before']}) and this code, side by side in one run, same model, same"
@@ -97,7 +97,7 @@ def tasks_section(result: dict[str, Any]) -> list[str]:
         "",
         f"## Agents on small real tasks ({result['model']}, {result['cpu']})",
         "",
-        "`python bench/agents.py --model qwen-coder`: each real agent is given a task (fix a"
+        "`python -m bench.agents --model qwen-coder`: each real agent is given a task (fix a"
         " bug, create a file, change one setting) in a folder of its own; the files it leaves"
         " are judged (imported and called), never what it says. The same model file, context"
         f" ({result['context']:,} tokens) and threads on both servers, one run at a time;"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report_table import table
+from bench.report.table import table
 
 
 def llamacpp_section(result: dict[str, Any]) -> list[str]:
@@ -30,7 +30,7 @@ def llamacpp_section(result: dict[str, Any]) -> list[str]:
     return [
         "## llama.cpp engine: SmolLM2-135M-Instruct, many sequences in one context",
         "",
-        f"`python bench/llamacpp.py`: greedy, {result['tokens']} tokens per request, "
+        f"`python -m bench.llamacpp`: greedy, {result['tokens']} tokens per request, "
         f"`parallel: {result['parallel']}`, {result['threads']} threads on every side, "
         f"OpenMP waiting at barriers as the engine does ({openmp}); "
         f"medians of {result.get('rounds', 1)} rounds, each level run on each side in turn. The "
@@ -154,7 +154,7 @@ def invariance_section(result: dict[str, Any]) -> list[str]:
     return [
         f"## Is llama.cpp batch-invariant? ({result['model']}, KV {result['kv_cache']})",
         "",
-        f"`python bench/batch_invariance.py`: {result['prompts']} chat prompts, greedy, "
+        f"`python -m bench.batch_invariance`: {result['prompts']} chat prompts, greedy, "
         f"{result['tokens']} tokens. Each alone against all of them in one batch: "
         f"{result['batched_same']} of {result['prompts']} texts identical. Each resent after "
         f"itself (all but its last token from the prefix cache) against alone: "

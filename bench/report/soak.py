@@ -8,8 +8,8 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 
-from bench.report_plot import save
-from bench.report_table import table
+from bench.report.plot import save
+from bench.report.table import table
 
 OUTCOMES = ("completed", "cancelled", "error", "refused")
 
@@ -30,7 +30,7 @@ def soak_section(result: dict[str, Any], plots: Path) -> list[str]:
     return [
         "## Chaos soak: nothing lost",
         "",
-        f"`python bench/soak.py --minutes {result['minutes']:g}`: {result['engines']} engines"
+        f"`python -m bench.soak --minutes {result['minutes']:g}`: {result['engines']} engines"
         f" serving fake models, {result['clients']} clients in another process"
         " (bench/soak_load.py) sending streamed and whole chat and completions, embeddings,"
         " tool calls, streams left after two events, slow readers and bad bodies, every answer"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report_table import table
+from bench.report.table import table
 
 
 def turns_section(result: dict[str, Any]) -> list[str]:
@@ -16,7 +16,7 @@ def turns_section(result: dict[str, Any]) -> list[str]:
     rounds = result.get("rounds", 1)
     out = [
         f"## An agent's turns: cold and warm, beside llama-server ({names}, issue 29)\n",
-        "`python bench/agent_turns.py`: an agent's conversation (a system prompt with tools "
+        "`python -m bench.agent_turns`: an agent's conversation (a system prompt with tools "
         f"of ~{result['system_tokens']:,} tokens, then per turn the answer, a tool's result "
         f"of {result.get('tool_lines', 40)} lines and a question), one agent and then "
         f"{result['agents']} agents with the same system prompt taking turns in turn, "
@@ -76,7 +76,7 @@ def speculation_section(result: dict[str, Any]) -> list[str]:
     rate = result["acceptance"]
     return [
         "## Speculative decoding by prompt lookup: a file rewritten with one change\n",
-        f"`python bench/speculation.py`: {result['model']} rewrites a {result['lines']}-line "
+        f"`python -m bench.speculation`: {result['model']} rewrites a {result['lines']}-line "
         f"Python file with one rename (its answer's lines that are lines of the file: "
         '"copied"; the 135M model copies rather than renames), greedy, '
         f"{result['tokens']} tokens per stream, from "
@@ -110,7 +110,7 @@ def kv_types_section(result: dict[str, Any]) -> list[str]:
                      ", ".join(map(str, firsts)) or "—"])  # fmt: skip
     return [
         f"## Quantized KV caches against f16 ({result['model']})\n",
-        "`python bench/kv_types.py`: bench/batch_invariance.py's 8 chat prompts alone, "
+        "`python -m bench.kv_types`: bench/batch_invariance.py's 8 chat prompts alone, "
         f"greedy, {result['tokens']} tokens, flash attention on for every type (llama.cpp "
         "needs it for a quantized V cache), so only the cache type differs. KV bytes per "
         f"token: f16 {result['f16_bytes_per_token']:,}.\n",

@@ -16,9 +16,10 @@ from typing import Any
 
 import psutil
 
-from bench.server import BenchServer, free_port
+from bench.lib.server import BenchServer, free_port
 
-BASELINES = Path(__file__).resolve().parent / "baselines"
+#: the repository's root: the baselines run as modules of bench.baselines from there
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -48,8 +49,8 @@ def _paced(tokens_per_second: float) -> list[str]:
     return ["--tokens-per-second", str(tokens_per_second)] if tokens_per_second else []
 
 
-def _spawn(script: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(BASELINES / script), *args],
+def _spawn(baseline: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", f"bench.baselines.{baseline}", *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
 
@@ -72,12 +73,12 @@ def start_coderai(engines: int, slots: int, tokens_per_second: float = 0) -> Run
 
 def start_proxy(engines: int, tokens_per_second: float = 0) -> Running:
     ports = [free_port() for _ in range(engines)]
-    workers = [_spawn("sse_engine.py", "--port", str(p), *_paced(tokens_per_second))
+    workers = [_spawn("sse_engine", "--port", str(p), *_paced(tokens_per_second))
                for p in ports]  # fmt: skip
     for port in ports:
         _wait_port(port)
     port = free_port()
-    front = _spawn("proxy_front.py", "--port", str(port), "--engines", ",".join(map(str, ports)))
+    front = _spawn("proxy_front", "--port", str(port), "--engines", ",".join(map(str, ports)))
     _wait_port(port)
     return Running(
         "proxy",
@@ -90,7 +91,7 @@ def start_proxy(engines: int, tokens_per_second: float = 0) -> Running:
 
 def start_bare(tokens_per_second: float = 0) -> Running:
     port = free_port()
-    proc = _spawn("sse_engine.py", "--port", str(port), *_paced(tokens_per_second))
+    proc = _spawn("sse_engine", "--port", str(port), *_paced(tokens_per_second))
     _wait_port(port)
     return Running(
         "bare", f"http://127.0.0.1:{port}", psutil.Process(proc.pid), [], lambda: _stop_all([proc])
@@ -99,7 +100,7 @@ def start_bare(tokens_per_second: float = 0) -> Running:
 
 def start_floor(tokens_per_second: float = 0, uvloop: bool = False) -> Running:
     port = free_port()
-    proc = _spawn("floor.py", "--port", str(port), *_paced(tokens_per_second),
+    proc = _spawn("floor", "--port", str(port), *_paced(tokens_per_second),
                   *(["--uvloop"] if uvloop else []))  # fmt: skip
     _wait_port(port)
     name = "floor-uvloop" if uvloop else "floor"

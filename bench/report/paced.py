@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report_table import table
+from bench.report.table import table
 
 HEAD = ["rate", "design", "streams", "events/s", "front µs/event", "all µs/event",
         "TTFT p50 / p99 ms", "ITL p50 / p99 ms", "content events/answer (timed)"]  # fmt: skip
@@ -37,7 +37,7 @@ def paced_relay_section(result: dict[str, Any]) -> list[str]:
     return [
         "## Relay at one event per token: every design paced alike",
         "",
-        "`python bench/relay.py` (defaults): each design's engines pace every stream at the"
+        "`python -m bench.relay` (defaults): each design's engines pace every stream at the"
         " rate (tokens/s), so each token is its own SSE event in every design; two engines,"
         " 256 tokens per answer. wrk holds most streams while an asyncio client times"
         " min(32, streams/8) of them at the same time; events are counted from wrk's bytes"
@@ -123,7 +123,7 @@ def plot_paced(result: dict[str, Any], plots: Path) -> list[str]:
     measure with a panel per rate."""
     import matplotlib.pyplot as plt
 
-    from bench.report_plot import save, streams_panel
+    from bench.report.plot import save, streams_panel
 
     rates = sorted({r["rate"] for r in result["rows"]})
     designs = list(dict.fromkeys(r["design"] for r in result["rows"]))

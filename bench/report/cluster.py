@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report_table import table
+from bench.report.table import table
 
 
 def cluster_section(result: dict[str, Any]) -> list[str]:
@@ -20,7 +20,7 @@ def cluster_section(result: dict[str, Any]) -> list[str]:
     return [
         "## Beyond one machine: a remote engine and a node over CURVE (loopback)",
         "",
-        f"`python bench/cluster.py --rounds {args['rounds']}`: one head with a local engine"
+        f"`python -m bench.cluster --rounds {args['rounds']}`: one head with a local engine"
         " (ipc), a remote engine (`coderai engine --connect tcp://127.0.0.1:…`, CURVE) and a"
         " node (a whole `coderai run` with one engine and `cluster.head` set), the same fake"
         f" model pinned to each and paced at {args['tokens_per_second']:g} tokens/s per"

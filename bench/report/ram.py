@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report_table import table
+from bench.report.table import table
 
 
 def ram_cap_section(result: dict[str, Any]) -> list[str]:

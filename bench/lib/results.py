@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def save(result: dict[str, Any], out: Path) -> None:
