@@ -80,6 +80,16 @@ class CacheManager:
                 return False
         return True
 
+    def will_share(self, seq_id: int, hit: Hit) -> None:
+        """A sequence will start from an entry: where cells are shared, only what it adds
+        to them counts against the room (`reserve` next)."""
+        if self.policy.shares_cells:
+            self.ledger.share(seq_id, *hit)
+
+    def withdraw(self, seq_id: int) -> None:
+        """A sequence not admitted after all: its promise, and what it was to share, go."""
+        self.ledger.release(seq_id)
+
     def grow(self, seq_id: int, need: int, step: int) -> bool:
         """Promise a running sequence `step` more cells (never past `need`)."""
         held = self.ledger.promised(seq_id)

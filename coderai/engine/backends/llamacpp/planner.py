@@ -185,8 +185,8 @@ class Planner:
         if hit is not None and hit.tokens >= cells.prefixes.length(hit.entry) - 1:
             taken = cells.take_over(slot.seq_id, hit, want)
         if taken is None:
-            if hit is not None and self.policy.shares_cells:  # beside it, only what it adds counts
-                cells.ledger.share(slot.seq_id, *hit)
+            if hit is not None:
+                cells.will_share(slot.seq_id, hit)
             if cells.reserve(slot.seq_id, want, hit.entry if hit else None):
                 self._enter(slot)
                 self._reuse(slot, hit)
@@ -194,7 +194,7 @@ class Planner:
             if hit is not None:
                 taken = cells.take_over(slot.seq_id, hit, want)
         if taken is None:
-            cells.ledger.release(slot.seq_id)
+            cells.withdraw(slot.seq_id)
             return False
         self._enter(slot)
         slot.decoded = taken

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import codecs
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from coderai.engine.backends.base import Sequence
 from coderai.engine.backends.llamacpp.draft_policy import PRIOR_ACCEPTED, Shadow
 from coderai.engine.backends.llamacpp.ngram import NgramIndex
-from coderai.engine.backends.llamacpp.sampler import SamplerChain
-from coderai.engine.backends.llamacpp.vision import Images
+
+if TYPE_CHECKING:  # names only: the planner and its tests run without llama.cpp
+    from coderai.engine.backends.llamacpp.sampler import SamplerChain
+    from coderai.engine.backends.llamacpp.vision import Images
 
 
 @dataclass(eq=False)

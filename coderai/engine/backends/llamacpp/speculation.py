@@ -9,10 +9,10 @@ time gives: the sampler draws as often, in the same order.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from coderai.engine.backends import structured
 from coderai.engine.backends.base import END, StepResult
-from coderai.engine.backends.llamacpp.draft import Drafter
 from coderai.engine.backends.llamacpp.draft_policy import (
     StepCosts,
     best_length,
@@ -20,6 +20,9 @@ from coderai.engine.backends.llamacpp.draft_policy import (
 )
 from coderai.engine.backends.llamacpp.llama_memory import SequenceMemory
 from coderai.engine.backends.llamacpp.slot import Slot
+
+if TYPE_CHECKING:  # a name only: speculation runs (and is tested) without llama.cpp
+    from coderai.engine.backends.llamacpp.draft import Drafter
 
 #: the most draft tokens a sequence decodes in a step, and the most sequences decoding in
 #: a step for drafts to be tried at all (with more, the batch already fills a step: drafts

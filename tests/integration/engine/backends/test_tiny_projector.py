@@ -86,6 +86,8 @@ def test_a_model_with_a_projector_reads_images_in_its_batched_context(
     spec = ModelSpec("v", str(gguf), "gguf", options={"mmproj": str(projector), "n_ctx": 512})
     instance = LlamaCppBackend().load(spec, LoadProgress())
     assert instance.facts()["vision"] is True
+    # the window a sequence may fill (what /v1/models reports), not the sliding window
+    assert instance.facts()["context"] == 512
 
     def job(images: list[bytes]) -> Job:
         content = f"What is this? {IMAGE_MARKER * len(images)}"

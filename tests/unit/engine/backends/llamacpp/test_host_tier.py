@@ -1,0 +1,120 @@
+"""Prompt state saved to host RAM and recalled, on a stand-in for llama.cpp's sequence
+memory (coderai/engine/backends/llamacpp/host_tier.py)."""
+
+from __future__ import annotations
+
+from coderai.engine.backends.llamacpp.cache_manager import CacheManager
+from coderai.engine.backends.llamacpp.checkpoints import Memory
+from coderai.engine.backends.llamacpp.host_tier import HostTier
+from coderai.engine.backends.llamacpp.llama_memory import WHOLE
+from coderai.engine.backends.llamacpp.policy import cache_policy
+from coderai.engine.backends.llamacpp.ram_cache import RamCache
+from tests.support.cells import POSITION_BYTES, StandInMemory
+
+
+def tier(memory: Memory = Memory.FULL, ram: int = 1 << 20) -> tuple[HostTier, StandInMemory]:
+    policy = cache_policy(memory, 8 if memory is Memory.WINDOW else 0, swa_full=False,
+                          flash=True, host_ram=True, parallel=2, entries=2, id_bound=64,
+                          checkpoints=2, checkpoint_every=16)  # fmt: skip
+    stand_in = StandInMemory()
+    cells = CacheManager(200, 2, 200, policy, stand_in)
+    return HostTier(RamCache(ram), cells), stand_in
+
+
+def test_only_the_cells_past_those_staying_in_the_cache_are_saved_through_the_scratch() -> None:
+    host, stand_in = tier()
+    cells, scratch = host.cells, host.policy.scratch
+    assert scratch == 4
+    base, seq = cells.new_id(), cells.new_id()
+    cells.reserve(base, 30)
+    stand_in.cells[base] = set(range(30))
+    cells.ledger.share(seq, base, 30)  # seq started from base's 30 cells
+    cells.reserve(seq, 50)
+    stand_in.cells[seq] = set(range(50))
+    saved = host.save(seq, list(range(50)))
+    assert saved == 20 * POSITION_BYTES  # its own 20, not the 30 it shares
+    assert ("copy", seq, scratch, 30, -1) in stand_in.calls
+    assert stand_in.tokens(scratch) == 0  # the scratch sequence is left empty
+
+
+def test_a_conversations_turns_come_back_one_by_one() -> None:
+    host, stand_in = tier()
+    cells = host.cells
+    first, second = list(range(40)), [*range(40), *range(100, 130)]
+    a = cells.new_id()
+    cells.reserve(a, 40)
+    stand_in.cells[a] = set(range(40))
+    assert host.save(a, first)
+    stand_in.cells[a] = set(range(70))
+    assert host.save(a, second)  # whole: it shares nothing
+    cells.retire(a)
+    seq = cells.new_id()
+    cells.reserve(seq, 100)
+    assert host.recall(seq, [*second, 7], 0) == 70
+    assert stand_in.cells[seq] == set(range(70))
+    assert host.ram.hits == 1 and host.ram.restored_tokens == 70
+
+
+def test_a_whole_window_state_serves_a_prompt_its_window_covers() -> None:
+    host, stand_in = tier(Memory.WINDOW)
+    cells = host.cells
+    a = cells.new_id()
+    cells.reserve(a, 40)
+    stand_in.cells[a] = set(range(40))
+    assert host.save(a, list(range(40)))
+    cells.retire(a)
+    seq = cells.new_id()
+    cells.reserve(seq, 60)
+    # what was saved is the window before position 40: it serves 40 tokens, not 30 (a
+    # state cut back to 30 would lack the window before 30)
+    assert host.recall(seq, [*range(30), 99, 98], 0) == 0
+    assert host.recall(seq, [*range(40), 99, 98], 0) == 40
+    assert stand_in.cells[seq] == set(range(40))
+    assert ("load", seq, WHOLE) in stand_in.calls
+
+
+def test_a_state_llama_cpp_refuses_leaves_the_sequence_reading_from_the_start() -> None:
+    host, stand_in = tier(Memory.WINDOW)
+    cells = host.cells
+    a = cells.new_id()
+    cells.reserve(a, 40)
+    stand_in.cells[a] = set(range(40))
+    host.save(a, list(range(40)))
+    cells.retire(a)
+    seq = cells.new_id()
+    stand_in.refuse.add(seq)
+    stand_in.cells[seq] = set(range(5))
+    assert host.recall(seq, [*range(40), 99], 5) == 0
+    assert stand_in.tokens(seq) == 0
+
+
+def test_parking_saves_idle_entries_while_ram_has_room_and_keeps_the_busy_ones() -> None:
+    host, stand_in = tier(ram=70 * POSITION_BYTES)
+    cells = host.cells
+    ids = [cells.new_id(), cells.new_id()]
+    for seq_id, start in zip(ids, (0, 100), strict=True):
+        cells.reserve(seq_id, 40)
+        stand_in.cells[seq_id] = set(range(40))
+        cells.finish(seq_id, list(range(start, start + 40)))
+    host.park_idle(busy=set())
+    # the first fits the RAM; beside it the second does not, so it stays in the cache
+    assert cells.prefixes.ids() == [ids[1]] and host.ram.saves == 1
+    host.park_idle(busy={ids[1]})
+    assert cells.prefixes.ids() == [ids[1]]
+
+
+def test_an_entry_let_go_with_a_long_tail_is_saved_first() -> None:
+    host, stand_in = tier(Memory.WINDOW)
+    cells = host.cells
+    entry = cells.new_id()
+    cells.reserve(entry, 300)
+    stand_in.cells[entry] = set(range(300))
+    cells.finish(entry, list(range(300)))
+    cells.let_go(entry, 20)  # 280 tokens past those a sequence shares
+    assert host.ram.saves == 1
+    short = cells.new_id()
+    cells.reserve(short, 30)
+    stand_in.cells[short] = set(range(30))
+    cells.finish(short, list(range(500, 530)))
+    cells.let_go(short, 20)  # 10 past them: read again, not saved
+    assert host.ram.saves == 1
