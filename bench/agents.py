@@ -1,4 +1,4 @@
-"""The coding agents on real models, before and after issue 28, side by side in one run.
+"""The coding agents on real models, before and after streams opened at admission, side by side in one run.
 
 1. Stream opening: a ~2k-token prompt streamed on SmolLM2 (/v1/messages), read with a
    Python client, on this code and on the code before the change (a git worktree of
@@ -47,7 +47,7 @@ from tests.support.server import TTFT_COUNT
 from tests.support.sse import iter_frames
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the last commit before issue 28's change
+#: the last commit before streams opened at admission
 BEFORE = "3ac0207"
 KEEPALIVE = 2.0
 QUESTION = "What is the capital of France? Answer in one word."

@@ -1,6 +1,6 @@
 """Relay benchmark: N concurrent streams through each design in one run, every design's
 engines paced at the same per-stream rate so that each token is its own event everywhere:
-CoderAI (ZeroMQ bus), the seed's HTTP reverse proxy, the bare aiohttp handler, and the
+CoderAI (ZeroMQ bus), an HTTP reverse proxy (the original design), the bare aiohttp handler, and the
 floor (a bare asyncio server writing pre-rendered events at that pace, on asyncio's loop
 and on uvloop: what one write per event costs in Python here).
 

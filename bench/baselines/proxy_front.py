@@ -1,4 +1,4 @@
-"""The seed's design, as a baseline: an aiohttp reverse proxy in front of engine processes
+"""The original design, as a baseline: an aiohttp reverse proxy in front of engine processes
 on internal ports, forwarding each response's bytes as they come (no parsing).
 
     python -m bench.baselines.proxy_front --port 8000 --engines 8780,8781

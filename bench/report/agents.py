@@ -1,4 +1,4 @@
-"""The coding agents on real models, before and after issue 28, for bench/REPORT.md (from
+"""The coding agents on real models, before and after streams opened at admission, for bench/REPORT.md (from
 bench/agents.py)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def agents_section(result: dict[str, Any]) -> list[str]:
     rows = [[label, _seconds(before["median_s"].get(key)), _seconds(after["median_s"].get(key))]
             for key, label in MILESTONES]  # fmt: skip
     out = [
-        "## Coding agents: streams open at admission (issue 28)",
+        "## Coding agents: streams open at admission",
         "",
         "`python -m bench.agents`. A ~2k-token prompt (1,900 words) streamed on SmolLM2 to"
         " `/v1/messages` by a Python client, seconds after the request was sent, medians of"

@@ -15,7 +15,7 @@ def turns_section(result: dict[str, Any]) -> list[str]:
         flash = ", ".join(f"{flash.get(m, 'off')} for {m}" for m in result["models"])
     rounds = result.get("rounds", 1)
     out = [
-        f"## An agent's turns: cold and warm, beside llama-server ({names}, issue 29)\n",
+        f"## An agent's turns: cold and warm, beside llama-server ({names})\n",
         "`python -m bench.agent_turns`: an agent's conversation (a system prompt with tools "
         f"of ~{result['system_tokens']:,} tokens, then per turn the answer, a tool's result "
         f"of {result.get('tool_lines', 40)} lines and a question), one agent and then "

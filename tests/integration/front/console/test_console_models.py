@@ -107,7 +107,7 @@ def test_wrong_model_edits_are_refused_with_their_reason(admin: httpx.Client) ->
 
 
 def test_a_model_option_no_backend_reads_is_refused_naming_it(admin: httpx.Client) -> None:
-    """`speculative` was accepted and did nothing (issue 29): now it is a 400."""
+    """`speculative` with a value no engine honours is a 400, never accepted and ignored."""
     body = {"id": "z", "format": "fake", "options": {"speculative": "ngram"}}
     refused = admin.post("/admin/api/models", json=body)
     assert refused.status_code == 400

@@ -302,9 +302,9 @@ def test_a_growing_sequence_takes_kept_prefixes_before_anyone_is_preempted(
 def test_a_prompt_of_most_of_the_context_resent_keeps_its_prefix(
     tiny_models: tuple[Path, Path],
 ) -> None:
-    """90 % of the context, resent (an agent's next turn): the kept prefix and the new
+    """90 % of the context, resent (an agent's next turn): the prefix entry and the new
     sequence's promise together are more than the context, so the new sequence takes the
-    prefix's cells over instead of letting them go and reading it all again (issue 29)."""
+    entry's cells over instead of letting them go and reading it all again."""
     prompt = "Servers answer requests " * 46  # 460 tokens of a 512-token context
     spec = model(tiny_models[1])
 
@@ -436,7 +436,7 @@ def test_a_prefix_whose_state_is_no_longer_held_is_read_cold(
     (windowed), or one state after its last token (recurrent): the next prompt, sharing
     its first 500 tokens, is read from the start without a checkpoint there, and answers
     as cold (reusing the 500 would attend to cells later tokens have taken, or go on from
-    a state 500 tokens too late: a different answer, issue 29)."""
+    a state 500 tokens too late: a different answer)."""
     first = "Servers answer requests " * 100  # 1,000 tokens
     second = "Servers answer requests " * 50 + "Once upon a time"  # ends within the window
     spec = partial(kind, request, checkpoints=0)
