@@ -163,7 +163,7 @@ def throughput(gguf: str, args: argparse.Namespace, options: dict[str, Any]) -> 
     entry = {"id": "smollm2", "path": gguf, "options": {**options, "prefix_cache_tokens": 0}}
     server = BenchServer({"max_parallel_requests": 16}, [entry], engines=1)
     instance = load_instance(gguf, options["parallel"])
-    n_ctx = instance.cells.ledger.cells
+    n_ctx = instance.cache.ledger.cells
     peers: dict[str, Peer] = {}
     rows: dict[int, dict[str, list[dict[str, float]]]] = {n: {} for n in levels}
     try:

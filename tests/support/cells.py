@@ -41,8 +41,8 @@ class StandInMemory:
             return Held(0, 0)
         return Held(min(positions), max(positions) + 1)
 
-    def save(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
-        self.calls.append(("save", seq_id, flags))
+    def read_state(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
+        self.calls.append(("read_state", seq_id, flags))
         positions = sorted(self.cells.get(seq_id, set()))
         if not positions:
             return None
@@ -51,8 +51,8 @@ class StandInMemory:
             return None
         return data
 
-    def load(self, seq_id: int, data: bytes | bytearray, flags: int) -> bool:
-        self.calls.append(("load", seq_id, flags))
+    def write_state(self, seq_id: int, data: bytes | bytearray, flags: int) -> bool:
+        self.calls.append(("write_state", seq_id, flags))
         if seq_id in self.refuse:
             return False
         positions = struct.unpack(f"<{len(data) // POSITION_BYTES}q", bytes(data))

@@ -42,7 +42,7 @@ from coderai.engine.backends.llamacpp.checkpoints import Memory
 from coderai.engine.backends.llamacpp.draft import Drafter
 from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
-from coderai.engine.backends.llamacpp.llama_memory import LlamaMemory
+from coderai.engine.backends.llamacpp.llama_memory import LlamaMemory, layers
 from coderai.engine.backends.llamacpp.ngram import NgramIndex
 from coderai.engine.backends.llamacpp.planner import Planner
 from coderai.engine.backends.llamacpp.policy import cache_policy
@@ -85,34 +85,30 @@ class LlamaCppBatchInstance(ModelInstance):
         self.native_tools, self.call_tags, self.think_tags = (
             text.native_tools, text.call_tags, text.think_tags
         )  # fmt: skip
-        handle = model.model
-        if llama_cpp.llama_model_is_recurrent(handle) or llama_cpp.llama_model_is_hybrid(handle):
-            memory = Memory.RECURRENT
-        else:
-            memory = Memory.WINDOW if llama_cpp.llama_model_n_swa(handle) > 0 else Memory.FULL
-        entries = settings.parallel if settings.cache_tokens else 0
+        memory, sliding_window = layers(llama_cpp, model.model)
         policy = cache_policy(
             memory,
-            int(llama_cpp.llama_model_n_swa(handle)),
+            sliding_window,
             swa_full=settings.swa_full,
             flash=settings.flash,
             host_ram=settings.ram_bytes > 0,
             parallel=settings.parallel,
-            entries=entries,
+            entries=settings.entries,
             id_bound=int(llama_cpp.llama_n_seq_max(ctx)),
             checkpoints=settings.checkpoints,
             checkpoint_every=settings.checkpoint_every,
         )
         sequence_memory = LlamaMemory(llama_cpp, ctx, context.memory)
-        self.cells = CacheManager(
-            int(llama_cpp.llama_n_ctx(ctx)),
-            settings.parallel,
-            settings.cache_tokens,
+        self.cache = CacheManager(
             policy,
             sequence_memory,
+            cells=int(llama_cpp.llama_n_ctx(ctx)),
+            parallel=settings.parallel,
+            entries=settings.entries,
+            cache_tokens=settings.cache_tokens,
         )
         ram = RamCache(settings.ram_bytes) if settings.ram_bytes > 0 else None
-        self.host = HostTier(ram, self.cells) if ram is not None else None
+        self.host = HostTier(ram, self.cache) if ram is not None else None
         # a recurrent state cannot drop the drafts it rejects
         speculative = settings.speculative or drafter is not None
         self.speculation = Speculation(
@@ -125,12 +121,12 @@ class LlamaCppBatchInstance(ModelInstance):
             llama_cpp,
             ctx,
             text=text,
-            cells=self.cells,
+            cache=self.cache,
             speculation=self.speculation,
             projector=projector,
         )
         self.planner = Planner(
-            self.cells,
+            self.cache,
             self.host,
             self.speculation,
             n_batch=self.runner.n_batch,
@@ -177,15 +173,17 @@ class LlamaCppBatchInstance(ModelInstance):
             self._free_images(images)
             raise
         job = seq.job
+        need = cells_needed(len(tokens), completion_limit(job.max_tokens, seq.room))
+        ngrams = NgramIndex() if self.speculation.uses_ngrams(bool(images)) else None
         slot = Slot(
             seq=seq,
-            seq_id=self.cells.new_id(),  # last: nothing after it can fail
+            seq_id=self.cache.new_id(),  # last: nothing after it can fail
             tokens=tokens,
             sampler=sampler,
             decoder=codecs.getincrementaldecoder("utf-8")(errors="replace"),
-            need=cells_needed(len(tokens), completion_limit(job.max_tokens, seq.room)),
+            need=need,
             bounded=job.max_tokens is not None,
-            ngrams=NgramIndex() if self.speculation.uses_ngrams(bool(images)) else None,
+            ngrams=ngrams,
             images=images,
         )
         seq.state = slot
@@ -228,7 +226,7 @@ class LlamaCppBatchInstance(ModelInstance):
     def stats(self) -> dict[str, int]:
         return {
             **self.planner.stats(),
-            **self.cells.stats(),
+            **self.cache.stats(),
             "steps_aborted": self.runner.aborted,
             **self.speculation.stats(),
             **(self.host.stats() if self.host is not None else {}),

@@ -5,9 +5,10 @@ that name them, and the checkpoints of state that cannot be cut back (checkpoint
 Its life-cycle, as the planner drives it: `lookup` a prompt's longest usable prefix entry,
 `reserve` cells (letting entries go, least recently used first, while that does not fit)
 or `take_over` the entry's cells, `start_from` it, `grow` while running, and at the end
-`finish` (the cells become an entry) or `retire` (they are freed). A call that cannot be
-honoured returns False (or None) and changes nothing: the planner then waits, pauses or
-preempts. Every call into llama.cpp goes through `SequenceMemory` (llama_memory.py).
+`finish` (the cells become an entry) or `retire` (they are freed). A promise that cannot
+be made returns False (or None) and leaves the sequence's promise as it was (entries may
+have been let go trying): the planner then waits, pauses or preempts. Every call into
+llama.cpp goes through `SequenceMemory` (llama_memory.py).
 """
 
 from __future__ import annotations
@@ -32,18 +33,22 @@ from coderai.engine.backends.llamacpp.prefix_cache import Hit, PrefixCache
 class CacheManager:
     def __init__(
         self,
-        cells: int,
-        parallel: int,
-        cache_tokens: int,
         policy: CachePolicy,
         memory: SequenceMemory,
+        *,
+        cells: int,
+        parallel: int,
+        entries: int,
+        cache_tokens: int,
     ) -> None:
+        """`cells` in the context, `parallel` running sequences, at most `entries` prefix
+        entries (settings.BatchSettings.entries) holding at most `cache_tokens`."""
         self.policy = policy
         self.memory = memory
         self.ledger = KvLedger(cells)
-        #: a prefix entry per running sequence at most: each has its own sequence id
-        self.prefixes = PrefixCache(cache_tokens, parallel if cache_tokens else 0, self.ledger.cost)
-        self._free_ids = list(range(parallel + self.prefixes.max_entries - 1, -1, -1))
+        self.prefixes = PrefixCache(cache_tokens, entries, self.ledger.cost)
+        #: a sequence id per running sequence and per entry (the scratch id is the next)
+        self._free_ids = list(range(parallel + entries - 1, -1, -1))
         #: checkpoints of partial state, by sequence id (an entry keeps its sequence's)
         self.checkpoints: dict[int, list[Checkpoint]] = {}
         self.restored = 0
@@ -114,14 +119,13 @@ class CacheManager:
     def _usable(self, seq_id: int, common: int) -> int:
         taken = [c.tokens for c in self.checkpoints.get(seq_id, ())]
         p = self.policy
-        return reusable(common, self.memory.held(seq_id), p.memory, p.window, taken)[0]
+        return reusable(common, self.memory.held(seq_id), p.memory, p.sliding_window, taken)[0]
 
     def start_from(self, entry: int, seq_id: int, tokens: int) -> int:
-        """Give a sequence the first `tokens` tokens of another's cells (an entry's, or a
-        leader's): full-attention cells are shared, and where the other's window or
-        recurrent state does not cover that prefix, the checkpoint taken there is
-        restored. The tokens it now holds: `tokens`, or 0 where no checkpoint serves (it
-        reads its prompt from the start)."""
+        """Give a sequence the first `tokens` tokens of a prefix entry's cells: full-attention
+        cells are shared, and where the entry's window or recurrent state does not cover
+        that prefix, the checkpoint taken there is restored. The tokens it now holds:
+        `tokens`, or 0 where no checkpoint serves (it reads its prompt from the start)."""
         held = self.memory.held(entry) if self.policy.memory is not Memory.FULL else None
         self.memory.copy(entry, seq_id, 0, tokens)
         if self.policy.shares_cells:
@@ -138,7 +142,7 @@ class CacheManager:
         where that state does not cover them the checkpoint taken there is restored. False
         (its cells let go, its promise kept) where none is, or it cannot be restored."""
         self.checkpoints[seq_id] = [c for c in points if c.tokens <= tokens]
-        if whole(tokens, held, self.policy.memory, self.policy.window):
+        if whole(tokens, held, self.policy.memory, self.policy.sliding_window):
             return True
         point = next((c for c in points if c.tokens == tokens), None)
         if point is not None and self._restore(seq_id, point):
@@ -191,7 +195,7 @@ class CacheManager:
 
     def checkpoint(self, seq_id: int, tokens: int) -> None:
         """Save a sequence's partial state after its first `tokens` tokens."""
-        data = self.memory.save(seq_id, PARTIAL)
+        data = self.memory.read_state(seq_id, PARTIAL)
         if data is None:
             return
         taken = self.checkpoints.get(seq_id, [])
@@ -199,7 +203,7 @@ class CacheManager:
         self.checkpoints[seq_id] = latest([*taken, point], self.policy.checkpoints)
 
     def _restore(self, seq_id: int, point: Checkpoint) -> bool:
-        read = self.memory.load(seq_id, point.data, PARTIAL)
+        read = self.memory.write_state(seq_id, point.data, PARTIAL)
         self.restored += read
         return read
 

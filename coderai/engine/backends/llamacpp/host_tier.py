@@ -1,9 +1,11 @@
 """Prompt state in host RAM, below the KV cache: what the cache lets go is saved here
 (ram_cache.py keeps the bytes) and restored when a prompt that begins with it comes back.
 
-Three things are saved: a prefix entry evicted for room, a preempted sequence's cells,
-and, with `parks_idle` (policy.py), the entries no running sequence shares and the cells
-past the shared ones of a sequence that finishes. Where part of a sequence's cells can be
+Four things are saved: a prefix entry evicted for room; a preempted sequence's cells; an
+entry a sequence takes over or starts from and lets go, where it holds many tokens past
+those the sequence shares (another conversation's turns); and, with `parks_idle`
+(policy.py), the entries no running sequence shares and the cells past the shared ones of
+a sequence that finishes. Where part of a sequence's cells can be
 saved alone (`saves_tails`), only those past the cells that stay in the cache are (an
 agent's own turns after a system prompt others share: a few MB, not the hundreds of the
 whole), copied through the scratch sequence; a recall then restores a conversation's
@@ -36,20 +38,20 @@ def worth_taking(gained: int, held: int) -> bool:
 
 
 class HostTier:
-    def __init__(self, ram: RamCache, cells: CacheManager) -> None:
+    def __init__(self, ram: RamCache, cache: CacheManager) -> None:
         self.ram = ram
-        self.cells = cells
-        self.policy = cells.policy
-        self.memory = cells.memory
-        cells.prefixes.on_evict = self.save
-        cells.on_let_go = self._entry_let_go
+        self.cache = cache
+        self.policy = cache.policy
+        self.memory = cache.memory
+        cache.prefixes.on_evict = self.save
+        cache.on_let_go = self._entry_let_go
 
     def save(self, seq_id: int, tokens: list[int], most: int | None = None) -> int:
         """Copy a sequence's state to host RAM before its cells are freed: where cells it
         shares stay in the cache (with its base, or another that shares them), only those
         past them. The bytes saved: 0 if nothing was (all of it stays in the cache, or RAM
         did not take it, or it is over `most` bytes)."""
-        start = self.cells.ledger.staying(seq_id) if self.policy.saves_tails else 0
+        start = self.cache.ledger.staying(seq_id) if self.policy.saves_tails else 0
         if start >= len(tokens):
             return 0
         source = seq_id
@@ -58,15 +60,15 @@ class HostTier:
             source = self.policy.scratch
             self.memory.copy(seq_id, source, start, -1)
         bound = self.ram.max_bytes if most is None else min(self.ram.max_bytes, most)
-        data = self.memory.save(source, WHOLE, bound)
+        data = self.memory.read_state(source, WHOLE, bound)
         held = self.memory.held(source)
         if source != seq_id:
             self.memory.drop(source)
         if data is None:
             return 0
-        points = list(self.cells.checkpoints.get(seq_id, ()))
+        points = list(self.cache.checkpoints.get(seq_id, ()))
         if self.policy.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
-            held = Held(max(held.first, held.end - self.policy.window), held.end)
+            held = Held(max(held.first, held.end - self.policy.sliding_window), held.end)
         saved = Saved(list(tokens), data, held, points, start)
         return saved.size if self.ram.put(saved) else 0
 
@@ -84,7 +86,7 @@ class HostTier:
         this call saved stays (reading it again would cost more than the cells it keeps
         idle, and a save must not push out another just parked)."""
         room = self.ram.max_bytes
-        prefixes = self.cells.prefixes
+        prefixes = self.cache.prefixes
         for idle in [i for i in prefixes.ids() if i not in busy]:
             if room <= 0:
                 return
@@ -92,7 +94,7 @@ class HostTier:
             if saved:
                 room -= saved
                 prefixes.take(idle)
-                self.cells.retire(idle)
+                self.cache.retire(idle)
 
     # -- recall ------------------------------------------------------------------------------
     def recall(self, seq_id: int, tokens: list[int], have: int) -> int:
@@ -107,7 +109,7 @@ class HostTier:
     def _gives(self, saved: Saved, common: int) -> int:
         taken = [c.tokens for c in saved.checkpoints]
         p = self.policy
-        return reusable(common, saved.held, p.memory, p.window, taken)[0]
+        return reusable(common, saved.held, p.memory, p.sliding_window, taken)[0]
 
     def _recall_tail(self, seq_id: int, tokens: list[int], have: int) -> int:
         """Restore a saved state that begins within the cells a sequence has and gives
@@ -115,7 +117,7 @@ class HostTier:
         promised, and those promised to it that it does not use), from where the cells past
         those it has are copied. The tokens its cells hold then."""
         assert self.policy.scratch is not None
-        ledger, scratch = self.cells.ledger, self.policy.scratch
+        ledger, scratch = self.cache.ledger, self.policy.scratch
         base = ledger.base(seq_id)
         own = have - (base[1] if base else 0)
         room = ledger.free() + ledger.cost(seq_id) - own
@@ -136,7 +138,7 @@ class HostTier:
             # are what a saved tail of its own conversation begins with
             return have
         began = time.perf_counter()
-        restored = self.memory.load(scratch, hit.saved.data, WHOLE)
+        restored = self.memory.write_state(scratch, hit.saved.data, WHOLE)
         if restored:
             self.memory.drop(scratch, hit.tokens)
             self.memory.copy(scratch, seq_id, have, hit.tokens)
@@ -150,21 +152,21 @@ class HostTier:
         """Start a sequence from a whole saved state where that gives more of its tokens
         than its cells hold: all of the state's cells are restored (in the room the cache
         has now: the cells no one is promised and those promised to it), then those past
-        the shared tokens let go. (A sequence here shares no cells: not `saves_tails`.)
+        the shared tokens let go. (Here a tail cannot be restored alone: not `saves_tails`.)
         The tokens its cells hold then: 0 where the restore failed."""
-        ledger = self.cells.ledger
+        ledger = self.cache.ledger
         hit = self.ram.match(tokens, self._gives, ledger.free() + ledger.cost(seq_id))
         if hit is None or hit.tokens <= have:
             return have
         began = time.perf_counter()
         self.memory.drop(seq_id)
-        self.cells.checkpoints.pop(seq_id, None)
-        if not self.memory.load(seq_id, hit.saved.data, WHOLE):
+        self.cache.checkpoints.pop(seq_id, None)
+        if not self.memory.write_state(seq_id, hit.saved.data, WHOLE):
             self.memory.drop(seq_id)
             return 0
         held = self.memory.held(seq_id)  # what was restored, not what was foreseen
         self.memory.drop(seq_id, hit.tokens)
-        if not self.cells.complete(seq_id, hit.tokens, held, hit.saved.checkpoints):
+        if not self.cache.complete(seq_id, hit.tokens, held, hit.saved.checkpoints):
             return 0
         self.ram.count_hit(hit.tokens, round((time.perf_counter() - began) * 1000))
         return hit.tokens

@@ -13,11 +13,20 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Protocol
 
-from coderai.engine.backends.llamacpp.checkpoints import Held
+from coderai.engine.backends.llamacpp.checkpoints import Held, Memory
 
 #: llama_state_seq_*_ext flags: a sequence's whole state, or only the part that cannot be
 #: cut back to a prefix (window cells, recurrent state: checkpoints.py)
 WHOLE, PARTIAL = 0, 1
+
+
+def layers(lib: Any, model: Any) -> tuple[Memory, int]:
+    """What a model's layers hold beyond full-attention cells, and its sliding window in
+    tokens (0: none)."""
+    window = int(lib.llama_model_n_swa(model))
+    if lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model):
+        return Memory.RECURRENT, window
+    return (Memory.WINDOW if window > 0 else Memory.FULL), window
 
 
 class SequenceMemory(Protocol):
@@ -35,12 +44,12 @@ class SequenceMemory(Protocol):
         """The positions a sequence's cells hold whole."""
         ...
 
-    def save(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
+    def read_state(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
         """A sequence's state as bytes; None if it is empty or over `most` bytes."""
         ...
 
-    def load(self, seq_id: int, data: bytes | bytearray, flags: int) -> bool:
-        """Load bytes `save` wrote into a sequence; False if llama.cpp refused them."""
+    def write_state(self, seq_id: int, data: bytes | bytearray, flags: int) -> bool:
+        """Load bytes `read_state` wrote into a sequence; False if llama.cpp refused them."""
         ...
 
 
@@ -61,7 +70,7 @@ class LlamaMemory:
         first = int(self._lib.llama_memory_seq_pos_min(self._memory, seq_id))
         return Held(max(first, 0), last + 1)
 
-    def save(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
+    def read_state(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
         # written straight into the memory that keeps it: a copy more, or a zeroed buffer
         # more, costs ~0.4 s a copy for the ~400 MB of a 17k-token SmolLM2 sequence
         lib = self._lib
@@ -77,7 +86,7 @@ class LlamaMemory:
         del data[written:]
         return data
 
-    def load(self, seq_id: int, data: bytes | bytearray, flags: int) -> bool:
+    def write_state(self, seq_id: int, data: bytes | bytearray, flags: int) -> bool:
         size = len(data)
         array = ctypes.c_uint8 * size
         buffer = (

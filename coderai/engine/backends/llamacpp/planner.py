@@ -31,15 +31,15 @@ from coderai.engine.backends.llamacpp.speculation import Speculation
 class Planner:
     def __init__(
         self,
-        cells: CacheManager,
+        cache: CacheManager,
         host: HostTier | None,
         speculation: Speculation,
         *,
         n_batch: int,
         reserve_step: int,
     ) -> None:
-        self.cells, self.host, self.speculation = cells, host, speculation
-        self.policy = cells.policy
+        self.cache, self.host, self.speculation = cache, host, speculation
+        self.policy = cache.policy
         self.n_batch = n_batch
         self.reserve_step = reserve_step
         #: sequences started and not yet promised cells, in arrival order
@@ -64,20 +64,20 @@ class Planner:
         self.slots.discard(slot)
         if slot in self.waiting:
             self.waiting.remove(slot)
-        cells, tokens = self.cells, slot.tokens[: slot.decoded]
-        if not (slot.admitted and slot.decoded and cells.prefixes.max_entries):
-            cells.retire(slot.seq_id)
+        cache, tokens = self.cache, slot.tokens[: slot.decoded]
+        if not (slot.admitted and slot.decoded and cache.prefixes.max_entries):
+            cache.retire(slot.seq_id)
             return
-        if self.policy.parks_idle and cells.ledger.base(slot.seq_id) is not None:
+        if self.policy.parks_idle and cache.ledger.base(slot.seq_id) is not None:
             assert self.host is not None
             self.host.save(slot.seq_id, tokens)
-            cells.retire(slot.seq_id)
+            cache.retire(slot.seq_id)
             return
-        cells.finish(slot.seq_id, tokens)
+        cache.finish(slot.seq_id, tokens)
 
     def forget(self, slot: Slot) -> None:
         """Free a sequence's cells (it keeps its id): it reads its tokens again."""
-        self.cells.clear(slot.seq_id)
+        self.cache.clear(slot.seq_id)
         slot.decoded = 0
         slot.admitted = False
 
@@ -100,14 +100,14 @@ class Planner:
         budget = self.n_batch
         for slot in slots:
             if slot.admitted and len(slot.tokens) - slot.decoded == 1 and budget:
-                if self._must_grow(slot) and not self.cells.grow(
+                if self._must_grow(slot) and not self.cache.grow(
                     slot.seq_id, slot.need, self.reserve_step
                 ):
                     plan.paused.append(slot)
                     continue
                 plan.runs.append(Run(slot, slot.decoded, slot.decoded + 1))
                 budget -= 1
-        self.speculation.draft([run.slot for run in plan.runs], budget, self.cells.promised)
+        self.speculation.draft([run.slot for run in plan.runs], budget, self.cache.promised)
         budget -= sum(len(run.slot.draft) for run in plan.runs)
         if plan.runs:  # others decode: read no more than keeps their step short
             budget = min(budget, prompt_budget)
@@ -139,7 +139,7 @@ class Planner:
         return Run(slot, slot.decoded, end)
 
     def _must_grow(self, slot: Slot) -> bool:
-        return slot.decoded + 1 > self.cells.promised(slot.seq_id)
+        return slot.decoded + 1 > self.cache.promised(slot.seq_id)
 
     def _preempt(self, paused: list[Slot]) -> None:
         """Free the youngest paused sequence's cells so the others can grow; it waits at
@@ -163,38 +163,39 @@ class Planner:
 
     def _promise(self, slot: Slot) -> bool:
         """Promise the first waiting sequence its cells, admit it and start it from what it
-        can reuse; False (nothing changed) where it does not fit yet.
+        can reuse; False where it does not fit yet (it is promised nothing; prefix entries
+        may have been let go trying).
 
         The prefix entry it will start from is kept while others go for room; if even so
         it does not fit, it takes that entry's cells over. An entry it covers whole is
         taken over first: kept, it would only hold the same cells twice over (its release
         keeps the longer one), and others need not go."""
-        cells = self.cells
+        cache = self.cache
         want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
-        hit = cells.lookup(slot.tokens)
+        hit = cache.lookup(slot.tokens)
         if (
             hit is not None
             and self.policy.parks_idle
-            and not worth_taking(hit.tokens, cells.prefixes.length(hit.entry))
+            and not worth_taking(hit.tokens, cache.prefixes.length(hit.entry))
         ):
             # a few tokens in common with another conversation (a chat template's first
             # ones) are read again: taken, they would leave its state saved past them,
             # which only a sequence that holds them again could restore
             hit = None
         taken = None
-        if hit is not None and hit.tokens >= cells.prefixes.length(hit.entry) - 1:
-            taken = cells.take_over(slot.seq_id, hit, want)
+        if hit is not None and hit.tokens >= cache.prefixes.length(hit.entry) - 1:
+            taken = cache.take_over(slot.seq_id, hit, want)
         if taken is None:
             if hit is not None:
-                cells.will_share(slot.seq_id, hit)
-            if cells.reserve(slot.seq_id, want, hit.entry if hit else None):
+                cache.will_share(slot.seq_id, hit)
+            if cache.reserve(slot.seq_id, want, hit.entry if hit else None):
                 self._enter(slot)
                 self._reuse(slot, hit)
                 return True
             if hit is not None:
-                taken = cells.take_over(slot.seq_id, hit, want)
+                taken = cache.take_over(slot.seq_id, hit, want)
         if taken is None:
-            cells.withdraw(slot.seq_id)
+            cache.withdraw(slot.seq_id)
             return False
         self._enter(slot)
         slot.decoded = taken
@@ -213,27 +214,27 @@ class Planner:
         if it took an entry's cells over as it was admitted), then from host RAM where that
         gives more; look for a leader."""
         if hit is not None:
-            slot.decoded = self.cells.start_from(hit.entry, slot.seq_id, hit.tokens)
+            slot.decoded = self.cache.start_from(hit.entry, slot.seq_id, hit.tokens)
             if self.policy.takes_over or self.policy.parks_idle:
-                self.cells.let_go(hit.entry, hit.tokens)
+                self.cache.let_go(hit.entry, hit.tokens)
         if self.host is not None:
             slot.decoded = self.host.recall(slot.seq_id, slot.tokens, slot.decoded)
         if not slot.started:  # a preempted sequence reading its tokens again is no new hit
             slot.started = True
             slot.seq.cached_tokens = slot.decoded
             if slot.decoded:
-                self.cells.prefixes.count_hit(slot.decoded)
+                self.cache.prefixes.count_hit(slot.decoded)
         self._find_leader(slot)
 
     def _park_idle(self) -> None:
         """Park the prefix entries no admitted sequence shares and none a waiting one would
         start from (host_tier.py)."""
         assert self.host is not None
-        ledger = self.cells.ledger
+        ledger = self.cache.ledger
         busy = {base[0] for s in self.slots
                 if s.admitted and (base := ledger.base(s.seq_id)) is not None}  # fmt: skip
         busy |= {hit.entry for s in self.waiting
-                 if (hit := self.cells.lookup(s.tokens)) is not None}  # fmt: skip
+                 if (hit := self.cache.lookup(s.tokens)) is not None}  # fmt: skip
         self.host.park_idle(busy)
 
     # -- leaders and followers ---------------------------------------------------------------
@@ -263,9 +264,9 @@ class Planner:
             return False
         if leader.decoded < slot.shared:
             return True
-        memory, policy = self.cells.memory, self.policy
+        memory, policy = self.cache.memory, self.policy
         if policy.memory is not Memory.FULL and not whole(
-            slot.shared, memory.held(leader.seq_id), policy.memory, policy.window
+            slot.shared, memory.held(leader.seq_id), policy.memory, policy.sliding_window
         ):  # its window has slid past the shared tokens (or its recurrent state is later)
             slot.leader = None
             return False
@@ -276,7 +277,7 @@ class Planner:
             memory.copy(leader.seq_id, slot.seq_id, 0, slot.shared)
         gained = slot.shared - slot.decoded
         slot.decoded, slot.leader = slot.shared, None
-        self.cells.prefixes.count_hit(gained)
+        self.cache.prefixes.count_hit(gained)
         if self.host is not None and policy.saves_tails:  # its own conversation's tail
             slot.decoded = self.host.recall(slot.seq_id, slot.tokens, slot.decoded)
         slot.seq.cached_tokens = max(slot.seq.cached_tokens, slot.decoded)

@@ -14,8 +14,8 @@ from coderai.engine.backends.llamacpp.checkpoints import Memory
 class CachePolicy:
     #: what the model's layers hold beyond full-attention cells
     memory: Memory
-    #: its sliding window in tokens (0: none)
-    window: int
+    #: its sliding window in tokens (0: none; not the context: ModelInstance.window)
+    sliding_window: int
     #: cells are all of a sequence's state: a sequence started from another's cells
     #: shares them, and the ledger counts them once (kv.KvLedger.share). Beside a window
     #: or a recurrent state a restore may fail and the cells be read again, so not there.
@@ -69,7 +69,7 @@ def cache_policy(
     scratch = ids if entries and ids < id_bound else None
     return CachePolicy(
         memory=memory,
-        window=window,
+        sliding_window=window,
         shares_cells=shares,
         takes_over=memory is Memory.WINDOW and not swa_full,
         scratch=scratch,

@@ -30,7 +30,7 @@ class Runner:
         ctx: Any,
         *,
         text: Text,
-        cells: CacheManager,
+        cache: CacheManager,
         speculation: Speculation,
         projector: Projector | None,
     ) -> None:
@@ -40,7 +40,7 @@ class Runner:
         # llama.cpp caps the batch at the context: the tokens one step may decode
         self.n_batch = int(lib.llama_n_batch(ctx))
         self._batch = LlamaBatch(n_tokens=self.n_batch, embd=0, n_seq_max=1, verbose=False)
-        self.text, self.cells, self.speculation = text, cells, speculation
+        self.text, self.cache, self.speculation = text, cache, speculation
         self.projector = projector
         #: sequences whose prompt the running step reads: a CANCEL for one of them stops
         #: the step within a graph node (llama.cpp's abort callback, set for such steps
@@ -70,7 +70,7 @@ class Runner:
         if status == _ABORTED:
             self.aborted += 1
             for run in runs:
-                self.cells.memory.drop(run.slot.seq_id, run.first)
+                self.cache.memory.drop(run.slot.seq_id, run.first)
                 run.slot.draft = []
             return {}
         if status != 0:
@@ -83,8 +83,8 @@ class Runner:
         for slot, _first, end in runs:
             slot.decoded = end
             slot.seq.read = min(end, slot.seq.prompt_tokens)
-            if self.cells.checkpoint_due(slot.seq_id, end, slot.seq.prompt_tokens):
-                self.cells.checkpoint(slot.seq_id, end)
+            if self.cache.checkpoint_due(slot.seq_id, end, slot.seq.prompt_tokens):
+                self.cache.checkpoint(slot.seq_id, end)
         return {slot: self._next(slot, index) for slot, index in outputs}
 
     def _fill(self, runs: list[Run]) -> tuple[int, list[tuple[Slot, int]]]:
@@ -122,7 +122,7 @@ class Runner:
     def _decode(self, runs: list[Run], n: int) -> int:
         lib = self._lib
         readers = [run.slot for run in runs if run.end - run.first > 1]
-        watch = bool(readers) and self.cells.policy.memory is not Memory.RECURRENT and n > 0
+        watch = bool(readers) and self.cache.policy.memory is not Memory.RECURRENT and n > 0
         if watch:
             self._watched = readers
             lib.llama_set_abort_callback(self.ctx, self._abort, None)

@@ -34,3 +34,10 @@ class BatchSettings:
     speculative: bool = False
     #: a draft length fixed by the model entry, else chosen from step costs
     draft_length: int | None = None
+
+    @property
+    def entries(self) -> int:
+        """Prefix entries at most: one per running sequence, each under a sequence id of
+        its own (the ids, and the scratch one past them, follow from this); none without a
+        prefix cache."""
+        return self.parallel if self.cache_tokens else 0

@@ -135,14 +135,14 @@ class Speculation:
             texts.append(text)
             if text is END or offset == len(draft) or chosen != draft[offset]:
                 break
-        accepted = len(texts) - 1  # draft tokens whose cells hold what was sampled
-        slot.decoded = start + accepted
+        taken = len(texts) - 1  # draft tokens whose cells hold what was sampled
+        slot.decoded = start + taken
         self._memory.drop(slot.seq_id, slot.decoded)
         if self.drafter is not None:
             self.drafter.accepted(slot.seq_id, slot.decoded)
         self.drafted += len(draft)
-        self.accepted += accepted
-        slot.accept_rate = updated_acceptance(slot.accept_rate, len(draft), accepted)
+        self.accepted += taken
+        slot.accept_rate = updated_acceptance(slot.accept_rate, len(draft), taken)
         slot.draft = []
         return texts if len(texts) > 1 else texts[0]
 

@@ -19,7 +19,9 @@ def manager(
                           flash=True, host_ram=False, parallel=parallel, entries=parallel,
                           id_bound=64, checkpoints=checkpoints, checkpoint_every=10)  # fmt: skip
     stand_in = StandInMemory()
-    return CacheManager(cells, parallel, cells, policy, stand_in), stand_in
+    cache = CacheManager(policy, stand_in, cells=cells, parallel=parallel, entries=parallel,
+                         cache_tokens=cells)  # fmt: skip
+    return cache, stand_in
 
 
 def decoded(stand_in: StandInMemory, seq_id: int, tokens: int) -> None:
@@ -135,7 +137,7 @@ def test_checkpoints_are_taken_when_due_and_the_latest_kept() -> None:
         decoded(stand_in, seq, tokens)
         cache.checkpoint(seq, tokens)
     assert [c.tokens for c in cache.checkpoints[seq]] == [20, 30]
-    assert ("save", seq, PARTIAL) in stand_in.calls
+    assert ("read_state", seq, PARTIAL) in stand_in.calls
     full, _ = manager(Memory.FULL)
     assert not full.checkpoint_due(seq, 10, 50)  # its cells are all its state
 
@@ -149,7 +151,7 @@ def test_a_window_state_not_covering_the_prefix_is_restored_from_its_checkpoint(
     cache.finish(entry, list(range(40)))
     assert cache.lookup(list(range(31))) == Hit(entry, 30)
     assert cache.start_from(entry, seq, 30) == 30
-    assert ("load", seq, PARTIAL) in stand_in.calls and cache.restored == 1
+    assert ("write_state", seq, PARTIAL) in stand_in.calls and cache.restored == 1
     assert [c.tokens for c in cache.checkpoints[seq]] == [16, 30]
 
 

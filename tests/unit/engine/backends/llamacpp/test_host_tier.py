@@ -17,19 +17,19 @@ def tier(memory: Memory = Memory.FULL, ram: int = 1 << 20) -> tuple[HostTier, St
                           flash=True, host_ram=True, parallel=2, entries=2, id_bound=64,
                           checkpoints=2, checkpoint_every=16)  # fmt: skip
     stand_in = StandInMemory()
-    cells = CacheManager(200, 2, 200, policy, stand_in)
-    return HostTier(RamCache(ram), cells), stand_in
+    cache = CacheManager(policy, stand_in, cells=200, parallel=2, entries=2, cache_tokens=200)
+    return HostTier(RamCache(ram), cache), stand_in
 
 
 def test_only_the_cells_past_those_staying_in_the_cache_are_saved_through_the_scratch() -> None:
     host, stand_in = tier()
-    cells, scratch = host.cells, host.policy.scratch
+    cache, scratch = host.cache, host.policy.scratch
     assert scratch == 4
-    base, seq = cells.new_id(), cells.new_id()
-    cells.reserve(base, 30)
+    base, seq = cache.new_id(), cache.new_id()
+    cache.reserve(base, 30)
     stand_in.cells[base] = set(range(30))
-    cells.ledger.share(seq, base, 30)  # seq started from base's 30 cells
-    cells.reserve(seq, 50)
+    cache.ledger.share(seq, base, 30)  # seq started from base's 30 cells
+    cache.reserve(seq, 50)
     stand_in.cells[seq] = set(range(50))
     saved = host.save(seq, list(range(50)))
     assert saved == 20 * POSITION_BYTES  # its own 20, not the 30 it shares
@@ -39,17 +39,17 @@ def test_only_the_cells_past_those_staying_in_the_cache_are_saved_through_the_sc
 
 def test_a_conversations_turns_come_back_one_by_one() -> None:
     host, stand_in = tier()
-    cells = host.cells
+    cache = host.cache
     first, second = list(range(40)), [*range(40), *range(100, 130)]
-    a = cells.new_id()
-    cells.reserve(a, 40)
+    a = cache.new_id()
+    cache.reserve(a, 40)
     stand_in.cells[a] = set(range(40))
     assert host.save(a, first)
     stand_in.cells[a] = set(range(70))
     assert host.save(a, second)  # whole: it shares nothing
-    cells.retire(a)
-    seq = cells.new_id()
-    cells.reserve(seq, 100)
+    cache.retire(a)
+    seq = cache.new_id()
+    cache.reserve(seq, 100)
     assert host.recall(seq, [*second, 7], 0) == 70
     assert stand_in.cells[seq] == set(range(70))
     assert host.ram.hits == 1 and host.ram.restored_tokens == 70
@@ -57,31 +57,31 @@ def test_a_conversations_turns_come_back_one_by_one() -> None:
 
 def test_a_whole_window_state_serves_a_prompt_its_window_covers() -> None:
     host, stand_in = tier(Memory.WINDOW)
-    cells = host.cells
-    a = cells.new_id()
-    cells.reserve(a, 40)
+    cache = host.cache
+    a = cache.new_id()
+    cache.reserve(a, 40)
     stand_in.cells[a] = set(range(40))
     assert host.save(a, list(range(40)))
-    cells.retire(a)
-    seq = cells.new_id()
-    cells.reserve(seq, 60)
+    cache.retire(a)
+    seq = cache.new_id()
+    cache.reserve(seq, 60)
     # what was saved is the window before position 40: it serves 40 tokens, not 30 (a
     # state cut back to 30 would lack the window before 30)
     assert host.recall(seq, [*range(30), 99, 98], 0) == 0
     assert host.recall(seq, [*range(40), 99, 98], 0) == 40
     assert stand_in.cells[seq] == set(range(40))
-    assert ("load", seq, WHOLE) in stand_in.calls
+    assert ("write_state", seq, WHOLE) in stand_in.calls
 
 
 def test_a_state_llama_cpp_refuses_leaves_the_sequence_reading_from_the_start() -> None:
     host, stand_in = tier(Memory.WINDOW)
-    cells = host.cells
-    a = cells.new_id()
-    cells.reserve(a, 40)
+    cache = host.cache
+    a = cache.new_id()
+    cache.reserve(a, 40)
     stand_in.cells[a] = set(range(40))
     host.save(a, list(range(40)))
-    cells.retire(a)
-    seq = cells.new_id()
+    cache.retire(a)
+    seq = cache.new_id()
     stand_in.refuse.add(seq)
     stand_in.cells[seq] = set(range(5))
     assert host.recall(seq, [*range(40), 99], 5) == 0
@@ -90,31 +90,31 @@ def test_a_state_llama_cpp_refuses_leaves_the_sequence_reading_from_the_start() 
 
 def test_parking_saves_idle_entries_while_ram_has_room_and_keeps_the_busy_ones() -> None:
     host, stand_in = tier(ram=70 * POSITION_BYTES)
-    cells = host.cells
-    ids = [cells.new_id(), cells.new_id()]
+    cache = host.cache
+    ids = [cache.new_id(), cache.new_id()]
     for seq_id, start in zip(ids, (0, 100), strict=True):
-        cells.reserve(seq_id, 40)
+        cache.reserve(seq_id, 40)
         stand_in.cells[seq_id] = set(range(40))
-        cells.finish(seq_id, list(range(start, start + 40)))
+        cache.finish(seq_id, list(range(start, start + 40)))
     host.park_idle(busy=set())
     # the first fits the RAM; beside it the second does not, so it stays in the cache
-    assert cells.prefixes.ids() == [ids[1]] and host.ram.saves == 1
+    assert cache.prefixes.ids() == [ids[1]] and host.ram.saves == 1
     host.park_idle(busy={ids[1]})
-    assert cells.prefixes.ids() == [ids[1]]
+    assert cache.prefixes.ids() == [ids[1]]
 
 
 def test_an_entry_let_go_with_a_long_tail_is_saved_first() -> None:
     host, stand_in = tier(Memory.WINDOW)
-    cells = host.cells
-    entry = cells.new_id()
-    cells.reserve(entry, 300)
+    cache = host.cache
+    entry = cache.new_id()
+    cache.reserve(entry, 300)
     stand_in.cells[entry] = set(range(300))
-    cells.finish(entry, list(range(300)))
-    cells.let_go(entry, 20)  # 280 tokens past those a sequence shares
+    cache.finish(entry, list(range(300)))
+    cache.let_go(entry, 20)  # 280 tokens past those a sequence shares
     assert host.ram.saves == 1
-    short = cells.new_id()
-    cells.reserve(short, 30)
+    short = cache.new_id()
+    cache.reserve(short, 30)
     stand_in.cells[short] = set(range(30))
-    cells.finish(short, list(range(500, 530)))
-    cells.let_go(short, 20)  # 10 past them: read again, not saved
+    cache.finish(short, list(range(500, 530)))
+    cache.let_go(short, 20)  # 10 past them: read again, not saved
     assert host.ram.saves == 1

@@ -46,10 +46,11 @@ class World:
                                    parallel=parallel, entries=entries, id_bound=64,
                                    checkpoints=checkpoints, checkpoint_every=32)  # fmt: skip
         self.memory = StandInMemory()
-        self.cells = CacheManager(cells, parallel, cache_tokens, self.policy, self.memory)
-        self.host = HostTier(RamCache(ram), self.cells) if ram else None
+        self.cache = CacheManager(self.policy, self.memory, cells=cells, parallel=parallel,
+                                  entries=entries, cache_tokens=cache_tokens)  # fmt: skip
+        self.host = HostTier(RamCache(ram), self.cache) if ram else None
         speculation = Speculation(False, None, None, self.memory)
-        self.planner = Planner(self.cells, self.host, speculation, n_batch=N_BATCH,
+        self.planner = Planner(self.cache, self.host, speculation, n_batch=N_BATCH,
                                reserve_step=reserve_step)  # fmt: skip
 
     def start(self, tokens: list[int], max_tokens: int | None = 8) -> Slot:
@@ -57,7 +58,7 @@ class World:
         seq.prompt_tokens = len(tokens)
         slot = Slot(
             seq=seq,
-            seq_id=self.cells.new_id(),
+            seq_id=self.cache.new_id(),
             tokens=list(tokens),
             sampler=cast(Any, None),
             decoder=codecs.getincrementaldecoder("utf-8")(),
@@ -124,11 +125,11 @@ def test_a_finished_sequences_cells_serve_the_next_prompt_that_begins_with_them(
     a = world.start(list(range(50)))
     world.step(a)
     world.release(a)
-    assert world.cells.prefixes.ids() == [a.seq_id]
+    assert world.cache.prefixes.ids() == [a.seq_id]
     b = world.start([*range(50), 1050, 7, 8])
     plan = world.step(b)  # the entry holds what a read: its prompt (its token sampled last)
     assert b.seq.cached_tokens == 50 and spans(plan) == [(b.seq_id, 50, 53)]
-    assert world.cells.stats()["prefix_hits"] == 1
+    assert world.cache.stats()["prefix_hits"] == 1
 
 
 def test_the_same_prompt_twice_is_read_once_the_second_copying_the_firsts_cells() -> None:
@@ -159,7 +160,7 @@ def test_a_sequence_that_cannot_grow_pauses_and_the_youngest_is_preempted() -> N
     a = world.start(list(range(20)), max_tokens=None)
     b = world.start(list(range(100, 120)), max_tokens=None)
     world.step(a, b)
-    assert world.cells.promised(a.seq_id) == world.cells.promised(b.seq_id) == 24
+    assert world.cache.promised(a.seq_id) == world.cache.promised(b.seq_id) == 24
     paused_alone = False
     for _ in range(30):  # they grow 4 cells at a time until the 60 are promised
         plan = world.step(a, b)
@@ -169,7 +170,7 @@ def test_a_sequence_that_cannot_grow_pauses_and_the_youngest_is_preempted() -> N
     # b could not grow and paused while a went on; when a could not either, b, the
     # youngest, gave its cells up and a grew into them
     assert paused_alone and world.planner.preemptions == 1
-    assert a.admitted and world.cells.promised(a.seq_id) == 36
+    assert a.admitted and world.cache.promised(a.seq_id) == 36
     assert not b.admitted and b.decoded == 0 and world.planner.waiting[0] is b
     assert world.memory.tokens(b.seq_id) == 0
     assert len(b.tokens) > 20  # what it sampled stays: it reads it all again later
@@ -197,10 +198,10 @@ def test_idle_entries_are_parked_in_host_ram_without_flash_attention() -> None:
     a = world.start(list(range(50)))
     world.step(a)
     world.release(a)
-    assert world.cells.prefixes.ids() == [a.seq_id]
+    assert world.cache.prefixes.ids() == [a.seq_id]
     b = world.start(list(range(500, 540)))  # another conversation: a's entry is idle
     world.step(b)
-    assert world.cells.prefixes.ids() == [] and world.host is not None
+    assert world.cache.prefixes.ids() == [] and world.host is not None
     assert world.host.ram.saves == 1 and world.memory.tokens(a.seq_id) == 0
     # a's conversation comes back: its state is restored rather than read
     c = world.start([*range(50), 1050, 3])
@@ -228,7 +229,7 @@ def test_a_window_model_sized_per_sequence_takes_its_entry_over_and_has_no_leade
     world.release(a)
     b, c = world.start([*prompt, 1040, 5]), world.start([*prompt, 1040, 6])
     world.step(b, c, budget=0)
-    assert world.cells.prefixes.ids() == []  # b took a's cells over
+    assert world.cache.prefixes.ids() == []  # b took a's cells over
     assert b.decoded > 0 and c.leader is None  # c shares nothing with a running one
 
 
@@ -239,7 +240,7 @@ def test_releasing_a_waiting_sequence_frees_its_id() -> None:
     world.step(a)
     world.release(b)
     assert not world.planner.waiting and world.planner.stats()["released"] == 1
-    assert world.cells.new_id() == b.seq_id
+    assert world.cache.new_id() == b.seq_id
 
 
 def test_runs_are_named_tuples_of_a_sequence_and_its_span() -> None:

@@ -35,7 +35,7 @@ def test_idle_entries_are_parked_only_without_flash_attention_and_with_host_ram(
 def test_a_window_sized_per_sequence_takes_entries_over_and_shares_nothing() -> None:
     found = policy(Memory.WINDOW)
     assert found.takes_over and not found.shares_cells and not found.saves_tails
-    assert found.checkpoints == 3 and found.window == 512
+    assert found.checkpoints == 3 and found.sliding_window == 512
     assert not policy(Memory.WINDOW, swa_full=True).takes_over
 
 
