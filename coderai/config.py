@@ -5,8 +5,6 @@ The front owns both files; engines receive what they need over the bus.
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,10 +12,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coderai import model_options
+from coderai.common.json_files import read_json
+from coderai.common.validation import first_problem
 from coderai.errors import ConfigError
 from coderai.modelfile import required_capability
 from coderai.templatefile import TEMPLATE_OPTION
-from coderai.validation import first_problem
 
 ModelFormat = Literal["fake", "gguf", "transformers"]
 
@@ -385,15 +384,6 @@ def draft_of(entry: ModelEntry) -> str | None:
     return None
 
 
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-
-
 def _validation_message(path: Path, exc: ValidationError) -> str:
     where, message = first_problem(exc)
     return f"{path}: {'.'.join(where) or '(top level)'}: {message}"
@@ -436,32 +426,6 @@ class StateFiles:
 
 def load_catalogue(path: Path) -> Catalogue:
     return catalogue_from(read_json(path), str(path))
-
-
-def write_json_atomically(path: Path, data: Any) -> None:
-    """temp file + fsync + rename (invariant 6): a reader sees the old file or the new one,
-    never half of one, even if the process dies mid-write."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # the new file keeps the old one's permissions: config.json may hold the admin key
-    # and be readable by its owner alone
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, mode)
-        with open(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a half-written temp file must not be left behind
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def catalogue_from(data: Any, source: str) -> Catalogue:

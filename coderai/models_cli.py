@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coderai import entry_estimate, model_scan, models_list
+from coderai.common.json_files import write_json_atomically
 from coderai.config import (
     Config,
     ModelEntry,
     StateFiles,
     load_catalogue,
     load_config,
-    write_json_atomically,
 )
 from coderai.defaults import default_entries
 from coderai.errors import ConfigError, ModelFileError

@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 import zmq.auth
 
-from coderai.config import read_json, write_json_atomically
+from coderai.common.json_files import read_json, write_json_atomically
 from coderai.errors import ConfigError
 
 SERVER = "server"

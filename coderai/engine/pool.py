@@ -23,9 +23,9 @@ import psutil
 
 from coderai import model_options
 from coderai.bus.messages import ModelSpec
+from coderai.common.eviction import ResidentView, plan_evictions
 from coderai.engine.backends.base import Backend, LoadProgress, ModelInstance
 from coderai.errors import JobError
-from coderai.eviction import ResidentView, plan_evictions
 from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.engine")

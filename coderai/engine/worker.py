@@ -46,6 +46,7 @@ from coderai.bus.messages import (
     Resume,
     Welcome,
 )
+from coderai.common.logthrottle import ThrottledLog
 from coderai.engine.backends import available_backends
 from coderai.engine.machine.fleet import fleet_usage
 from coderai.engine.machine.readings import Readings, free_vram_bytes
@@ -55,7 +56,6 @@ from coderai.engine.outbox import Outbox
 from coderai.engine.pool import still_to_load
 from coderai.engine.scheduler import Scheduler
 from coderai.errors import BusProtocolError
-from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.engine")
 

@@ -17,8 +17,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ValidationError
 
+from coderai.common.validation import first_problem
 from coderai.errors import CoderaiError, InvalidRequest, UnreadableBody
-from coderai.validation import first_problem
 
 log = logging.getLogger("coderai.front")
 

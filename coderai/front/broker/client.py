@@ -23,11 +23,11 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from coderai.common.logthrottle import ThrottledLog
 from coderai.config import BrokerConfig
 from coderai.front.broker import wire
 from coderai.front.broker.chat import BrokerAnswers
 from coderai.front.dispatch.engine_view import EngineView
-from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front.broker")
 

@@ -49,6 +49,7 @@ from coderai.bus.messages import (
     Resume,
     Welcome,
 )
+from coderai.common.logthrottle import ThrottledLog
 from coderai.config import ClusterConfig, ModelEntry
 from coderai.errors import BusProtocolError, CoderaiError, ConfigError
 from coderai.front.cluster import node
@@ -57,7 +58,6 @@ from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.engine_view import EngineView
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.engines.plan import EnginePlan
-from coderai.logthrottle import ThrottledLog
 from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.front.uplink")

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from coderai import entry_estimate
 from coderai.bus.kinds import ControlAction
-from coderai.config import Catalogue, ModelEntry, catalogue_from, write_json_atomically
+from coderai.common.json_files import write_json_atomically
+from coderai.config import Catalogue, ModelEntry, catalogue_from
 from coderai.errors import ConfigError, Conflict, InvalidRequest, ModelFileError, NoEngine, NotFound
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher

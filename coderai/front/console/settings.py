@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from coderai.common.validation import first_problem
 from coderai.config import (
     AuthConfig,
     BrokerConfig,
@@ -25,7 +26,6 @@ from coderai.config import (
 )
 from coderai.errors import InvalidRequest
 from coderai.front.engines.plan import EnginePlan
-from coderai.validation import first_problem
 
 #: the sections of Config the console shows, in the order it shows them
 SECTIONS: dict[str, type[BaseModel]] = {

@@ -14,13 +14,14 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from coderai.config import Config, StateFiles, catalogue_path, write_json_atomically
+from coderai.common.json_files import write_json_atomically
+from coderai.common.validation import first_problem
+from coderai.config import Config, StateFiles, catalogue_path
 from coderai.errors import ConfigError, InvalidRequest
 from coderai.front.console import settings
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.http import ADMIN_PREFIX, read_json
 from coderai.front.hub import EventHub
-from coderai.validation import first_problem
 
 log = logging.getLogger("coderai.front")
 

@@ -15,7 +15,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from coderai.bus import curve
 from coderai.bus.sockets import bind_router
-from coderai.logthrottle import ThrottledLog
+from coderai.common.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front")
 

@@ -47,6 +47,8 @@ from coderai.bus.messages import (
     Welcome,
 )
 from coderai.bus.sockets import bind_router
+from coderai.common.exits import exit_words
+from coderai.common.logthrottle import ThrottledLog
 from coderai.config import ServerConfig
 from coderai.errors import (
     BusProtocolError,
@@ -59,7 +61,6 @@ from coderai.errors import (
     ShuttingDown,
     StreamStalled,
 )
-from coderai.exits import exit_words
 from coderai.front.dispatch import admission, output
 from coderai.front.dispatch.cluster_link import ClusterLink
 from coderai.front.dispatch.deaths import Death, asked_to_load, down, engine_doing, job_doing
@@ -69,7 +70,6 @@ from coderai.front.dispatch.queue import JobQueue
 from coderai.front.dispatch.registry import EngineRecord, Offered, Registry, RemoteEngine
 from coderai.front.dispatch.room import RoomKeeper
 from coderai.front.engines.host import EngineHost, Unhosted
-from coderai.logthrottle import ThrottledLog
 
 log = logging.getLogger("coderai.front")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coderai.eviction import ResidentView, plan_evictions
+from coderai.common.eviction import ResidentView, plan_evictions
 from coderai.front.dispatch.registry import EngineRecord
 
 MIB = 1 << 20

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from coderai.exits import exit_words
+from coderai.common.exits import exit_words
 from coderai.front.engines.host import EngineStatus, HostListener
 from coderai.front.engines.plan import EnginePlan
 from coderai.front.logbook import LogBook, OutputRelay

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coderai.common.exits import exit_words, signal_name
 from coderai.engine import die_at
-from coderai.exits import exit_words, signal_name
 
 #: the batch read with the extra buffer types on (tokens)
 BATCH = 512

@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from coderai.common.exits import exit_words, signal_name
 from coderai.engine import die_at
 from coderai.engine.backends.llamacpp import probe
 from coderai.engine.backends.llamacpp.cpu_features import CPUINFO, cpu_flags
-from coderai.exits import exit_words, signal_name
 
 log = logging.getLogger("coderai.engine")
 

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from coderai.logthrottle import ThrottledLog
+from coderai.common.logthrottle import ThrottledLog
 
 
 def test_at_most_one_line_per_interval_then_the_count_held_back(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coderai.config import write_json_atomically
+from coderai.common.json_files import write_json_atomically
 
 
 def test_the_new_file_replaces_the_old_by_rename_not_in_place(tmp_path: Path) -> None:

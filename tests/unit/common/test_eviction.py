@@ -3,9 +3,9 @@ from __future__ import annotations
 import threading
 
 from coderai.bus.messages import ModelSpec
+from coderai.common.eviction import ResidentView, plan_evictions
 from coderai.engine.backends.fake import FakeBackend
 from coderai.engine.pool import ModelPool, still_to_load
-from coderai.eviction import ResidentView, plan_evictions
 
 
 def view(name: str, size: int, last_used: float, busy: bool = False) -> ResidentView:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coderai.exits import exit_words, signal_name
+from coderai.common.exits import exit_words, signal_name
 
 
 def test_a_death_by_signal_is_named_and_described() -> None:
