@@ -56,7 +56,7 @@ from bench.lib.chat_stream import stream_chat
 from bench.lib.results import RESULTS, save
 from bench.lib.server import BenchServer, free_port
 from bench.llamacpp import OPENMP_ENV
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from coderai.engine_main import brief_openmp_spin
 
 CONTEXT = 32768

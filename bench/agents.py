@@ -40,7 +40,7 @@ import httpx
 
 from bench.lib.results import RESULTS, save
 from bench.lib.server import BenchServer
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from tests.support import agents
 from tests.support.prompts import long_prompt
 from tests.support.server import TTFT_COUNT

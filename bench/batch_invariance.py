@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "batch_invariance.json")
     args = parser.parse_args()
     from coderai.bus.messages import ModelSpec
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
     from coderai.engine.backends.base import LoadProgress
     from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 

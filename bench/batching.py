@@ -41,7 +41,7 @@ def model_entry(kind: str, workdir: Path) -> dict[str, Any]:
 
         hf, _ = build(workdir / "tiny")
         return {"id": "m", "path": str(hf)}
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
 
     gguf = embedded_gguf()
     if gguf is None:

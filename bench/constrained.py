@@ -214,7 +214,7 @@ def parse_costs(rounds: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default=str(embedded_gguf()))

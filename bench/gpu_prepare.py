@@ -67,7 +67,7 @@ def smollm2(into: Path) -> None:
     """SmolLM2's config and tokenizer as a transformers folder (no weights)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
 
     gguf = embedded_gguf()
     if gguf is None:

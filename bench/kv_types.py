@@ -29,10 +29,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "kv_types.json")
     args = parser.parse_args()
     from coderai.bus.messages import ModelSpec
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
+    from coderai.catalogue.model_memory import KV_BYTES, bytes_per_token
     from coderai.engine.backends.base import LoadProgress
     from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
-    from coderai.model_memory import KV_BYTES, bytes_per_token
 
     path = args.model or str(embedded_gguf())
     traces: dict[str, list[Any]] = {}

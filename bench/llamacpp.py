@@ -424,7 +424,7 @@ def main() -> int:
     args = parser.parse_args()
     # this process's instance and the peers wait at OpenMP's barriers as the engine does
     brief_openmp_spin()
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
 
     gguf = str(embedded_gguf())
     sections = set(args.sections.split(","))

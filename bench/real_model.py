@@ -110,7 +110,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "real_model.json")
     args = parser.parse_args()
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
 
     gguf = embedded_gguf()
     if gguf is None:

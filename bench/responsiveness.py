@@ -171,7 +171,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--out", type=Path, default=RESULTS / "responsiveness.json")
     args = parser.parse_args()
-    from coderai.defaults import embedded_gguf
+    from coderai.catalogue.defaults import embedded_gguf
     from coderai.tinymodel import build
 
     gguf = embedded_gguf()

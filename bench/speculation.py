@@ -29,7 +29,7 @@ import aiohttp
 from bench.lib.chat_stream import stream_chat
 from bench.lib.results import RESULTS, save
 from bench.lib.server import BenchServer
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 
 SIDES = {"plain": {}, "ngram": {"speculative": "ngram"}}
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coderai import accounts_cli, cluster_cli, engine_main, launch_cli, models_cli
-from coderai.config import Catalogue, StateFiles, load_catalogue, load_config
-from coderai.defaults import default_entries
+from coderai.catalogue.defaults import default_entries
+from coderai.catalogue.entries import Catalogue, load_catalogue
+from coderai.config import StateFiles, load_config
 from coderai.engine_main import brief_openmp_spin
 from coderai.errors import ConfigError
 

@@ -1,6 +1,8 @@
-"""Configuration (config.json) and the model catalogue (models.json), validated with pydantic.
+"""Configuration (config.json), validated with pydantic, and where the front's state lives
+beside it (the catalogue's file, the state database). The catalogue itself (models.json)
+is catalogue/entries.py's.
 
-The front owns both files; engines receive what they need over the bus.
+The front owns the file; engines receive what they need over the bus.
 """
 
 from __future__ import annotations
@@ -9,26 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from coderai import model_options
 from coderai.common.json_files import read_json
-from coderai.common.validation import first_problem
+from coderai.common.validation import Strict, file_problem
 from coderai.errors import ConfigError
-from coderai.modelfile import required_capability
-from coderai.templatefile import TEMPLATE_OPTION
-
-ModelFormat = Literal["fake", "gguf", "transformers"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 EngineBackend = Literal["nvidia", "vulkan", "cpu"]
 
 
-class EngineSpecConfig(_Strict):
+class EngineSpecConfig(Strict):
     """One declared engine (server.engine_specs), for machines auto-detection gets wrong."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -44,7 +36,7 @@ Parallel = Annotated[int, Field(ge=1, le=4096)]
 Instances = Annotated[int, Field(ge=1, le=64)]
 
 
-class ServerConfig(_Strict):
+class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     #: number of engine processes; 0 = auto (one per GPU, at least one)
@@ -92,13 +84,13 @@ class ServerConfig(_Strict):
     state_dir: str | None = None
 
 
-class OffloadConfig(_Strict):
+class OffloadConfig(Strict):
     #: one ceiling on host RAM for the whole fleet (the front, every engine and their
     #: children), in GiB; 0: none
     max_ram_gb: float = Field(0.0, ge=0)
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(Strict):
     #: a TCP endpoint (e.g. tcp://0.0.0.0:7760) where engines and nodes on other machines
     #: join the bus with CURVE keys on the allow-list (`coderai cluster`); None: off
     bind: str | None = None
@@ -128,7 +120,7 @@ class ClusterConfig(_Strict):
         return self
 
 
-class BrokerConfig(_Strict):
+class BrokerConfig(Strict):
     """An AISBF broker this node offers itself to, over an outbound WebSocket (so it works
     behind NAT); off while `url` is unset."""
 
@@ -159,7 +151,7 @@ class BrokerConfig(_Strict):
         return self
 
 
-class SearchConfig(_Strict):
+class SearchConfig(Strict):
     """The search backend that Anthropic's web_search and web_fetch server tools run on
     (front/web/): a SearXNG instance's JSON API. Off while `url` is unset: a call is then
     answered as unavailable."""
@@ -184,7 +176,7 @@ class SearchConfig(_Strict):
         return self
 
 
-class MediaConfig(_Strict):
+class MediaConfig(Strict):
     """Images by URL, for a model that reads images (a vision projector): fetched by the
     front only where `fetch_urls` allows (off: such an image is a placeholder naming this
     setting), within a size and a time, from public addresses only unless
@@ -196,7 +188,7 @@ class MediaConfig(_Strict):
     fetch_private: bool = False
 
 
-class ModelsConfig(_Strict):
+class ModelsConfig(Strict):
     #: catalogue path, relative to the config file's folder
     catalogue: str = "models.json"
     #: copies of one model an engine may hold to serve requests in parallel
@@ -206,7 +198,7 @@ class ModelsConfig(_Strict):
     memory_budget_mb: int = Field(0, ge=0)
 
 
-class AuthConfig(_Strict):
+class AuthConfig(Strict):
     #: bearer key for /admin/api/*; when unset, a random one is made and logged at start
     admin_key: str | None = Field(None, min_length=8)
     #: /v1 answers only to API keys; unset: required unless the front binds a loopback address
@@ -224,7 +216,7 @@ class AuthConfig(_Strict):
 Celsius = Annotated[float, Field(gt=0, le=150)]
 
 
-class Thresholds(_Strict):
+class Thresholds(Strict):
     """A pause starts at `high` and ends at `resume` (°C), so it does not flap."""
 
     high: Celsius
@@ -237,7 +229,7 @@ class Thresholds(_Strict):
         return self
 
 
-class ThermalConfig(_Strict):
+class ThermalConfig(Strict):
     """When engines pause to cool. The CPU pauses every engine; a GPU, the engine that
     owns it, judged by its vendor's override if there is one."""
 
@@ -256,7 +248,7 @@ class ThermalConfig(_Strict):
         return self
 
 
-class Config(_Strict):
+class Config(Strict):
     """The whole file: a key nobody reads (a typo, or a section of a feature that does not
     exist yet) is refused with its name, never silently ignored."""
 
@@ -300,95 +292,6 @@ def engine_slots(config: Config, name: str) -> int:
     return server.max_parallel_requests_overrides.get(name, server.max_parallel_requests)
 
 
-class ModelEntry(_Strict):
-    id: str = Field(min_length=1)
-    path: str = ""
-    alias: str | None = None
-    #: pin: the engine name that must serve this model
-    engine: str | None = None
-    format: ModelFormat | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
-    #: "load" loads the model as soon as its engine starts; "on-request" at first use
-    load_mode: Literal["on-request", "load"] = "on-request"
-
-    @model_validator(mode="after")
-    def _format_known(self) -> ModelEntry:
-        if self.format is None and not self.path:
-            raise ValueError("an entry needs a path or an explicit format")
-        # a format read from the file later is checked by the engine that loads it
-        backend = required_capability(self.format, self.options) if self.format else None
-        why = model_options.refusal(self.options, backend)
-        if why is not None:
-            raise ValueError(why)
-        return self
-
-    @field_validator("options")
-    @classmethod
-    def _chat_template_is_text(cls, options: dict[str, Any]) -> dict[str, Any]:
-        template = options.get(TEMPLATE_OPTION)
-        if TEMPLATE_OPTION in options and not (isinstance(template, str) and template.strip()):
-            raise ValueError(
-                f"{TEMPLATE_OPTION} must be a Jinja template or the path of a file holding one"
-            )
-        return options
-
-    def names(self) -> tuple[str, ...]:
-        """The names a client may request this model by."""
-        return (self.id,) if self.alias in (None, self.id) else (self.id, self.alias or "")
-
-    def spec(self, resolved_format: str, chat_template: str | None = None) -> dict[str, Any]:
-        """What an engine needs to load the model (sent inside each JOB). Its
-        chat_template option is sent as `chat_template`, the template's text: the engine
-        may not see this machine's files."""
-        options = self.options
-        if chat_template is not None:
-            options = {**options, TEMPLATE_OPTION: chat_template}
-        return {
-            "id": self.id,
-            "path": self.path,
-            "format": resolved_format,
-            "options": options,
-        }
-
-
-class Catalogue:
-    """The models a front serves, addressable by id or alias."""
-
-    def __init__(self, entries: list[ModelEntry], templates: dict[str, str] | None = None) -> None:
-        self.entries = entries
-        #: the text of each entry's chat_template option, by model id: a file the option
-        #: names is read when the catalogue is loaded or saved (front.probe.with_templates)
-        self.templates = templates or {}
-        self._by_name: dict[str, ModelEntry] = {}
-        for entry in entries:
-            for name in entry.names():
-                if name in self._by_name:
-                    raise ConfigError(f"model name {name!r} is used by two catalogue entries")
-                self._by_name[name] = entry
-        for entry in entries:
-            draft = draft_of(entry)
-            if draft is not None and (found := self._by_name.get(draft)) is None:
-                raise ConfigError(f"model {entry.id!r}: its draft model {draft!r} is not listed")
-            if draft is not None and found is not None and found.format not in (None, "gguf"):
-                raise ConfigError(f"model {entry.id!r}: its draft model {draft!r} is no GGUF")
-
-    def resolve(self, name: str) -> ModelEntry | None:
-        return self._by_name.get(name)
-
-
-def draft_of(entry: ModelEntry) -> str | None:
-    """The catalogue name of the draft model an entry's speculative option asks for."""
-    option = entry.options.get("speculative")
-    if isinstance(option, dict) and isinstance(option.get("draft"), str):
-        return str(option["draft"])
-    return None
-
-
-def _validation_message(path: Path, exc: ValidationError) -> str:
-    where, message = first_problem(exc)
-    return f"{path}: {'.'.join(where) or '(top level)'}: {message}"
-
-
 def load_config(path: Path | None) -> Config:
     """Read config.json; a missing default file means the documented defaults."""
     if path is None:
@@ -396,7 +299,7 @@ def load_config(path: Path | None) -> Config:
     try:
         return Config.model_validate(read_json(path))
     except ValidationError as exc:
-        raise ConfigError(_validation_message(path, exc)) from None
+        raise ConfigError(file_problem(path, exc)) from None
 
 
 def catalogue_path(config: Config, config_path: Path | None) -> Path:
@@ -422,21 +325,3 @@ class StateFiles:
             catalogue=catalogue_path(config, config_path),
             state_dir=state_dir,
         )
-
-
-def load_catalogue(path: Path) -> Catalogue:
-    return catalogue_from(read_json(path), str(path))
-
-
-def catalogue_from(data: Any, source: str) -> Catalogue:
-    """Validate a catalogue given as data (a list, or {"models": [...]})."""
-    items = data.get("models") if isinstance(data, dict) else data
-    if not isinstance(items, list):
-        raise ConfigError(f"{source}: expected a list of models (or {{'models': [...]}})")
-    entries = []
-    for i, item in enumerate(items):
-        try:
-            entries.append(ModelEntry.model_validate(item))
-        except ValidationError as exc:
-            raise ConfigError(f"model #{i}: " + _validation_message(Path(source), exc)) from None
-    return Catalogue(entries)

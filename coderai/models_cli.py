@@ -4,7 +4,7 @@
 - `list`: each model with its context window, what it can do, and where it is loaded
   and how long it has been idle (models_list.py).
 - `scan [--folder DIR]… [--add ID]… [--add-all]`: the models already on this machine
-  (model_scan.py says where it looks), each with the entry proposed for it, and those the
+  (catalogue/model_scan.py says where it looks), each with the entry proposed for it, and those the
   operator picks added, pointing at the files in place.
 
 A model is added through the running server's admin API (the config's server, answering to
@@ -20,16 +20,12 @@ import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coderai import entry_estimate, model_scan, models_list
+from coderai import models_list
+from coderai.catalogue import entry_estimate, model_scan
+from coderai.catalogue.defaults import default_entries
+from coderai.catalogue.entries import ModelEntry, load_catalogue
 from coderai.common.json_files import write_json_atomically
-from coderai.config import (
-    Config,
-    ModelEntry,
-    StateFiles,
-    load_catalogue,
-    load_config,
-)
-from coderai.defaults import default_entries
+from coderai.config import Config, StateFiles, load_config
 from coderai.errors import ConfigError, ModelFileError
 from coderai.local_server import request_json, server_url
 from coderai.pull.plan import DEFAULT_QUANT

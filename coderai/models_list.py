@@ -1,4 +1,4 @@
-"""`coderai models list`: each model of the catalogue with its facts (model_facts.py):
+"""`coderai models list`: each model of the catalogue with its facts (catalogue/model_facts.py):
 its context window, what it can do, and where it is loaded and for how long it has been
 idle. Asked of the running server (its /v1/models, with the admin key), which knows what
 its engines hold; with no server answering, read from the catalogue's files."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 import urllib.error
 from typing import Any
 
-from coderai.config import Config, ModelEntry
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.file_format import detect_format
+from coderai.catalogue.model_facts import from_file
+from coderai.config import Config
 from coderai.errors import ConfigError, ModelFileError
 from coderai.local_server import request_json, server_url
-from coderai.model_facts import from_file
-from coderai.modelfile import detect_format
 
 
 def from_server(config: Config) -> list[dict[str, Any]] | None:

@@ -93,7 +93,7 @@ def residents_of(residents: object) -> list[dict[str, Any]]:
         and isinstance(r.get("busy"), bool)
         and is_number(r.get("mb"), 0)
         and is_number(r.get("idle_for"), 0)
-        # its facts (model_facts.py), from engines that report them
+        # its facts (catalogue/model_facts.py), from engines that report them
         and type(r.get("context", 0)) is int
         and r.get("context", 0) >= 0
         and all(isinstance(r.get(k, False), bool) for k in ("tools", "reasoning", "vision"))

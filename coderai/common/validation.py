@@ -1,10 +1,19 @@
-"""One way to tell a person what pydantic found wrong, for config files and HTTP bodies."""
+"""Pydantic at the edges, for config files and HTTP bodies: a model that refuses keys it does
+not name, and one way to tell a person what pydantic found wrong."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class Strict(BaseModel):
+    """A key the model does not name is refused, never ignored: a misspelt one would
+    otherwise do nothing."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def first_problem(exc: ValidationError) -> tuple[list[str], str]:
@@ -22,3 +31,9 @@ def first_problem(exc: ValidationError) -> tuple[list[str], str]:
 
 def _is_branch(part: object) -> bool:
     return isinstance(part, str) and ("[" in part or "(" in part)
+
+
+def file_problem(path: Path, exc: ValidationError) -> str:
+    """What is wrong in a file, as a ConfigError says it: `path: where: what`."""
+    where, message = first_problem(exc)
+    return f"{path}: {'.'.join(where) or '(top level)'}: {message}"

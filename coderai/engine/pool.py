@@ -21,12 +21,12 @@ from pathlib import Path
 
 import psutil
 
-from coderai import model_options
 from coderai.bus.messages import ModelSpec
+from coderai.catalogue import model_options
+from coderai.catalogue.file_format import required_capability
 from coderai.common.eviction import ResidentView, plan_evictions
 from coderai.engine.backends.base import Backend, LoadProgress, ModelInstance
 from coderai.errors import JobError
-from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.engine")
 MIB = 1 << 20

@@ -17,7 +17,8 @@ import zmq
 from aiohttp import web
 
 from coderai.bus.sockets import ipc_endpoint, private_runtime_dir
-from coderai.config import Catalogue, Config, StateFiles, engine_settings
+from coderai.catalogue.entries import Catalogue
+from coderai.config import Config, StateFiles, engine_settings
 from coderai.errors import ConfigError
 from coderai.front.app import Front, build_app
 from coderai.front.auth.gate import requires_api_key

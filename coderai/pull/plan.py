@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from coderai.model_scan import is_projector, quant, shard
+from coderai.catalogue.model_scan import is_projector, quant, shard
 
 DEFAULT_QUANT = "Q4_K_M"
 _HOST = re.compile(r"^(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/", re.IGNORECASE)

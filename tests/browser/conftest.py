@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from tests.support.hub import Hub, HubRepo, serve
 from tests.support.server import REPO, Server
 

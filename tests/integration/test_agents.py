@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from coderai.front.api.responses.request import SUMMARY_HEAD
 from tests.support import agents
 from tests.support.media import png

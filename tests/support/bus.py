@@ -14,7 +14,8 @@ import zmq.asyncio
 
 from coderai.bus.codec import decode, encode
 from coderai.bus.messages import Chunks, Hello, Job, Message, Welcome
-from coderai.config import ModelEntry, ServerConfig
+from coderai.catalogue.entries import ModelEntry
+from coderai.config import ServerConfig
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
 

@@ -237,7 +237,7 @@ class ModelInstance(abc.ABC):
     call_tags: tuple[str, str] = ("<tool_call>", "</tool_call>")
     think_tags: tuple[str, str] = ("<think>", "</think>")
 
-    #: what /v1/models says of it once loaded (model_facts.py): the window in tokens a
+    #: what /v1/models says of it once loaded (catalogue/model_facts.py): the window in tokens a
     #: sequence may fill (what tokenize reports; 0: no limit it knows), and whether its
     #: chat template renders tools itself (else the fallback prompt lists them)
     window: int = 0

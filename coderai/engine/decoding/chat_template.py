@@ -2,7 +2,7 @@
 messages and tools), and the format in which the model writes a tool call.
 
 A catalogue entry's `chat_template` option, whose text the front sends (coderai/
-templatefile.py), stands in for the template the model ships, or gives one to a model that
+catalogue/templatefile.py), stands in for the template the model ships, or gives one to a model that
 ships none.
 
 A template that knows tools (its source uses `tools`) gets them as Hugging Face's templates
@@ -21,12 +21,12 @@ import json
 from typing import Any
 
 from coderai.bus.messages import Job
+from coderai.catalogue.templatefile import TEMPLATE_OPTION, check, is_inline
 from coderai.engine.decoding.marked_calls import MARKERS
 from coderai.engine.decoding.reasoning import END, REASONING_FORMATS, START
 from coderai.engine.decoding.template_probe import Probed, probe
 from coderai.engine.decoding.tool_parse import CALL_TAGS, FORMATS
 from coderai.errors import ConfigError, JobError
-from coderai.templatefile import TEMPLATE_OPTION, check, is_inline
 
 FALLBACK_PROMPT = (
     "You may call these functions (JSON schemas):\n<tools>\n{tools}\n</tools>\n"

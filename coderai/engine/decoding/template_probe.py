@@ -62,9 +62,9 @@ _TAG_AT_START = re.compile("^" + _TAG)
 
 
 def _environment() -> Any:
-    """Jinja as the backends render chat templates (templatefile.py's), with the helpers
+    """Jinja as the backends render chat templates (catalogue/templatefile.py's), with the helpers
     Hugging Face's templates call: a fixed date stands in for today's."""
-    from coderai.templatefile import _environment as chat_environment
+    from coderai.catalogue.templatefile import _environment as chat_environment
 
     def refuse(message: str) -> None:
         raise ValueError(message)

@@ -11,7 +11,8 @@ from typing import Any
 
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Job
-from coderai.config import MediaConfig, ModelEntry
+from coderai.catalogue.entries import ModelEntry
+from coderai.config import MediaConfig
 from coderai.front.auth import activity
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import InvalidRequest
 from coderai.front import http
 from coderai.front.api.openai.routes import job_fields

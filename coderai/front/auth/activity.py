@@ -18,7 +18,7 @@ from typing import Any
 
 from coderai.bus.kinds import FinishReason
 from coderai.bus.messages import Done
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import ModelNotAllowed
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.hub import EventHub

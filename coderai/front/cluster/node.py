@@ -13,7 +13,7 @@ from typing import Any
 from coderai.bus.checker import OFFERED_FORMATS
 from coderai.bus.kinds import EngineState, FailKind
 from coderai.bus.messages import Fail, Heartbeat, Hello, ModelSpec
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import CoderaiError, ContextLengthExceeded, InvalidRequest, ModelFileError
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.engine_view import EngineView

@@ -49,8 +49,10 @@ from coderai.bus.messages import (
     Resume,
     Welcome,
 )
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.file_format import required_capability
 from coderai.common.logthrottle import ThrottledLog
-from coderai.config import ClusterConfig, ModelEntry
+from coderai.config import ClusterConfig
 from coderai.errors import BusProtocolError, CoderaiError, ConfigError
 from coderai.front.cluster import node
 from coderai.front.dispatch.catalogue import ModelDirectory
@@ -58,7 +60,6 @@ from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.engine_view import EngineView
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.engines.plan import EnginePlan
-from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.front.uplink")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from aiohttp import web
 
-from coderai import entry_estimate
 from coderai.bus.kinds import ControlAction
+from coderai.catalogue import entry_estimate
+from coderai.catalogue.entries import Catalogue, ModelEntry, catalogue_from
 from coderai.common.json_files import write_json_atomically
-from coderai.config import Catalogue, ModelEntry, catalogue_from
 from coderai.errors import ConfigError, Conflict, InvalidRequest, ModelFileError, NoEngine, NotFound
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher

@@ -13,7 +13,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 import coderai
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.front.api.anthropic.request import CountTokensRequest, MessagesRequest
 from coderai.front.api.openai.schemas import (
     ChatRequest,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import CoderaiError, Conflict, NotFound
 from coderai.front.http import ADMIN_PREFIX, read_json, validate
 from coderai.front.hub import EventHub

@@ -1,4 +1,4 @@
-"""GET /admin/api/scan: the models already on the front's machine (model_scan.py says
+"""GET /admin/api/scan: the models already on the front's machine (catalogue/model_scan.py says
 where it looks; `?folder=DIR`, repeated, looks in those too), each with its catalogue
 entry and what the catalogue makes of it. The console adds the ones the operator picks
 with POST /admin/api/models, pointing at the files in place."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from coderai import model_scan
-from coderai.config import ModelEntry
+from coderai.catalogue import model_scan
+from coderai.catalogue.entries import ModelEntry
 from coderai.front.http import ADMIN_PREFIX
 
 

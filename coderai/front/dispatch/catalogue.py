@@ -8,13 +8,13 @@ import logging
 from collections.abc import Mapping
 from typing import cast
 
-from coderai.config import Catalogue, ModelEntry, draft_of
+from coderai.catalogue.entries import Catalogue, ModelEntry, draft_of
+from coderai.catalogue.file_format import required_capability
 from coderai.errors import ModelFileError, ModelNotFound
 from coderai.front.dispatch.placement import Assignment, EngineAbility, ModelView, assign_owners
 from coderai.front.dispatch.probe import Probed, probe, same
 from coderai.front.dispatch.registry import EngineRecord, RemoteEngine
 from coderai.front.engines.plan import EnginePlan
-from coderai.modelfile import required_capability
 
 log = logging.getLogger("coderai.front")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coderai.bus.messages import Done, Job, Prompt, Tokens
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import CoderaiError
 from coderai.front.dispatch.output import Collected, Piece
 

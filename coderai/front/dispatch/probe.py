@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeAlias
 
-from coderai import model_options
-from coderai.config import Catalogue, ModelEntry
+from coderai.catalogue import model_options
+from coderai.catalogue.entries import Catalogue, ModelEntry
+from coderai.catalogue.file_format import detect_format, required_capability
+from coderai.catalogue.templatefile import TEMPLATE_OPTION, template_text
 from coderai.errors import ConfigError, ModelFileError, NotAFileOrFolder
-from coderai.modelfile import detect_format, required_capability
-from coderai.templatefile import TEMPLATE_OPTION, template_text
 
 #: how long the checks of a catalogue's files may take; slower ones count as failed
 PROBE_TIMEOUT_SECONDS = 5.0

@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from coderai.engine.scheduler import PROGRESS_INTERVAL
 from tests.support.prompts import long_prompt
 from tests.support.server import TTFT_COUNT, Server, running

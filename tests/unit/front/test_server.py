@@ -14,7 +14,8 @@ import pytest
 import zmq
 
 from coderai.bus.sockets import ipc_endpoint
-from coderai.config import Catalogue, Config, StateFiles
+from coderai.catalogue.entries import Catalogue
+from coderai.config import Config, StateFiles
 from coderai.errors import ConfigError
 from coderai.front.app import Front
 from coderai.front.engines.host import EngineHost, InProcess, Unhosted

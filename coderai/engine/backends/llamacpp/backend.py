@@ -20,6 +20,15 @@ import psutil
 
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import ModelSpec
+from coderai.catalogue.model_memory import (
+    CONTEXT_FLOOR,
+    KV_BYTES,
+    KV_SHARE,
+    bytes_per_token,
+    context_for_memory,
+    for_gguf,
+    sequences,
+)
 from coderai.engine import die_at
 from coderai.engine.backends.base import (
     Backend,
@@ -37,15 +46,6 @@ from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.backends.llamacpp.settings import BatchSettings
 from coderai.engine.backends.llamacpp.vision import Projector
 from coderai.errors import JobError
-from coderai.model_memory import (
-    CONTEXT_FLOOR,
-    KV_BYTES,
-    KV_SHARE,
-    bytes_per_token,
-    context_for_memory,
-    for_gguf,
-    sequences,
-)
 
 log = logging.getLogger("coderai.engine")
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from coderai.bus.kinds import JobKind
+from coderai.catalogue.model_facts import sees_images
 from coderai.config import SearchConfig
 from coderai.errors import CoderaiError
 from coderai.front.api import event_relay
@@ -31,7 +32,6 @@ from coderai.front.api.openai.tokenize import tokens_answer
 from coderai.front.api.serving import Serving
 from coderai.front.api.translation import chat_request, submit_chat, validate
 from coderai.front.http import ENGINE_HEADER, FRONT, from_http_exception, notify, read_json
-from coderai.model_facts import sees_images
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

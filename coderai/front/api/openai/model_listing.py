@@ -8,14 +8,14 @@ vLLM's names for the window), whether the model is loaded and where, and what it
      "loaded_on": [{"engine": "e0", "busy": false, "idle_seconds": 12.5}]}
 
 A loaded model's facts are its engine's (the window it created); an unloaded one's, its
-file's (model_facts.py), which the engine may lower when memory is short."""
+file's (catalogue/model_facts.py), which the engine may lower when memory is short."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from coderai.config import ModelEntry
-from coderai.model_facts import ModelFacts, from_report
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.model_facts import ModelFacts, from_report
 
 #: where a model is resident: (engine name, its report in the engine's heartbeat)
 Placement = tuple[str, dict[str, Any]]

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Done
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.model_facts import ModelFacts, from_file, sees_images
 from coderai.errors import CoderaiError, ModelFileError
 from coderai.front.api.openai import choices, text_relay
 from coderai.front.api.openai.choices import ChoiceStream
@@ -27,7 +28,6 @@ from coderai.front.auth import activity
 from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
-from coderai.model_facts import ModelFacts, from_file, sees_images
 
 
 def encode_vector(vector: list[float], encoding: str) -> list[float] | str:

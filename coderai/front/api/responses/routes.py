@@ -9,6 +9,7 @@ import logging
 
 from aiohttp import web
 
+from coderai.catalogue.model_facts import sees_images
 from coderai.errors import CoderaiError, InvalidRequest
 from coderai.front.api import event_relay
 from coderai.front.api.responses import compaction
@@ -18,7 +19,6 @@ from coderai.front.api.responses.request import NOT_BUILT, RENAMES, ResponsesReq
 from coderai.front.api.serving import Serving
 from coderai.front.api.translation import chat_request, submit_chat, validate
 from coderai.front.http import ENGINE_HEADER, FRONT, error_response, notify, read_json
-from coderai.model_facts import sees_images
 
 #: names the hosted tools a request offered that the model was not offered (comma-separated)
 OMITTED_HEADER = "X-CoderAI-Tools-Omitted"

@@ -13,7 +13,7 @@ Left out, and why:
   tested in test_console_models.py and test_console_settings.py.
 - pulls and the scan: a pull fetches from the hub (a 502 where it cannot be reached), and
   a scan of a generated folder ("/") would walk the whole disk. Tested in
-  test_model_pull.py and test_model_scan.py.
+  test_model_pull.py and catalogue/test_model_scan.py.
 - the two endless streams: the console's live feed and the log stream.
 - that every request the description allows is accepted: many rules are not expressible
   in it (a tool message needs its tool_call_id, a key cannot expire in the past, the last

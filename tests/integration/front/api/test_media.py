@@ -14,7 +14,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from coderai.tinyprojector import IMAGE_TOKENS, build_projector
 from tests.support import searxng
 from tests.support.media import data_url, png, scanned_pdf, text_pdf

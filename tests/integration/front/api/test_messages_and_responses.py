@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from tests.support.server import Server, running
 from tests.support.tools import SHORT_PARAMETERS
 

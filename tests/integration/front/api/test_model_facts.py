@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from tests.support.server import Server, openai_client, running, wait_for
 
 

@@ -18,7 +18,7 @@ import pydantic
 import pytest
 from openai.types.chat import ChatCompletionToolParam
 
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from coderai.engine.decoding.marked_calls import MARKERS
 from tests.support.json_prefix import is_json_prefix
 from tests.support.server import Server, openai_client, running

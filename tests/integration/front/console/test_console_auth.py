@@ -19,7 +19,8 @@ import openai
 import openapi_spec_validator
 import pytest
 
-from coderai.config import Catalogue, Config, StateFiles
+from coderai.catalogue.entries import Catalogue
+from coderai.config import Config, StateFiles
 from coderai.front.app import build_app
 from coderai.front.auth.gate import ADMIN_OPEN, CHANGING, SESSION_RECHECK_SECONDS
 from coderai.front.server import assemble

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coderai.config import load_catalogue, load_config
+from coderai.catalogue.entries import load_catalogue
+from coderai.config import load_config
 from coderai.state.database import Database
 from tests.support.server import Server, wait_for
 

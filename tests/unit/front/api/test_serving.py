@@ -13,7 +13,8 @@ import zmq
 
 from coderai.bus.kinds import FinishReason, JobKind
 from coderai.bus.messages import Done
-from coderai.config import Catalogue, ModelEntry, ServerConfig
+from coderai.catalogue.entries import Catalogue, ModelEntry
+from coderai.config import ServerConfig
 from coderai.errors import ModelFileError, ModelNotAllowed, ModelNotFound, QueueFull
 from coderai.front.api.serving import Serving
 from coderai.front.auth.activity import CURRENT, Ticket

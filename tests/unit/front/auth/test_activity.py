@@ -13,7 +13,7 @@ import pytest
 
 from coderai.bus.kinds import FinishReason
 from coderai.bus.messages import Done, Job
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import EngineFailed, ModelNotAllowed
 from coderai.front.auth import activity
 from coderai.front.auth.activity import CURRENT, RECENT, Activity, Ticket, _outcome

@@ -14,7 +14,8 @@ import zmq
 
 from coderai.bus.kinds import FinishReason
 from coderai.bus.messages import Done, Job
-from coderai.config import Catalogue, ModelEntry, ServerConfig
+from coderai.catalogue.entries import Catalogue, ModelEntry
+from coderai.config import ServerConfig
 from coderai.errors import CoderaiError, EngineFailed
 from coderai.front.api.openai.choices import ChoiceStream
 from coderai.front.api.openai.reply import DONE_EVENT, data_event

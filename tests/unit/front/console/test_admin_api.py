@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import NotFound
 from coderai.front.console.admin_api import _find
 

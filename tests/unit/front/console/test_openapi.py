@@ -12,7 +12,7 @@ from typing import Any
 import openapi_spec_validator
 
 import coderai
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.front.console.accounts_api import NewUser
 from coderai.front.console.openapi import (
     _ANY_OBJECT,

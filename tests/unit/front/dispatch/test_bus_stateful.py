@@ -50,7 +50,8 @@ from coderai.bus.messages import (  # fmt: skip
     Message,
     Welcome,
 )
-from coderai.config import ModelEntry, ServerConfig
+from coderai.catalogue.entries import ModelEntry
+from coderai.config import ServerConfig
 from coderai.errors import BusProtocolError, EngineFailed, NoEngine
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob

@@ -7,7 +7,8 @@ import dataclasses
 from pathlib import Path
 
 from coderai.bus.messages import Cancel, Chunks, Done, Heartbeat, Job, Tokens
-from coderai.config import ModelEntry, ServerConfig
+from coderai.catalogue.entries import ModelEntry
+from coderai.config import ServerConfig
 from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob

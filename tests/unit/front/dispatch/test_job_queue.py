@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from coderai.bus.messages import Job
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.queue import JobQueue
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from coderai.config import Catalogue, ModelEntry
+from coderai.catalogue.entries import Catalogue, ModelEntry
 from coderai.errors import ConfigError, ModelFileError
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.probe import probe

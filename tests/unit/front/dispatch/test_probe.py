@@ -5,7 +5,7 @@ import os
 import threading
 from pathlib import Path
 
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import ModelFileError, NotAFileOrFolder
 from coderai.front.dispatch.probe import Probed, probe, refusals
 

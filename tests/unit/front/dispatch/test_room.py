@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from coderai.bus.messages import Job
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.registry import EngineRecord
 from coderai.front.dispatch.room import RoomKeeper, room_evictions

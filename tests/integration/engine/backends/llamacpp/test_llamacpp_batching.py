@@ -18,7 +18,7 @@ import pytest
 from coderai import tinymodel
 from coderai.bus.codec import decode
 from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
 from coderai.engine.backends.base import END, READING, LoadProgress, Sequence
 from coderai.engine.backends.llamacpp import draft_policy, speculation
 from coderai.engine.backends.llamacpp.backend import LlamaCppBackend

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from coderai.catalogue.model_memory import bytes_per_token, context_for_memory
 from coderai.engine.backends.llamacpp.kv import KvLedger, cells_needed, grown, reservation
-from coderai.model_memory import bytes_per_token, context_for_memory
 
 
 def test_a_bounded_request_is_promised_all_it_can_use_and_an_unbounded_one_a_step() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coderai.bus.kinds import FinishReason
 from coderai.bus.messages import Done, Job, Tokens
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import EngineFailed, NoEngine
 from coderai.front.api.openai.tokenize import tokens_answer
 from coderai.front.dispatch.jobs import FrontJob

@@ -1,7 +1,7 @@
 """The options a catalogue entry may give its model, by the backend that runs it. An option
 no backend reads would be accepted and do nothing (a misspelt `n_ctx`, or `speculative`
 before speculation exists): such an entry is refused, naming the option, where the
-catalogue is read (config.py), and again by the engine that loads it (a spec that did
+catalogue is read (entries.py), and again by the engine that loads it (a spec that did
 not come through a catalogue). The README documents each option beside its backend.
 """
 
@@ -12,15 +12,15 @@ from collections.abc import Mapping
 #: read for a model of any format
 ANY = frozenset({
     "memory_mb",  # the size the engine's pool accounts for it
-    "chat_template",  # coderai/templatefile.py
+    "chat_template",  # coderai/catalogue/templatefile.py
     "tool_format",  # engine/chat_template.py
     "reasoning_format",  # engine/chat_template.py
-    "backend",  # a GGUF run by transformers (modelfile.required_capability)
+    "backend",  # a GGUF run by transformers (file_format.required_capability)
     "context_length",  # a node's or broker's report of the context
     "bare_tool_calls",  # engine/decoding/bare_call.py (false: off)
 })  # fmt: skip
 
-#: what each backend reads, by the capability that runs it (modelfile.required_capability)
+#: what each backend reads, by the capability that runs it (file_format.required_capability)
 BY_BACKEND: Mapping[str, frozenset[str]] = {
     "gguf": frozenset({
         "n_ctx", "n_batch", "parallel", "reserve_tokens", "prefix_cache_tokens",

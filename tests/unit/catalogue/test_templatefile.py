@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from coderai.config import Catalogue, ModelEntry, catalogue_from
+from coderai.catalogue.entries import Catalogue, ModelEntry, catalogue_from
+from coderai.catalogue.templatefile import MAX_BYTES, template_text
 from coderai.engine.decoding.chat_template import chosen_template, tool_format
 from coderai.errors import ConfigError, JobError
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.probe import with_templates
 from coderai.front.engines.plan import EnginePlan
-from coderai.templatefile import MAX_BYTES, template_text
 
 TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
 #: a template that knows tools and writes Mistral's calls

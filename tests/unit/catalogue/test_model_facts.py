@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from coderai.bus.checker import residents_of
-from coderai.config import ModelEntry
-from coderai.defaults import embedded_gguf
+from coderai.catalogue.defaults import embedded_gguf
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.model_facts import ModelFacts, from_file
 from coderai.errors import BusProtocolError
 from coderai.front.api.openai.model_listing import model_object
-from coderai.model_facts import ModelFacts, from_file
 from coderai.models_list import rows
 
 SMOL = embedded_gguf()
@@ -65,7 +65,7 @@ def test_a_resident_report_with_malformed_facts_is_refused(bad: dict[str, object
 
 
 def test_a_vision_projector_counts_in_the_memory_estimate_and_the_facts(tmp_path: Path) -> None:
-    from coderai.entry_estimate import estimate
+    from coderai.catalogue.entry_estimate import estimate
 
     assert SMOL is not None
     projector = tmp_path / "mmproj.gguf"

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coderai import gguf_header
-from coderai.config import ModelEntry
-from coderai.templatefile import TEMPLATE_OPTION, template_text
+from coderai.catalogue import gguf_header
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.templatefile import TEMPLATE_OPTION, template_text
 
 #: markers of a template that writes thinking (Qwen3's and DeepSeek-R1's tags, gpt-oss's
 #: channels): the engine's own reading is exact once loaded, this is the file's guess

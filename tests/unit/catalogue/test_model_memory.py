@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from coderai import entry_estimate, gguf_header, model_memory
-from coderai.config import ModelEntry
+from coderai.catalogue import entry_estimate, gguf_header, model_memory
+from coderai.catalogue.entries import ModelEntry
 from coderai.errors import ModelFileError, NotAFileOrFolder
 
 MIB = 1 << 20

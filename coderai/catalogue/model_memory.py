@@ -13,7 +13,7 @@ A llama.cpp load allocates (each logged by llama.cpp as a "buffer size"):
   (the mask, batch x context, and without flash attention the scores, batch x context x
   heads), plus the feed-forward's activations.
 Fitted to llama.cpp 0.3.36's own figures for SmolLM2 135M and Gemma 3 270M, within 1-4 %;
-tests/integration/test_model_memory.py holds it to 15 % of a real load's.
+tests/integration/catalogue/test_model_memory.py holds it to 15 % of a real load's.
 What the estimate leaves out: a GPU backend's own workspace (CUDA's context, cuBLAS), and
 the prompt cache in RAM, which grows with use up to its own cap.
 """

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from coderai.bus.messages import ModelSpec
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 from coderai.engine.backends.fake import FakeBackend
 from coderai.engine.pool import ModelPool
 from coderai.errors import JobError

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from huggingface_hub import constants
 
-from coderai.config import ModelEntry
+from coderai.catalogue.entries import ModelEntry
 
 _QUANT = re.compile(
     r"(?i)[-._](I?Q\d(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|F16|BF16|F32)(?=\.gguf$|[-._])"

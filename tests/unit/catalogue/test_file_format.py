@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from coderai.catalogue.file_format import detect_format, required_capability
 from coderai.config import Config, engine_settings, engine_slots
 from coderai.engine.backends.transformers.backend import choose_dtype
 from coderai.errors import JobError, ModelFileError, NotAFileOrFolder
-from coderai.modelfile import detect_format, required_capability
 
 
 def test_gguf_is_known_by_its_magic_bytes_not_its_name(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ import json
 import stat
 from pathlib import Path
 
-from coderai import gguf_header, model_memory
-from coderai.config import ModelEntry
+from coderai.catalogue import gguf_header, model_memory
+from coderai.catalogue.entries import ModelEntry
+from coderai.catalogue.file_format import detect_format
+from coderai.catalogue.model_scan import shard
 from coderai.errors import ModelFileError, NotAFileOrFolder
-from coderai.model_scan import shard
-from coderai.modelfile import detect_format
 
 
 def _gguf_bytes(path: Path) -> int:

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from coderai import entry_estimate, gguf_header
-from coderai.config import ModelEntry
-from coderai.defaults import embedded_gguf
+from coderai.catalogue import entry_estimate, gguf_header
+from coderai.catalogue.defaults import embedded_gguf
+from coderai.catalogue.entries import ModelEntry
 from tests.support.server import Server, wait_for
 
 ADMIN = "test-admin-key"

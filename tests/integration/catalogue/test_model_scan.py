@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coderai import model_scan
-from coderai.model_scan import quant
+from coderai.catalogue import model_scan
+from coderai.catalogue.model_scan import quant
 from tests.support.server import Server
 
 ADMIN = "test-admin-key"
