@@ -57,7 +57,7 @@ from bench.lib.results import RESULTS, save
 from bench.lib.server import BenchServer, free_port
 from bench.llamacpp import OPENMP_ENV
 from coderai.catalogue.defaults import embedded_gguf
-from coderai.engine_main import brief_openmp_spin
+from coderai.cli.engine import brief_openmp_spin
 
 CONTEXT = 32768
 PARALLEL = 4

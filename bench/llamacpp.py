@@ -47,7 +47,7 @@ import psutil
 
 from bench.lib.results import RESULTS, save
 from bench.lib.server import BenchServer, free_port
-from coderai.engine_main import brief_openmp_spin
+from coderai.cli.engine import brief_openmp_spin
 from tests.support.sse import DONE, event
 
 TOPICS = ["the sea", "a mountain", "a city at night", "an old library", "a long train ride",
@@ -64,7 +64,7 @@ with _extra_buffer_types(KERNELS.machine_on()):
     main()
 """
 #: the peers the throughput section may run, by the name their results go under
-#: the OpenMP settings every side ran with (the engine's, see coderai.engine_main.brief_openmp_spin)
+#: the OpenMP settings every side ran with (the engine's, see coderai.cli.engine.brief_openmp_spin)
 OPENMP_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SERVERS = {"llama_cpp.server": "llama_cpp_server", "llama-server": "llama_server"}
 

@@ -112,5 +112,5 @@ class Unhosted:
 
 #: --single-process: makes the one engine that runs on a thread of the front's process,
 #: from its plan, the front's ZeroMQ context and the bus token; gives the bus endpoint it
-#: joins and its host (coderai.inprocess; the command passes it in)
+#: joins and its host (coderai.cli.inprocess; the command passes it in)
 InProcess = Callable[["EnginePlan", "zmq.Context[zmq.Socket[bytes]]", str], tuple[str, EngineHost]]

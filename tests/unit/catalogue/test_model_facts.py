@@ -12,9 +12,9 @@ from coderai.bus.checker import residents_of
 from coderai.catalogue.defaults import embedded_gguf
 from coderai.catalogue.entries import ModelEntry
 from coderai.catalogue.model_facts import ModelFacts, from_file
+from coderai.cli.models_list import rows
 from coderai.errors import BusProtocolError
 from coderai.front.api.openai.model_listing import model_object
-from coderai.models_list import rows
 
 SMOL = embedded_gguf()
 TOOLS_TEMPLATE = (

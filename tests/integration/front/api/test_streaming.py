@@ -142,7 +142,7 @@ def dump(*_):
     with open(sys.argv[1], "w") as fh:
         json.dump(sorted(sys.modules), fh)
 signal.signal(signal.SIGUSR1, dump)
-from coderai.cli import main
+from coderai.cli.main import main
 sys.exit(main(sys.argv[2:]))
 """
 

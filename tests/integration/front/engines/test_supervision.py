@@ -14,7 +14,7 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from coderai import engine_main
+from coderai.cli.engine import OPENMP_SPIN
 from coderai.engine.backends.fake import fake_tokens
 from tests.integration.conftest import StartServer
 from tests.support.server import Server, site_hook, wait_for
@@ -237,12 +237,12 @@ def test_engines_start_with_a_brief_openmp_spin_unless_the_operator_set_one(
     start_server: StartServer,
 ) -> None:
     # read from each engine's own environment, as the OS started it: `coderai run` set it
-    # for its children (see coderai.engine_main.brief_openmp_spin)
+    # for its children (see coderai.cli.engine.brief_openmp_spin)
     srv = start_server({}, MODELS[-1:], engines=2)
     operator = any(
         os.environ.get(name, "").strip() for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
     )
-    expected = os.environ.get("GOMP_SPINCOUNT") if operator else engine_main.OPENMP_SPIN
+    expected = os.environ.get("GOMP_SPINCOUNT") if operator else OPENMP_SPIN
     for pid in srv.engine_pids:
         env = psutil.Process(pid).environ()
         assert env.get("GOMP_SPINCOUNT") == expected

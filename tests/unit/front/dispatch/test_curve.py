@@ -69,7 +69,7 @@ def test_a_remote_routing_id_needs_its_random_part_and_a_local_one_none() -> Non
 
 
 def test_keygen_out_refuses_a_config_it_would_not_read(tmp_path: Path) -> None:
-    from coderai.cli import main
+    from coderai.cli.main import main
 
     config = tmp_path / "config.json"
     config.write_text("{}")

@@ -1,5 +1,5 @@
 """`coderai launch claude|codex|opencode|aider [--model ID] [--print] [-- ARGS…]`: a coding
-agent started against a running CoderAI server with everything it needs (launch.py says
+agent started against a running CoderAI server with everything it needs (agents.py says
 what), and told nothing that is not needed. The server is the one `coderai run` starts with
 the same config (or `--url`); the model is `--model`, else the first the server lists; the
 key is `--key`, else $CODERAI_API_KEY, else, where the server wants one, a key made for
@@ -21,22 +21,19 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from coderai import launch
+from coderai.cli import agents
+from coderai.cli.config_file import config_file
+from coderai.cli.local_server import request_json, server_url
 from coderai.config import StateFiles, load_config
 from coderai.errors import ConfigError
-from coderai.local_server import request_json, server_url
 
 #: how long the server may take to answer: /tokenize loads the model if it must
 _LOAD_SECONDS = 600
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
-        "launch",
-        help="start a coding agent against this server",
-        description="what follows -- is the agent's own arguments",
-    )
-    parser.add_argument("agent", choices=sorted(launch.AGENTS))
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "start a coding agent; what follows -- is the agent's own arguments"
+    parser.add_argument("agent", choices=sorted(agents.AGENTS))
     parser.add_argument("--model", help="the model id (default: the first the server lists)")
     parser.add_argument("--url", help="the server (default: from the config, as `run` binds)")
     parser.add_argument("--key", help="an API key (default: $CODERAI_API_KEY, or one made)")
@@ -132,37 +129,26 @@ def _connect(
     return url, key, model, context
 
 
-def split(argv: list[str]) -> tuple[list[str], list[str]]:
-    """`coderai … launch …` before `--`, and the agent's own arguments after it
-    (argparse's subcommands do not pass `--` on)."""
-    if "--" in argv and "launch" in argv[: argv.index("--")]:
-        at = argv.index("--")
-        return argv[:at], argv[at + 1 :]
-    return argv, []
-
-
-def run(args: argparse.Namespace, default_config: Path) -> int:
-    config_path: Path | None = args.config
-    if config_path is None and default_config.is_file():
-        config_path = default_config
+def run(args: argparse.Namespace) -> int:
+    config_path = config_file(args.config)
     config = load_config(config_path)
     files = StateFiles.of(config, config_path.resolve()) if config_path is not None else None
     url, key, model, context = _connect(args, config, files)
-    warning = launch.context_warning(args.agent, model, context) if context else None
+    warning = agents.context_warning(args.agent, model, context) if context else None
     if warning:
         print(f"coderai: warning: {warning}", file=sys.stderr)
-    plan = launch.plan(args.agent, url, key or "none", model, _folder(files), context)
-    plan.args += args.agent_args
+    plan = agents.plan(args.agent, url, key or "none", model, _folder(files), context)
+    plan.args += args.rest  # after `--`: the agent's own
     for path, text in plan.files.items():  # --print's settings must work as printed
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    command = launch.AGENTS[args.agent]
+    command = agents.AGENTS[args.agent]
     if args.print:
         print(plan.manual(command))
         return 0
     binary = shutil.which(command)
     if binary is None:
-        raise ConfigError(f"{command} is not installed: {launch.INSTALL[args.agent]}")
+        raise ConfigError(f"{command} is not installed: {agents.INSTALL[args.agent]}")
     env = {k: v for k, v in os.environ.items() if k not in plan.unset}
     sys.stdout.flush()
     sys.stderr.flush()

@@ -3,7 +3,7 @@ configuration files it reads (written into a folder CoderAI owns, never over the
 own), the arguments it is started with, the context its own prompt needs, and the same
 settings written out for a user who sets them by hand (`coderai launch --print`).
 
-Pure: `coderai launch` (launch_cli.py) finds the server, the model and a key, writes the
+Pure: `coderai launch` (launch.py) finds the server, the model and a key, writes the
 files and starts the agent.
 """
 

@@ -11,9 +11,9 @@ from typing import Any
 from coderai.catalogue.entries import ModelEntry
 from coderai.catalogue.file_format import detect_format
 from coderai.catalogue.model_facts import from_file
+from coderai.cli.local_server import request_json, server_url
 from coderai.config import Config
 from coderai.errors import ConfigError, ModelFileError
-from coderai.local_server import request_json, server_url
 
 
 def from_server(config: Config) -> list[dict[str, Any]] | None:

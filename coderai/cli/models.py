@@ -20,22 +20,22 @@ import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coderai import models_list
 from coderai.catalogue import entry_estimate, model_scan
 from coderai.catalogue.defaults import default_entries
 from coderai.catalogue.entries import ModelEntry, load_catalogue
+from coderai.cli import models_list
+from coderai.cli.config_file import config_file
+from coderai.cli.local_server import request_json, server_url
 from coderai.common.json_files import write_json_atomically
 from coderai.config import Config, StateFiles, load_config
 from coderai.errors import ConfigError, ModelFileError
-from coderai.local_server import request_json, server_url
 from coderai.pull.plan import DEFAULT_QUANT
 
 if TYPE_CHECKING:
     from coderai.pull import download
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    models = sub.add_parser("models", help="the models on this machine")
+def add_arguments(models: argparse.ArgumentParser) -> None:
     models_sub = models.add_subparsers(dest="action", required=True)
     listing = models_sub.add_parser("list", help="the catalogue's models, their facts and loads")
     listing.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
@@ -83,10 +83,8 @@ def _admin(config: Config, entry: dict[str, Any]) -> bool:
         return False
 
 
-def run(args: argparse.Namespace, default_config: Path) -> int:
-    config_path: Path | None = args.config
-    if config_path is None and default_config.is_file():
-        config_path = default_config
+def run(args: argparse.Namespace) -> int:
+    config_path = config_file(args.config)
     config = load_config(config_path)
     files = StateFiles.of(config, config_path)
     entries = _entries(files.catalogue)

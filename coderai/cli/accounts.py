@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from coderai.cli.config_file import config_file
 from coderai.config import StateFiles, load_config
 from coderai.state import api_keys
 from coderai.state.database import Database, LastUser
@@ -21,8 +22,7 @@ from coderai.state.passwords import hash_password
 MIN_PASSWORD = 8
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    users = sub.add_parser("users", help="console admin users")
+def add_user_arguments(users: argparse.ArgumentParser) -> None:
     users_sub = users.add_subparsers(dest="action", required=True)
     add = users_sub.add_parser("add", help="add a user (asks for the password)")
     add.add_argument("name")
@@ -33,8 +33,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     users_sub.add_parser("list", help="list users")
     delete = users_sub.add_parser("delete", help="delete a user (never the last one)")
     delete.add_argument("name")
+    for parser in users_sub.choices.values():
+        parser.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
 
-    keys = sub.add_parser("keys", help="API keys for /v1")
+
+def add_key_arguments(keys: argparse.ArgumentParser) -> None:
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create = keys_sub.add_parser("create", help="create a key; it is shown once")
     create.add_argument("name")
@@ -46,15 +49,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     keys_sub.add_parser("list", help="list keys (never their secrets)")
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id")
-    for parser in (add, passwd, users_sub.choices["list"], delete, create,
-                   keys_sub.choices["list"], revoke):  # fmt: skip
+    for parser in keys_sub.choices.values():
         parser.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
 
 
-def run(args: argparse.Namespace, default_config: Path) -> int:
-    config_path: Path | None = args.config
-    if config_path is None and default_config.is_file():
-        config_path = default_config
+def run(args: argparse.Namespace) -> int:
+    config_path = config_file(args.config)
     files = StateFiles.of(load_config(config_path), config_path)
     db = Database(files.state_dir)
     try:

@@ -1,4 +1,4 @@
-"""Engines ask OpenMP for a brief spin at a barrier (see coderai.engine_main.brief_openmp_spin),
+"""Engines ask OpenMP for a brief spin at a barrier (see coderai.cli.engine.brief_openmp_spin),
 unless told otherwise."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from coderai import engine_main
+from coderai.cli.engine import OPENMP_SPIN, brief_openmp_spin
 
 
 def unset(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
@@ -21,8 +21,8 @@ def unset(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
 
 def test_engines_default_to_a_brief_openmp_spin(monkeypatch: pytest.MonkeyPatch) -> None:
     unset(monkeypatch, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-    engine_main.brief_openmp_spin()
-    assert os.environ["GOMP_SPINCOUNT"] == engine_main.OPENMP_SPIN
+    brief_openmp_spin()
+    assert os.environ["GOMP_SPINCOUNT"] == OPENMP_SPIN
     assert "OMP_WAIT_POLICY" not in os.environ
 
 
@@ -33,7 +33,7 @@ def test_an_operators_own_openmp_wait_wins(
 ) -> None:
     unset(monkeypatch, "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
     monkeypatch.setenv(name, value)
-    engine_main.brief_openmp_spin()
+    brief_openmp_spin()
     assert os.environ[name] == value
     assert "GOMP_SPINCOUNT" not in os.environ or name == "GOMP_SPINCOUNT"
 
@@ -42,5 +42,5 @@ def test_an_empty_setting_is_no_setting(monkeypatch: pytest.MonkeyPatch) -> None
     """libgomp reads an empty variable as unset (a systemd `Environment=NAME=` line)."""
     unset(monkeypatch, "GOMP_SPINCOUNT")
     monkeypatch.setenv("OMP_WAIT_POLICY", " ")
-    engine_main.brief_openmp_spin()
-    assert os.environ["GOMP_SPINCOUNT"] == engine_main.OPENMP_SPIN
+    brief_openmp_spin()
+    assert os.environ["GOMP_SPINCOUNT"] == OPENMP_SPIN

@@ -10,12 +10,12 @@ import os
 from pathlib import Path
 
 from coderai.bus import curve
+from coderai.cli.config_file import config_file
 from coderai.config import StateFiles, load_config
 from coderai.errors import ConfigError
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    cluster = sub.add_parser("cluster", help="keys of engines and nodes on other machines")
+def add_arguments(cluster: argparse.ArgumentParser) -> None:
     actions = cluster.add_subparsers(dest="action", required=True)
     keygen = actions.add_parser(
         "keygen",
@@ -33,14 +33,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         parser.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
 
 
-def run(args: argparse.Namespace, default_config: Path) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.action == "keygen" and args.out is not None:
         if args.config is not None:  # never taken and ignored
             raise ConfigError("keygen --out makes a key pair of its own; it reads no --config")
         return _client_pair(args.out)
-    config_path: Path | None = args.config
-    if config_path is None and default_config.is_file():
-        config_path = default_config
+    config_path = config_file(args.config)
     state_dir = StateFiles.of(load_config(config_path), config_path).state_dir
     if args.action == "keygen":
         public, _ = curve.server_pair(state_dir)

@@ -1,15 +1,12 @@
 """`coderai engine`: one engine process, started by the front's supervisor (`coderai run`)
-rather than by hand. Kept apart from cli.py, and started by `python -m coderai engine`
-without it: the other commands import the config's models and the account store, 0.15-0.2 s
-every engine start (each restart, each test's server) would wait for."""
+rather than by hand. It imports none of the other commands' modules (main.py says why):
+what it needs comes in its arguments and environment."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -84,23 +81,3 @@ def add_arguments(engine: argparse.ArgumentParser) -> None:
         "--server-key", type=Path, help="the front's public key file (a tcp:// bus uses CURVE)"
     )
     engine.add_argument("--key", type=Path, help="this engine's secret key file (tcp://)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`coderai engine ARGS` (or the seed's `--engine-only ARGS`), as cli.main runs it."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="coderai engine", description="one engine process (started by `coderai run`)"
-    )
-    parser.add_argument("--log-level", default=os.environ.get("CODERAI_LOG_LEVEL", "INFO"))
-    add_arguments(parser)
-    args = parser.parse_args(argv[1:])
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
-    try:
-        return run(args)
-    except ConfigError as exc:
-        print(f"coderai: {exc.message}", file=sys.stderr)
-        return 2
