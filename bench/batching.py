@@ -3,7 +3,7 @@ sent one after another, through the full stack, greedy, in one run.
 
     python -m bench.batching [--requests 8] [--tokens 64] [--rounds 3] [--model tiny|smollm2]
 
-tiny: the tiny random Llama built offline (coderai.tinymodel); smollm2: the embedded
+tiny: the tiny random Llama built offline (tests.support.tinymodel); smollm2: the embedded
 SmolLM2-135M-Instruct GGUF, run through the transformers backend.
 """
 
@@ -37,7 +37,7 @@ PROMPTS = [
 
 def model_entry(kind: str, workdir: Path) -> dict[str, Any]:
     if kind == "tiny":
-        from coderai.tinymodel import build
+        from tests.support.tinymodel import build
 
         hf, _ = build(workdir / "tiny")
         return {"id": "m", "path": str(hf)}

@@ -15,7 +15,7 @@ installed beside them (to /tmp/coderai-site, first on the path). Then, each a st
 outcome and time are recorded (a failed step does not stop the ones that do not need it):
 
 1. the environment: Python, torch and its CUDA, the packages' versions, NVML's cards;
-2. the models: the tiny transformers model (coderai/tinymodel.py), and SmolLM2-135M's
+2. the models: the tiny transformers model (tests/support/tinymodel.py), and SmolLM2-135M's
    shape with random weights (its config and tokenizer carried; its weights cannot be:
    94 MB, a call carries 64 MiB);
 3. `coderai run` with its engines planned from NVML (one per card), both models loaded on
@@ -197,7 +197,7 @@ def models(work: Path, carried: Path, weights: Path, tiny_only: bool) -> dict[st
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from coderai.tinymodel import build
+    from tests.support.tinymodel import build
 
     tiny, _ = build(work / "tiny")
     if tiny_only:

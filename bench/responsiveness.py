@@ -172,7 +172,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "responsiveness.json")
     args = parser.parse_args()
     from coderai.catalogue.defaults import embedded_gguf
-    from coderai.tinymodel import build
+    from tests.support.tinymodel import build
 
     gguf = embedded_gguf()
     if gguf is None:

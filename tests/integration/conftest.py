@@ -8,8 +8,8 @@ import anthropic
 import openai
 import pytest
 
-from coderai.tinymodel import build, build_recurrent, build_windowed
 from tests.support.server import Server, openai_client
+from tests.support.tinymodel import build, build_recurrent, build_windowed
 
 StartServer = Callable[..., Server]
 

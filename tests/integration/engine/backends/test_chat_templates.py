@@ -12,8 +12,8 @@ import pytest
 
 from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import LoadProgress
-from coderai.tinymodel import CONTEXT, build
 from tests.support.server import Server, serving
+from tests.support.tinymodel import CONTEXT, build
 
 KEY = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

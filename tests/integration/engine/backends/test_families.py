@@ -19,10 +19,10 @@ from coderai.engine.backends import structured
 from coderai.engine.backends.base import LoadProgress, Sequence
 from coderai.engine.decoding.harmony import HarmonyReader
 from coderai.engine.decoding.tool_parse import ToolCallParser
-from coderai.tinymodel import build
 from tests.support.families import CONVERSATION, FAMILIES, WEATHER
 from tests.support.server import Server, running
 from tests.support.stepping import call_deltas
+from tests.support.tinymodel import build
 from tests.support.tools import SHORT
 
 #: the families' markup in the tiny vocabulary's tokens (about one a character) needs room

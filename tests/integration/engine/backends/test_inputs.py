@@ -17,8 +17,8 @@ from coderai.engine.backends.base import LoadProgress, Sequence
 from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
 from coderai.engine.backends.transformers.backend import TransformersBackend, TransformersInstance
-from coderai.tinymodel import CONTEXT, FIM_TOKENS, build
 from tests.support.server import Server, openai_client, running
+from tests.support.tinymodel import CONTEXT, FIM_TOKENS, build
 
 PROMPT = "The quick brown fox"
 #: a fill-in-the-middle request: the code before the gap, and after it

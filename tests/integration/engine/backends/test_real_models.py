@@ -15,10 +15,10 @@ from coderai.bus.messages import Job, ModelSpec
 from coderai.engine.backends.base import END, PENDING, LoadProgress, ModelInstance, Sequence
 from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 from coderai.engine.backends.transformers.backend import TransformersBackend
-from coderai.tinymodel import CONTEXT
 from tests.support.prompts import PROMPTS
 from tests.support.server import Server, wait_for
 from tests.support.sse import content, events
+from tests.support.tinymodel import CONTEXT
 
 TOKENS = 24
 #: one tiny-model token (in both tokenizers) per repetition, to build prompts of exact size

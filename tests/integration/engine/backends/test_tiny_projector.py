@@ -1,4 +1,4 @@
-"""The tiny vision projector (coderai/tinyprojector.py) is one llama.cpp's multimodal
+"""The tiny vision projector (tests/support/tinyprojector.py) is one llama.cpp's multimodal
 library takes: loaded beside the tiny model, a prompt with an image is split into text,
 the image's tokens and text, and all of it is read into a llama.cpp context. The ground
 the vision path stands on, with nothing downloaded."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from coderai.tinyprojector import IMAGE_TOKENS, build_projector
 from tests.support.media import png
 from tests.support.stepping import text_of
+from tests.support.tinyprojector import IMAGE_TOKENS, build_projector
 
 
 def test_mtmd_reads_a_prompt_with_an_image_through_the_tiny_projector(

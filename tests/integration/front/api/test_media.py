@@ -15,10 +15,10 @@ import anthropic
 import pytest
 
 from coderai.catalogue.defaults import embedded_gguf
-from coderai.tinyprojector import IMAGE_TOKENS, build_projector
 from tests.support import searxng
 from tests.support.media import data_url, png, scanned_pdf, text_pdf
 from tests.support.server import Server, openai_client
+from tests.support.tinyprojector import IMAGE_TOKENS, build_projector
 
 MEDIA_HEADER = "X-CoderAI-Media-Replaced"
 PNG = png(800, 600)

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from coderai import tinymodel
 from coderai.bus.codec import decode
 from coderai.bus.messages import Done, Fail, Job, Message, ModelSpec
 from coderai.catalogue.defaults import embedded_gguf
@@ -25,6 +24,7 @@ from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
 from coderai.errors import JobError
+from tests.support import tinymodel
 from tests.support.bus import text_of
 from tests.support.prompts import PROMPTS as FIVE
 
