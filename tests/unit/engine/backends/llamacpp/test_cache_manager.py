@@ -4,6 +4,8 @@ an entry over, checkpoints."""
 
 from __future__ import annotations
 
+import pytest
+
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held, Memory
 from coderai.engine.backends.llamacpp.llama_memory import PARTIAL
@@ -149,7 +151,9 @@ def test_a_window_state_not_covering_the_prefix_is_restored_from_its_checkpoint(
     cache.checkpoints[entry] = [Checkpoint(16, bytes(8)), Checkpoint(30, bytes(8))]
     stand_in.cells[entry] = set(range(28, 40))  # its window slid past the first 28
     cache.finish(entry, list(range(40)))
-    assert cache.lookup(list(range(31))) == Hit(entry, 30)
+    # 35 tokens in common, but the held window covers none of them, and the checkpoint
+    # at 30 is the latest within them
+    assert cache.lookup(list(range(36))) == Hit(entry, 30)
     assert cache.start_from(entry, seq, 30) == 30
     assert ("write_state", seq, PARTIAL) in stand_in.calls and cache.restored == 1
     assert [c.tokens for c in cache.checkpoints[seq]] == [16, 30]
@@ -176,3 +180,55 @@ def test_counters_describe_the_cache() -> None:
     stats = cache.stats()
     assert stats["kv_reserved"] == 12 and stats["kv_cells"] == 100
     assert stats["checkpoints"] == 1 and stats["checkpoint_bytes"] == 80
+
+
+def test_there_is_an_id_per_running_sequence_and_per_entry_and_no_more() -> None:
+    cache, _ = manager(parallel=2)
+    assert sorted(cache.new_id() for _ in range(4)) == [0, 1, 2, 3]
+    with pytest.raises(IndexError):  # the planner never asks for a fifth
+        cache.new_id()
+
+
+def test_a_retired_id_takes_its_checkpoints_and_promise_with_it() -> None:
+    cache, stand_in = manager(Memory.WINDOW)
+    seq = cache.new_id()
+    cache.reserve(seq, 20)
+    decoded(stand_in, seq, 10)
+    cache.checkpoint(seq, 10)
+    assert not cache.checkpoint_due(seq, 10, 50) and not cache.checkpoint_due(seq, 15, 50)
+    assert cache.checkpoint_due(seq, 20, 50)  # every 10 from the last one
+    cache.retire(seq)
+    assert seq not in cache.checkpoints and cache.ledger.reserved == 0
+
+
+def test_a_sequence_not_admitted_after_all_gives_back_its_promise_and_its_share() -> None:
+    cache, stand_in = manager()
+    entry, seq = cache.new_id(), cache.new_id()
+    cache.reserve(entry, 30)
+    decoded(stand_in, entry, 30)
+    cache.finish(entry, list(range(30)))
+    cache.will_share(seq, Hit(entry, 20))
+    assert cache.reserve(seq, 50) and cache.ledger.reserved == 60
+    cache.withdraw(seq)
+    assert cache.ledger.reserved == 30 and cache.ledger.base(seq) is None
+
+
+def test_an_entry_whose_tokens_begin_a_newer_one_goes_when_that_one_is_kept() -> None:
+    cache, stand_in = manager()
+    short, long = cache.new_id(), cache.new_id()
+    for seq_id, tokens in ((short, 20), (long, 30)):
+        cache.reserve(seq_id, tokens)
+        decoded(stand_in, seq_id, tokens)
+    cache.finish(short, list(range(20)))
+    cache.finish(long, list(range(30)))  # holds all `short` does
+    assert cache.prefixes.ids() == [long]
+    assert stand_in.tokens(short) == 0 and cache.promised(short) == 0
+    assert cache.new_id() == short
+
+
+def test_every_restored_checkpoint_is_counted() -> None:
+    cache, _ = manager(Memory.WINDOW)
+    points = [Checkpoint(30, bytes(8))]
+    for seq in (cache.new_id(), cache.new_id()):
+        assert cache.complete(seq, 30, Held(28, 40), points)
+    assert cache.restored == 2

@@ -16,10 +16,12 @@ from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
 from coderai.engine.backends.llamacpp.planner import Planner
 from coderai.engine.backends.llamacpp.policy import cache_policy
+from coderai.engine.backends.llamacpp.prefix_cache import Hit
 from coderai.engine.backends.llamacpp.ram_cache import RamCache
 from coderai.engine.backends.llamacpp.slot import Plan, Run, Slot
 from coderai.engine.backends.llamacpp.speculation import Speculation
-from tests.support.cells import StandInMemory
+from coderai.engine.backends.llamacpp.vision import Images
+from tests.support.cells import POSITION_BYTES, StandInMemory
 
 N_BATCH = 64
 
@@ -38,11 +40,12 @@ class World:
         checkpoints: int = 0,
         reserve_step: int = 16,
         cache_tokens: int | None = None,
+        swa_full: bool = False,
     ) -> None:
         cache_tokens = cells if cache_tokens is None else cache_tokens
         entries = parallel if cache_tokens else 0
         self.policy = cache_policy(memory, 8 if memory is Memory.WINDOW else 0,
-                                   swa_full=False, flash=flash, host_ram=ram > 0,
+                                   swa_full=swa_full, flash=flash, host_ram=ram > 0,
                                    parallel=parallel, entries=entries, id_bound=64,
                                    checkpoints=checkpoints, checkpoint_every=32)  # fmt: skip
         self.memory = StandInMemory()
@@ -74,6 +77,10 @@ class World:
         token sampled for each sequence whose run reached its last known one."""
         plan = self.planner.plan(list(slots), budget)
         for slot, first, end in plan.runs:
+            # what every step holds to: a sequence decodes only into cells promised to it,
+            # where its cells end, and the promises fit the cache
+            assert first == slot.decoded and end <= self.cache.promised(slot.seq_id)
+            assert self.cache.ledger.reserved <= self.cache.ledger.cells
             self.memory.cells.setdefault(slot.seq_id, set()).update(range(first, end))
             slot.decoded = end
             if end == len(slot.tokens):
@@ -248,3 +255,216 @@ def test_runs_are_named_tuples_of_a_sequence_and_its_span() -> None:
     a = world.start(list(range(10)))
     run = world.step(a).runs[0]
     assert run == Run(a, 0, 10) and (run.first, run.end) == (0, 10)
+
+
+def test_an_image_is_read_as_a_step_of_its_own_between_its_text() -> None:
+    world = World()
+    a = world.start(list(range(40)))
+    a.images = Images(at={10: (None, 16)})  # 16 image tokens at position 10
+    assert spans(world.step(a)) == [(a.seq_id, 0, 10)]  # the text up to the image
+    assert spans(world.step(a)) == [(a.seq_id, 10, 26)]  # the image, whole
+    assert spans(world.step(a, budget=8)) == [(a.seq_id, 26, 40)]  # alone: n_batch
+
+
+def test_an_image_takes_its_step_even_where_it_is_larger_than_the_budget() -> None:
+    world = World()
+    a, b = world.start(list(range(10))), world.start(list(range(100, 140)))
+    b.images = Images(at={0: (None, 30)})
+    world.step(a, budget=0)
+    plan = world.step(a, b, budget=8)
+    assert spans(plan) == [(a.seq_id, 10, 11), (b.seq_id, 0, 30)]
+
+
+def test_the_counters_name_what_they_count() -> None:
+    world = World()
+    a = world.start(list(range(30)))
+    world.step(a)
+    assert world.planner.stats() == {"running": 1, "waiting": 0, "kv_used": 30,
+                                     "preempted": 0, "released": 0}  # fmt: skip
+    assert world.cache.stats() == {
+        "kv_reserved": 37, "kv_cells": 400, "prefix_hits": 0, "prefix_tokens": 0,
+        "prefix_cached": 0, "checkpoints": 0, "checkpoint_bytes": 0, "checkpoints_restored": 0,
+    }  # fmt: skip
+
+
+def test_a_follower_on_a_window_model_takes_its_leaders_state_whole() -> None:
+    world = World(memory=Memory.WINDOW, swa_full=True)
+    prompt = list(range(40))
+    a, b = world.start(prompt), world.start(prompt)
+    world.step(a, b)
+    assert b.leader is a
+    world.step(a, b)
+    # not shared cell by cell: its own are dropped and the leader's copied from 0
+    assert ("drop", b.seq_id, -1) in world.memory.calls
+    assert ("copy", a.seq_id, b.seq_id, 0, 39) in world.memory.calls
+    assert b.decoded == 40 and b.seq.cached_tokens == 39
+    assert world.cache.stats()["prefix_hits"] == 1
+    assert world.cache.stats()["prefix_tokens"] == 39
+
+
+def test_a_leader_whose_window_slid_past_the_shared_tokens_is_not_followed() -> None:
+    world = World(memory=Memory.WINDOW, swa_full=True)
+    prompt = list(range(40))
+    a, b = world.start(prompt), world.start(prompt)
+    world.step(a, b)
+    world.memory.cells[a.seq_id] = set(range(35, 41))  # only its window is held now
+    plan = world.step(a, b)
+    assert b.leader is None and (b.seq_id, 0, 40) in spans(plan)
+    assert not any(call[:3] == ("copy", a.seq_id, b.seq_id) for call in world.memory.calls)
+
+
+def test_a_leader_gone_or_preempted_is_not_waited_for() -> None:
+    world = World()
+    prompt = list(range(40))
+    a, b = world.start(prompt), world.start(prompt)
+    world.step(a, budget=0)
+    world.release(a)
+    plan = world.step(b)
+    assert b.leader is None and spans(plan) == [(b.seq_id, 0, 40)]
+
+
+def test_a_leader_still_reading_is_waited_for_until_it_has_read_the_shared_tokens() -> None:
+    world = World()
+    prompt = list(range(100))
+    a, b = world.start(prompt), world.start(prompt)
+    assert spans(world.step(a, b, budget=64)) == [(a.seq_id, 0, 64)]
+    assert b.leader is a and b.decoded == 0
+    assert spans(world.step(a, b, budget=64)) == [(a.seq_id, 64, 100)]
+    assert spans(world.step(a, b)) == [(a.seq_id, 100, 101), (b.seq_id, 99, 100)]
+
+
+def test_a_follower_goes_on_from_its_own_conversation_saved_past_the_shared_part() -> None:
+    world = World(ram=1 << 20)
+    system = list(range(40))
+    a = world.start(system)  # the shared system prompt, read first and running
+    world.step(a, budget=0)
+    world.step(a)
+    # another conversation with that system prompt, saved earlier as a tail past it: it
+    # shared a's 40 cells, so only its own 40 went to RAM (through the scratch id)
+    mine = [*system, *range(500, 540)]
+    assert world.host is not None
+    tail = world.cache.new_id()
+    world.cache.will_share(tail, Hit(a.seq_id, 40))
+    world.cache.reserve(tail, 80)
+    world.memory.cells[tail] = set(range(80))
+    assert world.host.save(tail, mine) == 40 * POSITION_BYTES
+    world.cache.retire(tail)
+    b = world.start([*mine, 9])
+    world.step(a, b, budget=0)
+    # the saved tail begins past what b holds at admission: it follows a (already past
+    # the shared tokens) into them, and from there its own tail comes back from RAM
+    assert ("copy", a.seq_id, b.seq_id, 0, 40) in world.memory.calls
+    assert b.leader is None and b.decoded == 80 and world.host.ram.hits == 1
+    assert b.seq.cached_tokens == 80 and world.memory.cells[b.seq_id] == set(range(80))
+
+
+def test_a_short_common_beginning_makes_no_leader() -> None:
+    world = World()
+    a = world.start([*range(16), *range(100, 140)])
+    b = world.start([*range(15), *range(200, 240)])  # 15 tokens in common: fewer than 16
+    world.step(a, b, budget=0)
+    assert b.leader is None
+    c = world.start([*range(16), *range(300, 340)])
+    world.step(a, b, c, budget=0)
+    assert c.leader is a and c.shared == 16 and a.leader is None  # the older one leads
+
+
+def finished(world: World, tokens: list[int]) -> Slot:
+    """A sequence that read `tokens` and finished: its cells are a prefix entry."""
+    slot = world.start(tokens)
+    while slot.reading or slot.decoded < len(tokens):
+        world.step(slot)
+    world.release(slot)
+    return slot
+
+
+def test_a_prompt_sharing_part_of_an_entry_starts_from_it_and_the_entry_stays() -> None:
+    world = World()
+    a = finished(world, list(range(50)))
+    b = world.start([*range(30), *range(900, 920)])
+    plan = world.step(b)
+    assert spans(plan) == [(b.seq_id, 30, 50)] and b.seq.cached_tokens == 30
+    assert world.cache.prefixes.ids() == [a.seq_id]  # kept for others
+    assert world.memory.cells[b.seq_id] >= set(range(30))
+    # its 30 shared cells are counted once, with the entry
+    assert world.cache.ledger.base(b.seq_id) == (a.seq_id, 30)
+    assert world.cache.ledger.reserved == 50 + (57 - 30)
+    assert world.cache.stats()["prefix_hits"] == 1
+
+
+def test_a_prompt_that_covers_an_entry_whole_takes_its_cells_over() -> None:
+    world = World()
+    a = finished(world, list(range(50)))
+    b = world.start([*range(50), 7, 8])
+    world.step(b)
+    assert world.cache.prefixes.ids() == [] and world.cache.promised(a.seq_id) == 0
+    assert b.seq.cached_tokens == 50 and world.cache.ledger.reserved == 59
+
+
+def test_on_a_window_model_sized_per_sequence_an_entry_started_from_is_let_go() -> None:
+    world = World(memory=Memory.WINDOW, checkpoints=2)
+    a = finished(world, list(range(50)))
+    b = world.start([*range(30), *range(900, 920)])
+    world.step(b)
+    # its window state could be cut back to 30 only through a checkpoint: none there,
+    # so b reads from the start; the entry is let go all the same (never shared)
+    assert world.cache.prefixes.ids() == [] and world.memory.tokens(a.seq_id) == 0
+
+
+def test_with_parking_an_entry_started_from_is_let_go_and_its_tail_saved() -> None:
+    world = World(flash=False, ram=1 << 20)
+    a = finished(world, list(range(300)))
+    b = world.start([*range(200), *range(900, 920)])  # worth taking: 200 of 300
+    world.step(b)
+    assert world.host is not None
+    assert world.cache.prefixes.ids() == [] and b.seq.cached_tokens == 200
+    assert world.host.ram.saves == 1  # a's 100 tokens past the shared 200
+    assert world.memory.tokens(a.seq_id) == 0
+
+
+def test_an_entry_a_waiting_sequence_would_start_from_is_not_parked() -> None:
+    world = World(cells=200, flash=False, ram=1 << 20)
+    a = finished(world, list(range(40)))
+    big = world.start(list(range(500, 600)))  # not like a: its admission parks a ...
+    waiting = world.start([*range(40), *range(700, 760)])  # ... unless this one waits for it
+    world.step(big, waiting)
+    assert big.admitted and not waiting.admitted  # 107 + 40 + 67 cells: more than 200
+    assert world.cache.prefixes.ids() == [a.seq_id]
+    world.release(waiting)
+    other = world.start(list(range(900, 910)))  # nobody waits for a now: parked
+    world.step(big, other)
+    assert world.cache.prefixes.ids() == [] and world.memory.tokens(a.seq_id) == 0
+
+
+def test_each_release_is_counted_and_a_sequence_that_read_nothing_leaves_no_entry() -> None:
+    world = World()
+    a, b = world.start(list(range(30))), world.start(list(range(40, 70)))
+    world.release(a)  # never admitted
+    world.release(b)
+    assert world.planner.stats()["released"] == 2
+    assert world.cache.prefixes.ids() == [] and world.cache.new_id() == b.seq_id
+    nothing_kept = World(cache_tokens=0)
+    c = finished(nothing_kept, list(range(30)))
+    assert nothing_kept.cache.prefixes.ids() == [] and nothing_kept.memory.tokens(c.seq_id) == 0
+
+
+def test_preemptions_are_counted_one_by_one() -> None:
+    world = World(cells=60, reserve_step=4, cache_tokens=0)
+    a = world.start(list(range(20)), max_tokens=None)
+    b = world.start(list(range(100, 120)), max_tokens=None)
+    c = world.start(list(range(200, 210)), max_tokens=None)
+    for _ in range(60):
+        world.step(a, b, c)
+        if world.planner.preemptions >= 2:
+            break
+    assert world.planner.preemptions == 2
+
+
+def test_no_leader_where_a_running_sequence_shares_no_more_than_it_holds() -> None:
+    world = World()
+    finished(world, list(range(40)))
+    a = world.start([*range(40), *range(500, 540)])
+    world.step(a)
+    b = world.start([*range(40), *range(800, 840)])  # a shares its 40 with b: no more
+    world.step(a, b, budget=0)
+    assert b.decoded == 40 and b.leader is None
