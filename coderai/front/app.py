@@ -10,7 +10,9 @@ from aiohttp import web
 
 from coderai.config import Config, StateFiles
 from coderai.errors import NoEngine
-from coderai.front import hub
+from coderai.front import live_feed
+from coderai.front.aisbf.chat import BrokerAnswers
+from coderai.front.aisbf.client import BrokerClient
 from coderai.front.api.anthropic.reply import refuse as refuse_as_anthropic
 from coderai.front.api.anthropic.routes import PREFIX as ANTHROPIC_PREFIX
 from coderai.front.api.anthropic.routes import AnthropicRoutes
@@ -22,8 +24,6 @@ from coderai.front.auth.activity import Activity
 from coderai.front.auth.gate import Auth, requires_api_key
 from coderai.front.auth.state_store import StateStore
 from coderai.front.auth.usage import UsageLedger
-from coderai.front.broker.chat import BrokerAnswers
-from coderai.front.broker.client import BrokerClient
 from coderai.front.cluster.uplink import NodeUplink
 from coderai.front.console import openapi
 from coderai.front.console.accounts_api import AccountRoutes
@@ -38,7 +38,7 @@ from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.engine_view import EngineView, engine_views
 from coderai.front.http import add_notices, error_boundary
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 
@@ -66,7 +66,7 @@ class Front:
         directory: ModelDirectory,
         dispatcher: Dispatcher,
         metrics: Metrics,
-        hub: EventHub,
+        feed: LiveFeed,
         logbook: LogBook,
     ) -> None:
         self.dispatcher = dispatcher
@@ -75,7 +75,7 @@ class Front:
         self.directory = directory
         self.metrics = metrics
         #: the console's live feed
-        self.hub = hub
+        self.feed = feed
         #: the recent log lines of the front and of each engine
         self.logbook = logbook
         #: the AISBF broker uplink, when broker.url is set (built with the app)
@@ -142,7 +142,7 @@ class Front:
 def build_app(front: Front, admin_key: str) -> web.Application:
     config = front.config
     store = StateStore(front.files.state_dir)
-    activity = Activity(front.hub)
+    activity = Activity(front.feed)
     usage = UsageLedger(store)
     require_key = requires_api_key(config.auth.require_api_key, config.server.host)
     refusals = {ANTHROPIC_PREFIX: refuse_as_anthropic}
@@ -159,7 +159,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     StatusRoutes(
         front.engines, lambda: len(dispatcher.queue), front.broker_status,
         lambda: front.uplink.status() if front.uplink is not None else None,
-        front.hub, activity,
+        front.feed, activity,
     ).add_to(app)  # fmt: skip
     serving = Serving(dispatcher, front.directory, front.metrics, lambda: front.config.media)
     openai = OpenAIRoutes(serving)
@@ -174,11 +174,11 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     admin.add_to(app)
     # the directory's catalogue is replaced on each save: read it when asked
     directory = front.directory
-    pulls = Pulls(front.hub, admin.add, lambda name: directory.catalogue.resolve(name) is not None)
+    pulls = Pulls(front.feed, admin.add, lambda name: directory.catalogue.resolve(name) is not None)
     pulls.add_to(app)
     ScanRoutes(lambda: directory.catalogue.entries).add_to(app)
     SettingsRoutes(
-        lambda: front.config, front.adopt, front.directory, front.files, front.hub,
+        lambda: front.config, front.adopt, front.directory, front.files, front.feed,
         dispatcher.configure_engines,
     ).add_to(app)  # fmt: skip
     LogsRoutes(front.logbook).add_to(app)
@@ -208,7 +208,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         interval = config.server.heartbeat_interval
         loop = asyncio.get_running_loop()
         watchers = [
-            loop.create_task(hub.watch(front.hub, "engines", front.engines_body, interval)),
+            loop.create_task(live_feed.watch(front.feed, "engines", front.engines_body, interval)),
             loop.create_task(activity.refreshing(interval)),
         ]
         if front.broker is not None:

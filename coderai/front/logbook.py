@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Iterable, Iterator
 from typing import BinaryIO
 
-from coderai.front.hub import Subscriber, frame
+from coderai.front.live_feed import Subscriber, frame
 
 FRONT = "front"
 #: lines kept per source

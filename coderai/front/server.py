@@ -31,7 +31,7 @@ from coderai.front.engines.host import EngineHost, InProcess
 from coderai.front.engines.plan import plan_engines
 from coderai.front.engines.supervisor import Supervisor
 from coderai.front.http import MALFORMED_REQUEST_LOG
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 from coderai.front.logbook import LogBook
 from coderai.front.metrics import Metrics
 
@@ -93,7 +93,7 @@ async def serve(
         log.info("shutting down (up to %.0f s for requests in flight)", grace)
         for listening in runner.sites:
             await listening.stop()
-        front.hub.close()  # consoles' live streams end; they are no request to wait for
+        front.feed.close()  # consoles' live streams end; they are no request to wait for
         ended = await front.dispatcher.shutdown(grace)
         if ended:
             log.warning("%d requests were unfinished after %.0f s; ended with 503", ended, grace)
@@ -118,7 +118,7 @@ def assemble(
     if config.server.single_process:
         plans = plans[:1]
     directory = ModelDirectory(catalogue, probed, plans, config.server.default_engine)
-    hub = EventHub()
+    feed = LiveFeed()
     # --single-process: the engine logs through this process's loggers, so under "front"
     logbook = LogBook([] if config.server.single_process else [p.name for p in plans])
 
@@ -146,12 +146,12 @@ def assemble(
                           files.state_dir)  # fmt: skip
     cluster = None
     if config.cluster.bind is not None:
-        from coderai.front.dispatch.cluster_link import ClusterLink
+        from coderai.front.cluster.router import ClusterRouter
 
-        cluster = ClusterLink(files.state_dir, config.cluster.bind)
+        cluster = ClusterRouter(files.state_dir, config.cluster.bind)
     dispatcher = Dispatcher(
         config.server, endpoint, token, host, settings, preloads, context=context,
         cluster=cluster, remote_engines_changed=directory.set_remote_engines,
     )  # fmt: skip
-    front = Front(config, files, directory, dispatcher, Metrics(), hub, logbook)
+    front = Front(config, files, directory, dispatcher, Metrics(), feed, logbook)
     return front

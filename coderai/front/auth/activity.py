@@ -21,7 +21,7 @@ from coderai.bus.messages import Done
 from coderai.catalogue.entries import ModelEntry
 from coderai.errors import ModelNotAllowed
 from coderai.front.dispatch.jobs import FrontJob
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 from coderai.state.api_keys import ApiKey
 
 #: ended requests the console can list
@@ -102,12 +102,12 @@ CURRENT: ContextVar[Ticket | None] = ContextVar("coderai_ticket", default=None)
 
 
 class Activity:
-    def __init__(self, hub: EventHub) -> None:
-        self.hub = hub
+    def __init__(self, feed: LiveFeed) -> None:
+        self.feed = feed
         self.running: dict[int, Ticket] = {}
         self.recent: deque[Ticket] = deque(maxlen=RECENT)
         self._next_id = 0
-        hub.snapshot("activity", self.snapshot)
+        feed.snapshot("activity", self.snapshot)
 
     def open(self, route: str, key: ApiKey | None, caller: str | None, shown: bool) -> Ticket:
         """A request's ticket; a `shown` one is listed (model listings are not: agents
@@ -118,8 +118,8 @@ class Activity:
             self._next_id += 1
             ticket.id = self._next_id
             self.running[ticket.id] = ticket
-            if self.hub.watched:
-                self.hub.publish("request", ticket.public())
+            if self.feed.watched:
+                self.feed.publish("request", ticket.public())
         return ticket
 
     def close(self, ticket: Ticket, status: int, client_left: bool) -> None:
@@ -127,21 +127,21 @@ class Activity:
         if self.running.pop(ticket.id, None) is None:
             return
         self.recent.appendleft(ticket)
-        if self.hub.watched:
-            self.hub.publish("request", ticket.public())
+        if self.feed.watched:
+            self.feed.publish("request", ticket.public())
 
     def refresh(self) -> None:
         """Send the console the running requests whose model, engine, first token or
         tokens changed since it last heard of them: a request opens before its model is
         known and its engine is known only once it has output."""
-        if not self.hub.watched:
+        if not self.feed.watched:
             return
         for ticket in self.running.values():
             view = ticket.public()
             state = tuple(view[k] for k in ("model", "engine", "ttft_ms", "completion_tokens"))
             if state != ticket.sent:
                 ticket.sent = state
-                self.hub.publish("request", view)
+                self.feed.publish("request", view)
 
     async def refreshing(self, interval: float) -> None:
         while True:

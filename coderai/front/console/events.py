@@ -1,5 +1,5 @@
 """The console's live feed: one SSE stream per open console (`GET /admin/api/events`), of
-what the front's hub (hub.py) publishes."""
+what the front's live feed (live_feed.py) publishes."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import AsyncGenerator
 from aiohttp import web
 
 from coderai.front.auth.activity import STREAMING
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 
 
-async def stream(request: web.Request, hub: EventHub) -> web.StreamResponse:
+async def stream(request: web.Request, feed: LiveFeed) -> web.StreamResponse:
     """GET /admin/api/events: the snapshots, then every change, until the console leaves."""
-    return await serve_events(request, hub.subscribe())
+    return await serve_events(request, feed.subscribe())
 
 
 async def serve_events(

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coderai.catalogue.entries import ModelEntry
 from coderai.errors import CoderaiError, Conflict, NotFound
 from coderai.front.http import ADMIN_PREFIX, read_json, validate
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 
 if TYPE_CHECKING:
     # imported where a pull starts: the hub's library takes 0.2-0.4 s to import, which
@@ -83,12 +83,12 @@ class Pull:
 class Pulls:
     def __init__(
         self,
-        hub: EventHub,
+        feed: LiveFeed,
         add: Callable[[ModelEntry], Awaitable[object]],
         taken: Callable[[str], bool],
         endpoint: str | None = None,
     ) -> None:
-        self.hub = hub
+        self.feed = feed
         #: adds a finished pull's entry to the catalogue (AdminRoutes.add)
         self.add = add
         #: whether a model id or alias is in the catalogue already
@@ -98,7 +98,7 @@ class Pulls:
         self._tasks: set[asyncio.Task[None]] = set()
         self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="coderai-pull")
         self._count = 0
-        hub.snapshot("pulls", self.snapshot)
+        feed.snapshot("pulls", self.snapshot)
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(ADMIN_PREFIX + "pulls", self.list)
@@ -156,7 +156,7 @@ class Pulls:
         self._publish(pull)
 
     def _publish(self, pull: Pull) -> None:
-        self.hub.publish("pull", pull.public())
+        self.feed.publish("pull", pull.public())
 
     async def _run(self, pull: Pull, where: download.Hub, job: Plan, commit: str) -> None:
         from coderai.pull import download

@@ -21,7 +21,7 @@ from coderai.errors import ConfigError, InvalidRequest
 from coderai.front.console import settings
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.http import ADMIN_PREFIX, read_json
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 
 log = logging.getLogger("coderai.front")
 
@@ -35,7 +35,7 @@ class SettingsRoutes:
         adopt: Callable[[Config], None],
         directory: ModelDirectory,
         files: StateFiles,
-        hub: EventHub,
+        feed: LiveFeed,
         configure_engines: Callable[[], None],
     ) -> None:
         #: the settings in force, and how a change to them is put in force (the front
@@ -44,7 +44,7 @@ class SettingsRoutes:
         self.adopt = adopt
         self.directory = directory
         self.files = files
-        self.hub = hub
+        self.feed = feed
         #: tells the engines their changed settings
         self.configure_engines = configure_engines
         #: what config.json says: the settings in force, plus changes that wait for a restart
@@ -54,7 +54,7 @@ class SettingsRoutes:
     def add_to(self, app: web.Application) -> None:
         app.router.add_get(PREFIX + "settings", self.show)
         app.router.add_patch(PREFIX + "settings", self.change)
-        self.hub.snapshot("settings", self.body)
+        self.feed.snapshot("settings", self.body)
 
     def body(self) -> dict[str, Any]:
         plans = self.directory.plans
@@ -92,7 +92,7 @@ class SettingsRoutes:
                 await asyncio.to_thread(_rewrite, path, patched.config, names)
                 self.saved = patched.config
                 self._apply(patched.live)
-                self.hub.publish("settings", self.body())
+                self.feed.publish("settings", self.body())
                 log.info(
                     "settings saved to %s; live: %s; at restart: %s",
                     path, ", ".join(patched.live) or "-", ", ".join(patched.restart) or "-",

@@ -13,7 +13,7 @@ from coderai.front.auth.activity import Activity
 from coderai.front.console import events as console_events
 from coderai.front.dispatch.engine_view import EngineView
 from coderai.front.http import ADMIN_PREFIX
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 
 PREFIX = ADMIN_PREFIX
 
@@ -25,7 +25,7 @@ class StatusRoutes:
         queued: Callable[[], int],
         broker: Callable[[], dict[str, Any]],
         uplink: Callable[[], dict[str, Any] | None],
-        hub: EventHub,
+        feed: LiveFeed,
         activity: Activity,
     ) -> None:
         #: every planned engine, the requests queued, the broker uplink's and the head
@@ -34,7 +34,7 @@ class StatusRoutes:
         self.queued = queued
         self.broker_status = broker
         self.uplink_status = uplink
-        self.hub = hub
+        self.feed = feed
         self.activity = activity
 
     def add_to(self, app: web.Application) -> None:
@@ -73,4 +73,4 @@ class StatusRoutes:
         return web.json_response(self.broker_status())
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        return await console_events.stream(request, self.hub)
+        return await console_events.stream(request, self.feed)

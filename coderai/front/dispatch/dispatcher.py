@@ -10,7 +10,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -62,7 +62,6 @@ from coderai.errors import (
     StreamStalled,
 )
 from coderai.front.dispatch import admission, output
-from coderai.front.dispatch.cluster_link import ClusterLink
 from coderai.front.dispatch.deaths import Death, asked_to_load, down, engine_doing, job_doing
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
@@ -70,6 +69,9 @@ from coderai.front.dispatch.queue import JobQueue
 from coderai.front.dispatch.registry import EngineRecord, Offered, Registry, RemoteEngine
 from coderai.front.dispatch.room import RoomKeeper
 from coderai.front.engines.host import EngineHost, Unhosted
+
+if TYPE_CHECKING:  # handed in by server.py; front/cluster/ imports the dispatcher
+    from coderai.front.cluster.router import ClusterRouter
 
 log = logging.getLogger("coderai.front")
 
@@ -88,7 +90,7 @@ class Dispatcher:
         engine_config: Callable[[str], dict[str, Any]] = lambda name: {},
         preloads: Callable[[EngineRecord], list[dict[str, Any]]] = lambda engine: [],
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
-        cluster: ClusterLink | None = None,
+        cluster: ClusterRouter | None = None,
         remote_engines_changed: Callable[[dict[str, RemoteEngine]], None] = lambda e: None,
     ) -> None:
         #: read at each use: a live change of the settings (Front.config) replaces it

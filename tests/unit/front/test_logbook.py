@@ -10,7 +10,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from coderai.front.hub import BACKLOG
+from coderai.front.live_feed import BACKLOG
 from coderai.front.logbook import (
     FRONT,
     MAX_LINE,

@@ -18,7 +18,7 @@ from coderai.errors import EngineFailed, ModelNotAllowed
 from coderai.front.auth import activity
 from coderai.front.auth.activity import CURRENT, RECENT, Activity, Ticket, _outcome
 from coderai.front.dispatch.jobs import FrontJob
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 from coderai.state import api_keys
 
 
@@ -168,7 +168,7 @@ def opened(board: Activity, count: int, shown: bool = True) -> list[Ticket]:
 
 
 def test_shown_requests_are_numbered_from_one_and_listed_as_running() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     first, second = opened(board, 2)
     assert (first.id, second.id) == (1, 2)
     assert board.running == {1: first, 2: second}
@@ -176,7 +176,7 @@ def test_shown_requests_are_numbered_from_one_and_listed_as_running() -> None:
 
 
 def test_a_request_not_shown_is_never_listed_but_still_ends() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     (hidden,) = opened(board, 1, shown=False)
     assert hidden.id == 0 and board.running == {}
     assert CURRENT.get() is hidden
@@ -188,7 +188,7 @@ def test_a_request_not_shown_is_never_listed_but_still_ends() -> None:
 
 
 def test_closing_moves_a_request_to_the_front_of_the_recent_ones() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     first, second, third = opened(board, 3)
     board.close(first, 200, client_left=False)
     board.close(third, 500, client_left=False)
@@ -201,7 +201,7 @@ def test_closing_moves_a_request_to_the_front_of_the_recent_ones() -> None:
 
 
 def test_closing_a_ticket_twice_lists_it_once() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     (ticket,) = opened(board, 1)
     board.close(ticket, 200, client_left=False)
     board.close(ticket, 200, client_left=False)
@@ -209,13 +209,13 @@ def test_closing_a_ticket_twice_lists_it_once() -> None:
 
 
 def test_the_snapshot_lists_running_requests_newest_first() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     opened(board, 3)
     assert [t["id"] for t in board.snapshot()["running"]] == [3, 2, 1]
 
 
 def test_only_the_most_recent_ended_requests_are_kept() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     for ticket in opened(board, RECENT + 1):
         board.close(ticket, 200, client_left=False)
     ids = [t.id for t in board.recent]
@@ -234,21 +234,21 @@ def _events(frames: list[bytes]) -> list[tuple[str, Any]]:
     return out
 
 
-def console_sees(hub: EventHub, act: Callable[[], None]) -> tuple[list[str], list[Any]]:
-    """What one console watching the hub receives: the snapshots it is sent on connect
+def console_sees(feed: LiveFeed, act: Callable[[], None]) -> tuple[list[str], list[Any]]:
+    """What one console watching the feed receives: the snapshots it is sent on connect
     (their names), and the `request` events `act` publishes."""
 
     async def watch() -> tuple[list[str], list[Any]]:
-        feed = hub.subscribe()
+        subscriber = feed.subscribe()
         try:
-            snapshots = _events(await anext(feed))
+            snapshots = _events(await anext(subscriber))
             act()
-            hub.publish("end", {})  # the last of what `act` published
+            feed.publish("end", {})  # the last of what `act` published
             seen: list[tuple[str, Any]] = []
             while not seen or seen[-1][0] != "end":
-                seen += _events(await anext(feed))
+                seen += _events(await anext(subscriber))
         finally:
-            await feed.aclose()
+            await subscriber.aclose()
         assert {name for name, _ in seen} <= {"request", "end"}
         return [name for name, _ in snapshots], [data for name, data in seen[:-1]]
 
@@ -256,15 +256,15 @@ def console_sees(hub: EventHub, act: Callable[[], None]) -> tuple[list[str], lis
 
 
 def test_a_console_is_sent_the_activity_snapshot_when_it_connects() -> None:
-    hub = EventHub()
-    Activity(hub)
-    snapshots, _ = console_sees(hub, lambda: None)
+    feed = LiveFeed()
+    Activity(feed)
+    snapshots, _ = console_sees(feed, lambda: None)
     assert snapshots == ["activity"]
 
 
 def test_a_watching_console_hears_of_shown_requests_opening_and_ending() -> None:
-    hub = EventHub()
-    board = Activity(hub)
+    feed = LiveFeed()
+    board = Activity(feed)
 
     def requests() -> None:
         (hidden,) = opened(board, 1, shown=False)
@@ -272,13 +272,13 @@ def test_a_watching_console_hears_of_shown_requests_opening_and_ending() -> None
         board.close(hidden, 200, client_left=False)
         board.close(shown, 200, client_left=True)
 
-    _, events = console_sees(hub, requests)
+    _, events = console_sees(feed, requests)
     assert [(e["id"], e["outcome"]) for e in events] == [(1, "running"), (1, "cancelled")]
 
 
 def test_refresh_sends_a_running_request_again_only_once_it_changed() -> None:
-    hub = EventHub()
-    board = Activity(hub)
+    feed = LiveFeed()
+    board = Activity(feed)
     (ticket,) = opened(board, 1)
     running = job(served_by=None)
 
@@ -293,7 +293,7 @@ def test_refresh_sends_a_running_request_again_only_once_it_changed() -> None:
         board.refresh()  # its engine and first token are known
         board.refresh()
 
-    _, events = console_sees(hub, changes)
+    _, events = console_sees(feed, changes)
     assert [(e["model"], e["engine"], e["ttft_ms"]) for e in events] == [
         (None, None, None),
         ("m", None, None),
@@ -302,22 +302,22 @@ def test_refresh_sends_a_running_request_again_only_once_it_changed() -> None:
 
 
 def test_refresh_builds_nothing_while_no_console_watches() -> None:
-    board = Activity(EventHub())
+    board = Activity(LiveFeed())
     (ticket,) = opened(board, 1)
     board.refresh()
     assert ticket.sent == ()  # so a console that connects later is sent it
 
 
 def test_refresh_skips_the_requests_that_ended() -> None:
-    hub = EventHub()
-    board = Activity(hub)
+    feed = LiveFeed()
+    board = Activity(feed)
     first, _ = opened(board, 2)
 
     def end_then_refresh() -> None:
         board.close(first, 200, client_left=False)
         board.refresh()
 
-    _, events = console_sees(hub, end_then_refresh)
+    _, events = console_sees(feed, end_then_refresh)
     assert [(e["id"], e["outcome"]) for e in events] == [(1, "completed"), (2, "running")]
 
 
@@ -326,7 +326,7 @@ def test_refresh_skips_the_requests_that_ended() -> None:
 
 def test_jobs_attach_to_the_current_request_whose_model_is_its_first_jobs() -> None:
     activity.attach(job(1, "outside"))  # no request: nothing to count it in
-    ticket = Activity(EventHub()).open("/v1/completions", None, None, shown=True)
+    ticket = Activity(LiveFeed()).open("/v1/completions", None, None, shown=True)
     first, second = job(1, "small"), job(2, "big")
     activity.attach(first)
     activity.attach(second)
@@ -336,7 +336,7 @@ def test_jobs_attach_to_the_current_request_whose_model_is_its_first_jobs() -> N
 
 def test_a_stream_that_begins_marks_the_current_request() -> None:
     activity.streaming()  # no request: nothing to mark
-    ticket = Activity(EventHub()).open("/v1/completions", None, None, shown=False)
+    ticket = Activity(LiveFeed()).open("/v1/completions", None, None, shown=False)
     assert not ticket.stream
     activity.streaming()
     assert ticket.stream
@@ -345,14 +345,14 @@ def test_a_stream_that_begins_marks_the_current_request() -> None:
 def test_any_model_may_be_used_outside_a_request_or_without_a_key() -> None:
     entry = ModelEntry(id="big", format="fake")
     assert activity.may_use(entry)
-    Activity(EventHub()).open("/v1/completions", None, "admin", shown=True)
+    Activity(LiveFeed()).open("/v1/completions", None, "admin", shown=True)
     assert activity.may_use(entry)
     activity.check_model(entry)
 
 
 def test_a_key_limited_to_models_may_use_them_by_id_or_alias_and_no_other() -> None:
     key, _ = api_keys.create("ci", models=("small",))
-    Activity(EventHub()).open("/v1/completions", key, None, shown=True)
+    Activity(LiveFeed()).open("/v1/completions", key, None, shown=True)
     assert activity.may_use(ModelEntry(id="small", format="fake"))
     assert activity.may_use(ModelEntry(id="small-v2", alias="small", format="fake"))
     big = ModelEntry(id="big", format="fake")

@@ -22,7 +22,7 @@ log = logging.getLogger("coderai.front")
 ZAP_DOMAIN = "coderai"
 
 
-class ClusterLink:
+class ClusterRouter:
     """Owns the CURVE socket's keys, its authenticator, and the allow-list as last read."""
 
     def __init__(self, state_dir: Path, endpoint: str) -> None:

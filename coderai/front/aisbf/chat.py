@@ -19,13 +19,13 @@ from typing import Any
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Done
 from coderai.errors import CoderaiError
+from coderai.front.aisbf import wire
 from coderai.front.api.openai import choices
 from coderai.front.api.openai.choices import ChoiceStream
 from coderai.front.api.openai.routes import job_fields
 from coderai.front.api.openai.schemas import ChatRequest, parse
 from coderai.front.api.serving import Serving
 from coderai.front.auth.activity import Activity
-from coderai.front.broker import wire
 from coderai.front.dispatch.jobs import FrontJob, collect
 from coderai.front.dispatch.output import Collected
 

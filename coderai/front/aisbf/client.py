@@ -25,11 +25,11 @@ import aiohttp
 
 from coderai.common.logthrottle import ThrottledLog
 from coderai.config import BrokerConfig
-from coderai.front.broker import wire
-from coderai.front.broker.chat import BrokerAnswers
+from coderai.front.aisbf import wire
+from coderai.front.aisbf.chat import BrokerAnswers
 from coderai.front.dispatch.engine_view import EngineView
 
-log = logging.getLogger("coderai.front.broker")
+log = logging.getLogger("coderai.front.aisbf")
 
 #: the broker closes a socket that has not registered within 30 s; we give up sooner
 REGISTER_TIMEOUT = 20.0

@@ -1,5 +1,5 @@
 """The front's live feed: parts of the front publish what changed (a request started or
-ended, a log line, a setting, the engines' state); the hub hands each event to every
+ended, a log line, a setting, the engines' state); the feed hands each event to every
 subscriber's bounded queue (each open console, console/events.py). A subscriber that does
 not read is never waited for: past the bound its oldest events are dropped and it is told
 so once (`event: lagged`), so it can reload the snapshots it missed.
@@ -57,7 +57,7 @@ def frame(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-class EventHub:
+class LiveFeed:
     """Publishers call `publish` on the event loop; it never blocks and never awaits."""
 
     def __init__(self) -> None:
@@ -101,18 +101,18 @@ class EventHub:
             self._subscribers.discard(subscriber)
 
 
-async def watch(hub: EventHub, event: str, make: Snapshot, interval: float) -> None:
+async def watch(feed: LiveFeed, event: str, make: Snapshot, interval: float) -> None:
     """Publish `make()` as `event` whenever it differs from the last one published: for
     state that changes without anyone announcing it (engine views between heartbeats).
     Runs until cancelled; builds nothing while no console listens."""
-    hub.snapshot(event, make)
+    feed.snapshot(event, make)
     last: dict[str, Any] | None = None
     while True:
         await asyncio.sleep(interval)
-        if hub.watched:
+        if feed.watched:
             current = make()
             if current != last:
-                hub.publish(event, current)
+                feed.publish(event, current)
                 last = current
         else:
             last = None

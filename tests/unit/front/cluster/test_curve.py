@@ -9,7 +9,7 @@ import pytest
 
 from coderai.bus import curve
 from coderai.errors import ConfigError
-from coderai.front.dispatch.cluster_link import ClusterLink
+from coderai.front.cluster.router import ClusterRouter
 
 
 def test_the_server_pair_is_made_once_and_its_secret_is_private(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_the_allow_list_names_keys_and_revokes_by_key_or_name(tmp_path: Path) ->
 
 
 def test_the_front_sees_a_change_of_the_list_and_the_keys_it_lost(tmp_path: Path) -> None:
-    link = ClusterLink(tmp_path, "tcp://127.0.0.1:0")
+    link = ClusterRouter(tmp_path, "tcp://127.0.0.1:0")
     key = curve.load_public(curve.create_pair(tmp_path, "a")[0])
     assert not link.callback("coderai", key)  # unknown
     curve.AllowList(tmp_path).allow(key.decode(), "a")

@@ -17,19 +17,19 @@ from coderai.bus.messages import Done, Job
 from coderai.catalogue.entries import Catalogue, ModelEntry
 from coderai.config import ServerConfig
 from coderai.errors import CoderaiError, EngineFailed
+from coderai.front.aisbf import chat, wire
+from coderai.front.aisbf.chat import BrokerAnswers
 from coderai.front.api.openai.choices import ChoiceStream
 from coderai.front.api.openai.reply import DONE_EVENT, data_event
 from coderai.front.api.serving import Serving
 from coderai.front.auth.activity import CURRENT, Activity
-from coderai.front.broker import chat, wire
-from coderai.front.broker.chat import BrokerAnswers
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.probe import probe
 from coderai.front.engines.host import Unhosted
 from coderai.front.engines.plan import EnginePlan
-from coderai.front.hub import EventHub
+from coderai.front.live_feed import LiveFeed
 from coderai.front.metrics import Metrics
 from tests.support.bus import TOKEN, until
 
@@ -72,7 +72,7 @@ async def answers_for(joinable: set[str]) -> BrokerAnswers:
     directory = ModelDirectory(Catalogue(ENTRIES), await probe(ENTRIES), PLANS)
     dispatcher = Dispatcher(ServerConfig(), "inproc://broker-chat", TOKEN, Unhosted(joinable))
     _CONTEXTS.append(dispatcher.context)
-    return BrokerAnswers(Serving(dispatcher, directory, Metrics()), Activity(EventHub()))
+    return BrokerAnswers(Serving(dispatcher, directory, Metrics()), Activity(LiveFeed()))
 
 
 def done(completion: int = 2) -> Done:

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from coderai.config import BrokerConfig
 from coderai.errors import ModelNotFound
-from coderai.front.broker import wire
+from coderai.front.aisbf import wire
 from coderai.front.dispatch.engine_view import EngineView
 from tests.support.sse import one
 
@@ -127,7 +127,7 @@ def test_a_broker_url_needs_its_identity() -> None:
 
 
 def test_urls_in_error_text_lose_their_query_and_user() -> None:
-    from coderai.front.broker.client import without_secrets
+    from coderai.front.aisbf.client import without_secrets
 
     said = "403, message='Invalid', url='wss://u:pw@b.example:8443/api/coderai/wss?t=SECRET'"
     assert (
