@@ -58,8 +58,8 @@ def _load(backend: str, path: str) -> Any:
 def decode(instance: Any, constrained: bool, tokens: int) -> dict[str, float]:
     """One greedy sequence: seconds per token after the first, and how many it wrote."""
     from coderai.bus.messages import Job
-    from coderai.engine.backends import structured
     from coderai.engine.backends.base import END, PENDING, READING, Sequence
+    from coderai.engine.decoding import structured
 
     fmt = {"type": "json_schema", "schema": SCHEMA} if constrained else {}
     job = Job(1, {}, "chat", messages=[{"role": "user", "content": PROMPT}],
@@ -88,7 +88,7 @@ def mask_cost(instance: Any, calls: int = 200) -> float:
     """Microseconds a token for the grammar's mask alone (computed, unpacked and applied to
     a row of logits), inside a string of the schema: the constraint's own work, without
     the model's step, which the decode figures cannot resolve on a noisy machine."""
-    from coderai import grammar
+    from coderai.common import grammar
     from coderai.engine.decoding.constraint import Constraint
 
     text = grammar.response_grammar({"type": "json_schema", "schema": SCHEMA})
@@ -167,9 +167,9 @@ def _stream(fmt: str, parsed: bool, pieces: list[str]) -> float:
     import asyncio
 
     from coderai.bus.messages import Job
-    from coderai.engine.backends import structured
     from coderai.engine.backends.base import Sequence
     from coderai.engine.backends.fake import FakeBackend, FakeInstance
+    from coderai.engine.decoding import structured
     from coderai.engine.outbox import Outbox
     from coderai.engine.scheduler import Scheduler
 

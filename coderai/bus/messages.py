@@ -288,7 +288,7 @@ class Job(Message):
     #: switch where it has one (engine/chat_template.py); a model without one ignores it
     reasoning_effort: str = ""
     #: the reasoning tokens after which a reasoning model's thinking is ended by forcing
-    #: its end marker (-1: no budget; engine/structured.py)
+    #: its end marker (-1: no budget; engine/decoding/structured.py)
     thinking_budget: int = -1
     #: variables for the chat template (chat_template_kwargs), over the reasoning switch's
     template_kwargs: dict[str, Any] = field(default_factory=dict)

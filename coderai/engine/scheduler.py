@@ -28,7 +28,6 @@ from coderai.bus.messages import (
     Tokens,
 )
 from coderai.engine import die_at
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import (
     END,
     PENDING,
@@ -54,6 +53,7 @@ from coderai.engine.commands import (
     Stop,
     Unload,
 )
+from coderai.engine.decoding import structured
 from coderai.engine.decoding.stops import StopMatcher
 from coderai.engine.outbox import Delta, Outbox
 from coderai.engine.pool import ModelPool

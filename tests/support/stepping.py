@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import END, PENDING, READING, Sequence
+from coderai.engine.decoding import structured
 from coderai.engine.decoding.call_delta import CallDelta
 
 

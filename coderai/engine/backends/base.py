@@ -65,7 +65,7 @@ class Sequence:
     #: the instance running it, and that instance's pool key
     instance: ModelInstance | None = None
     key: str = ""
-    #: structured output (engine/structured.py): the tool-call parser, the grammar on its
+    #: structured output (engine/decoding/structured.py): the tool-call parser, the grammar on its
     #: logits (lazy: a call the model began, dropped once the call is whole), whether
     #: special tokens are rendered as text (call markers may be special tokens), and the
     #: log-probability entries of tokens sampled since the last step was published

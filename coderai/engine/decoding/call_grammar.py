@@ -13,7 +13,7 @@ its values, anything else JSON valid against its schema.
 Markers the vocabulary holds as special tokens (gpt-oss's `<|channel|>`, DeepSeek's and
 Kimi's call markers) are written as token references (`<[id]>`): a special token is no
 text, so a string could never match it. The rest are strings. Grammars are llguidance's
-Lark (coderai/grammar.py has the JSON-schema side).
+Lark (coderai/common/grammar.py has the JSON-schema side).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from coderai.common.grammar import TOOL
 from coderai.engine.decoding.marked_calls import MARKERS
 from coderai.engine.decoding.tool_parse import CALL_TAGS
 from coderai.engine.decoding.xml_call import schema_types
-from coderai.grammar import TOOL
 
 #: the id of a marker that is one special token of the model's vocabulary, else None
 SpecialOf = Callable[[str], int | None]
@@ -185,7 +185,7 @@ def _xml_call(w: _Writer, tool: dict[str, Any], fmt: str, opened: bool = False) 
 
 
 def _json_call(w: _Writer, tools: list[dict[str, Any]], key: str) -> str:
-    from coderai.grammar import call_schema
+    from coderai.common.grammar import call_schema
 
     return w.json(call_schema(tools, key))
 
@@ -240,7 +240,7 @@ def own_grammar(
     `tools` in format `fmt`, or several (`parallel`; harmony's turn holds one)."""
     w = _Writer(special)
     if fmt == "mistral":  # one array of calls
-        from coderai.grammar import call_schema, with_defs
+        from coderai.common.grammar import call_schema, with_defs
 
         one = call_schema(tools)
         items = {k: v for k, v in one.items() if k != "$defs"}
@@ -275,7 +275,7 @@ def _start(w: _Writer, calls: str, think: str, tags: tuple[str, str]) -> str:
 
 
 #: the formats whose calls a lazy grammar of their own finishes (a call the model began
-#: with tool_choice auto; the JSON formats' lazy grammar is coderai/grammar.py's)
+#: with tool_choice auto; the JSON formats' lazy grammar is coderai/common/grammar.py's)
 LAZY_OWN = ("qwen3_coder", "glm45", *MARKERS)
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from coderai.common.grammar import lark_grammar
 from coderai.engine.decoding.call_grammar import own_grammar
 from coderai.engine.decoding.marked_calls import MARKERS
-from coderai.grammar import lark_grammar
 
 WEATHER = {
     "type": "function",

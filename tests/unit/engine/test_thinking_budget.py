@@ -5,9 +5,9 @@ run past it."""
 from __future__ import annotations
 
 from coderai.bus.messages import Job
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import Sequence
 from coderai.engine.backends.fake import FakeInstance
+from coderai.engine.decoding import structured
 from coderai.engine.decoding.harmony import HarmonyReader
 from coderai.engine.decoding.reasoning import ReasoningSplitter
 

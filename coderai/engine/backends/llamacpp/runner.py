@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import END, Sequence, StepResult
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
@@ -17,6 +16,7 @@ from coderai.engine.backends.llamacpp.slot import Run, Slot
 from coderai.engine.backends.llamacpp.speculation import Speculation
 from coderai.engine.backends.llamacpp.text import Text
 from coderai.engine.backends.llamacpp.vision import Projector
+from coderai.engine.decoding import structured
 from coderai.errors import JobError
 
 #: what llama_decode returns when its abort callback said stop

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import END, StepResult
 from coderai.engine.backends.llamacpp.draft_policy import (
     StepCosts,
@@ -20,6 +19,7 @@ from coderai.engine.backends.llamacpp.draft_policy import (
 )
 from coderai.engine.backends.llamacpp.llama_memory import SequenceMemory
 from coderai.engine.backends.llamacpp.slot import Slot
+from coderai.engine.decoding import structured
 
 if TYPE_CHECKING:  # a name only: speculation runs (and is tested) without llama.cpp
     from coderai.engine.backends.llamacpp.draft import Drafter

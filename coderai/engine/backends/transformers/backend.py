@@ -21,7 +21,6 @@ import psutil
 
 from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Job, ModelSpec
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import (
     END,
     Backend,
@@ -47,6 +46,7 @@ from coderai.engine.backends.transformers.sampling import (
     make_generator,
 )
 from coderai.engine.backends.transformers.token_bytes import TokenBytes
+from coderai.engine.decoding import structured
 from coderai.engine.decoding.chat_template import (
     chosen_template,
     knows_tools,

@@ -30,8 +30,8 @@ from pydantic import (
     model_validator,
 )
 
-from coderai import grammar
 from coderai.bus.kinds import IMAGE_MARKER
+from coderai.common import grammar
 from coderai.config import MediaConfig
 from coderai.errors import InvalidRequest
 from coderai.front.http import validate

@@ -218,8 +218,8 @@ def test_the_backends_know_a_prompt_that_opens_reasoning(
     until `</think>`. Without the template's think, a sequence splits nothing; under a
     JSON grammar from the first token (a response format) it splits nothing either; a
     required call's grammar lets it think first."""
-    from coderai.engine.backends import structured
     from coderai.engine.backends.base import Sequence
+    from coderai.engine.decoding import structured
 
     for template, opened in ((OPENS_THINK, True), (INLINE, False)):
         instance = loaded(bare_models, backend, template)

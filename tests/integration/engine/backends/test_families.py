@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from coderai.bus.messages import Job, ModelSpec
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import LoadProgress, Sequence
+from coderai.engine.decoding import structured
 from coderai.engine.decoding.harmony import HarmonyReader
 from coderai.engine.decoding.tool_parse import ToolCallParser
 from tests.support.families import CONVERSATION, FAMILIES, WEATHER

@@ -513,10 +513,10 @@ def test_a_call_the_model_begins_is_finished_under_the_lazy_grammar(
     """tool_choice auto: once the text shows a call beginning, the rest of the call is
     constrained, so even a random model completes a call that validates."""
     from coderai.bus.messages import Job, ModelSpec
-    from coderai.engine.backends import structured
     from coderai.engine.backends.base import LoadProgress, Sequence
     from coderai.engine.backends.llamacpp.backend import LlamaCppBackend
     from coderai.engine.backends.transformers.backend import TransformersBackend
+    from coderai.engine.decoding import structured
 
     hf, gguf = tiny_models
     if backend == "transformers":

@@ -10,9 +10,9 @@ import json
 import pytest
 
 from coderai.bus.messages import Job
-from coderai.engine.backends import structured
 from coderai.engine.backends.base import Sequence
 from coderai.engine.backends.fake import FakeInstance
+from coderai.engine.decoding import structured
 from coderai.engine.decoding.bare_call import BareCallReader, BareCallScanner
 from coderai.engine.decoding.tool_parse import ToolCallParser
 from coderai.errors import JobError

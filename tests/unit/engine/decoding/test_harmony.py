@@ -301,8 +301,8 @@ def test_reused_call_ids_keep_each_result_after_its_own_call() -> None:
 def test_what_a_reader_holds_at_the_end_reaches_the_client() -> None:
     """At the end of the output (max_tokens, a stop string) a reader gives back what it
     held: reasoning that might have been an end marker, a cut-off call's closing brace."""
-    from coderai.engine.backends import structured
     from coderai.engine.backends.base import Sequence
+    from coderai.engine.decoding import structured
     from coderai.engine.decoding.tool_parse import ToolCallParser
 
     seq = Sequence(Job(1, {}, "chat"))

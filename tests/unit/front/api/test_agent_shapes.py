@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from coderai import grammar
 from coderai.bus.messages import Done, Job
+from coderai.common import grammar
 from coderai.engine.decoding.chat_template import reasoning_switches, template_input, tool_format
 from coderai.errors import BusProtocolError, JobError
 from coderai.front.api.openai.choices import ChoiceStream, usage

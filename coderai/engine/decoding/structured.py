@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coderai import grammar
 from coderai.bus.kinds import JobKind
-from coderai.engine.backends.base import ModelInstance, Sequence
+from coderai.common import grammar
 from coderai.engine.decoding.bare_call import BareCallReader
 from coderai.engine.decoding.call_check import CallCheck
 from coderai.engine.decoding.call_grammar import (
@@ -26,6 +25,9 @@ from coderai.engine.decoding.harmony import ENDS, MESSAGE, HarmonyReader
 from coderai.engine.decoding.reasoning import ReasoningSplitter, Split
 from coderai.engine.decoding.tool_parse import Parsed, ToolCallParser
 from coderai.errors import JobError
+
+if TYPE_CHECKING:  # backends call into this module: at run time it imports none of them
+    from coderai.engine.backends.base import ModelInstance, Sequence
 
 log = logging.getLogger("coderai.engine")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coderai import grammar
+from coderai.common import grammar
 from coderai.engine.decoding.call_check import CallCheck, breaks
 from coderai.errors import InvalidRequest
 from coderai.front.api.openai.schemas import UNENFORCED_HEADER, ChatRequest, parse

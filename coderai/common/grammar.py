@@ -1,5 +1,9 @@
 """Grammars for constrained decoding, built from a job: llguidance's JSON-schema and Lark
-front ends, which both backends share (engine/constraint.py applies them to logits).
+front ends, which both backends share. The front checks a request's schemas with them
+before any engine sees it; the rest of structured output is the engine's, in
+engine/decoding/: structured.py (one sequence's grammar, parser and log-probabilities),
+constraint.py (a grammar applied to logits), call_grammar.py (a call in the model's own
+format).
 
 llguidance was chosen over xgrammar because it needs no torch (the front checks schemas
 with it, and the front never imports torch), ships one abi3 wheel, builds a tokenizer from
