@@ -4,13 +4,12 @@
 Four things are saved: a prefix entry evicted for room; a preempted sequence's cells; an
 entry a sequence takes over or starts from and lets go, where it holds many tokens past
 those the sequence shares (another conversation's turns); and, with `parks_idle`
-(policy.py), the entries no running sequence shares and the cells past the shared ones of
-a sequence that finishes. Where part of a sequence's cells can be
-saved alone (`saves_tails`), only those past the cells that stay in the cache are (an
-agent's own turns after a system prompt others share: a few MB, not the hundreds of the
-whole), copied through the scratch sequence; a recall then restores a conversation's
-turns one by one, each into the scratch sequence, from where the cells past those the
-sequence has are copied.
+(policy.py), the entries no waiting sequence would start from. Where part of a
+sequence's cells can be saved alone (`saves_tails`), only those past the cells that stay
+in the cache are (an agent's own turns after a system prompt others share: a few MB, not
+the hundreds of the whole), copied through the scratch sequence; a recall then restores
+a conversation's turns one by one, each into the scratch sequence, from where the cells
+past those the sequence has are copied.
 """
 
 from __future__ import annotations

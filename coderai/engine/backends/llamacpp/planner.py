@@ -58,8 +58,7 @@ class Planner:
 
     def release(self, slot: Slot) -> None:
         """A sequence ends: its cells become a prefix entry where there is a prefix cache
-        and it read any (where idle entries are parked, the cells past those it shares go
-        to host RAM instead), else they are freed."""
+        and it read any, else they are freed."""
         self.released += 1
         self.slots.discard(slot)
         if slot in self.waiting:
@@ -68,11 +67,9 @@ class Planner:
         if not (slot.admitted and slot.decoded and cache.prefixes.max_entries):
             cache.retire(slot.seq_id)
             return
-        if self.policy.parks_idle and cache.ledger.base(slot.seq_id) is not None:
-            assert self.host is not None
-            self.host.save(slot.seq_id, tokens)
-            cache.retire(slot.seq_id)
-            return
+        # (where idle entries are parked, none shares cells with another here: every entry
+        # a sequence starts from is let go as it is admitted, so this one is parked whole
+        # at the next admission unless a sequence starts from it first)
         cache.finish(slot.seq_id, tokens)
 
     def forget(self, slot: Slot) -> None:
@@ -227,14 +224,12 @@ class Planner:
         self._find_leader(slot)
 
     def _park_idle(self) -> None:
-        """Park the prefix entries no admitted sequence shares and none a waiting one would
-        start from (host_tier.py)."""
+        """Park the prefix entries none a waiting sequence would start from (host_tier.py).
+        No admitted sequence shares an entry's cells here: where entries are parked, every
+        entry a sequence starts from is let go as it is admitted (`_reuse`)."""
         assert self.host is not None
-        ledger = self.cache.ledger
-        busy = {base[0] for s in self.slots
-                if s.admitted and (base := ledger.base(s.seq_id)) is not None}  # fmt: skip
-        busy |= {hit.entry for s in self.waiting
-                 if (hit := self.cache.lookup(s.tokens)) is not None}  # fmt: skip
+        busy = {hit.entry for s in self.waiting
+                if (hit := self.cache.lookup(s.tokens)) is not None}  # fmt: skip
         self.host.park_idle(busy)
 
     # -- leaders and followers ---------------------------------------------------------------

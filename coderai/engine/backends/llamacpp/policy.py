@@ -29,8 +29,8 @@ class CachePolicy:
     #: (llama.cpp saves all of a sequence's cells) and a saved state restored; None where
     #: there is no prefix cache or llama.cpp's bound on sequence ids is reached
     scratch: int | None
-    #: prefix entries no running sequence shares are saved to host RAM and let go, and a
-    #: finished sequence's cells past those it shares go there too. Only without flash
+    #: prefix entries are saved to host RAM and let go once no sequence is to start from
+    #: them (one that does starts from them and lets them go as it is admitted). Only without flash
     #: attention, which computes every used cell for every token read, other sequences'
     #: too (a 1.3k-token prompt read beside 2.1k idle cells: 10.2 s against 6.3 s on
     #: SmolLM2): there only running sequences and what they share stay in the cache.

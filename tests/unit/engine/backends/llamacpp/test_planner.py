@@ -14,6 +14,7 @@ from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
 from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
+from coderai.engine.backends.llamacpp.ngram import NgramIndex
 from coderai.engine.backends.llamacpp.planner import Planner
 from coderai.engine.backends.llamacpp.policy import cache_policy
 from coderai.engine.backends.llamacpp.prefix_cache import Hit
@@ -41,6 +42,7 @@ class World:
         reserve_step: int = 16,
         cache_tokens: int | None = None,
         swa_full: bool = False,
+        draft_length: int | None = None,
     ) -> None:
         cache_tokens = cells if cache_tokens is None else cache_tokens
         entries = parallel if cache_tokens else 0
@@ -52,7 +54,7 @@ class World:
         self.cache = CacheManager(self.policy, self.memory, cells=cells, parallel=parallel,
                                   entries=entries, cache_tokens=cache_tokens)  # fmt: skip
         self.host = HostTier(RamCache(ram), self.cache) if ram else None
-        speculation = Speculation(False, None, None, self.memory)
+        speculation = Speculation(draft_length is not None, None, draft_length, self.memory)
         self.planner = Planner(self.cache, self.host, speculation, n_batch=N_BATCH,
                                reserve_step=reserve_step)  # fmt: skip
 
@@ -197,6 +199,8 @@ def test_a_preempted_sequence_comes_back_from_host_ram() -> None:
     world.release(a)
     world.step(b)
     assert b.admitted and world.host.ram.hits == 1 and b.decoded >= read
+    # reading its own tokens again is no prefix hit, and its cached count stays its first
+    assert world.cache.stats()["prefix_hits"] == 0 and b.seq.cached_tokens == 0
 
 
 def test_idle_entries_are_parked_in_host_ram_without_flash_attention() -> None:
@@ -237,7 +241,7 @@ def test_a_window_model_sized_per_sequence_takes_its_entry_over_and_has_no_leade
     b, c = world.start([*prompt, 1040, 5]), world.start([*prompt, 1040, 6])
     world.step(b, c, budget=0)
     assert world.cache.prefixes.ids() == []  # b took a's cells over
-    assert b.decoded > 0 and c.leader is None  # c shares nothing with a running one
+    assert b.seq.cached_tokens == 40 and c.leader is None  # c copies no running one
 
 
 def test_releasing_a_waiting_sequence_frees_its_id() -> None:
@@ -430,6 +434,9 @@ def test_an_entry_a_waiting_sequence_would_start_from_is_not_parked() -> None:
     world.step(big, waiting)
     assert big.admitted and not waiting.admitted  # 107 + 40 + 67 cells: more than 200
     assert world.cache.prefixes.ids() == [a.seq_id]
+    # it was promised nothing, and shares nothing, while it waits
+    assert world.cache.promised(waiting.seq_id) == 0
+    assert world.cache.ledger.base(waiting.seq_id) is None
     world.release(waiting)
     other = world.start(list(range(900, 910)))  # nobody waits for a now: parked
     world.step(big, other)
@@ -468,3 +475,121 @@ def test_no_leader_where_a_running_sequence_shares_no_more_than_it_holds() -> No
     b = world.start([*range(40), *range(800, 840)])  # a shares its 40 with b: no more
     world.step(a, b, budget=0)
     assert b.decoded == 40 and b.leader is None
+    assert world.cache.stats()["prefix_hits"] == 2  # a's and b's, from the entry
+
+
+def test_a_bounded_request_is_promised_all_it_can_need_at_once() -> None:
+    world = World(reserve_step=16)
+    bounded = world.start(list(range(30)), max_tokens=100)
+    unbounded = world.start(list(range(100, 130)), max_tokens=None)
+    world.step(bounded, unbounded)
+    assert world.cache.promised(bounded.seq_id) == 30 + 99
+    assert world.cache.promised(unbounded.seq_id) == 30 + 16
+
+
+def test_beside_decoding_sequences_a_prompt_reads_what_the_batch_has_left() -> None:
+    world = World()
+    a, b = world.start(list(range(10))), world.start(list(range(100, 110)))
+    world.step(a, b)
+    c = world.start(list(range(200, 300)))
+    plan = world.step(a, b, c, budget=N_BATCH)
+    assert spans(plan)[2] == (c.seq_id, 0, N_BATCH - 2)
+
+
+def test_prompts_read_in_one_step_share_the_batch() -> None:
+    world = World()
+    a = world.start(list(range(100)))
+    world.step(a)  # 0..64
+    b = world.start(list(range(200, 300)))
+    assert spans(world.step(a, b)) == [(a.seq_id, 64, 100), (b.seq_id, 0, 28)]
+
+
+def test_a_waiting_follower_does_not_hold_up_the_prompts_behind_it() -> None:
+    world = World()
+    prompt = list(range(40))
+    a, b, c = world.start(prompt), world.start(prompt), world.start(list(range(500, 600)))
+    plan = world.step(a, b, c)
+    assert b.leader is a
+    assert spans(plan) == [(a.seq_id, 0, 40), (c.seq_id, 0, N_BATCH - 40)]
+
+
+def test_a_sequence_grows_when_its_next_token_has_no_promised_cell() -> None:
+    world = World(reserve_step=4, cache_tokens=0)
+    a = world.start(list(range(20)), max_tokens=None)
+    world.step(a)
+    seen = []
+    for _ in range(6):
+        before = a.decoded
+        world.step(a)
+        seen.append((before, world.cache.promised(a.seq_id)))
+    # promised 24 cells: positions 20..23 decode within them, position 24 needs 4 more
+    assert seen == [(20, 24), (21, 24), (22, 24), (23, 24), (24, 28), (25, 28)]
+
+
+def test_a_prompt_identical_to_an_entry_takes_its_cells_over() -> None:
+    world = World()
+    finished(world, list(range(50)))
+    b = world.start(list(range(50)))  # all but its last token from the entry
+    c = world.start(list(range(300, 320)))
+    world.step(b, c)
+    assert world.cache.prefixes.ids() == [] and b.seq.cached_tokens == 49
+    assert c.admitted  # admitted in the same step, after b
+
+
+def test_a_prompt_two_tokens_short_of_an_entry_leaves_it_kept() -> None:
+    world = World()
+    a = finished(world, list(range(50)))
+    b = world.start([*range(48), 998, 999])
+    world.step(b)
+    assert world.cache.prefixes.ids() == [a.seq_id] and b.seq.cached_tokens == 48
+
+
+def test_a_prompt_that_does_not_fit_beside_the_entry_it_shares_part_of_takes_it_over() -> None:
+    world = World(cells=70)
+    finished(world, list(range(50)))
+    b = world.start([*range(30), *range(900, 920)])  # 57 cells: 50 + 27 are more than 70
+    plan = world.step(b)
+    assert world.cache.prefixes.ids() == [] and b.seq.cached_tokens == 30
+    assert spans(plan) == [(b.seq_id, 30, 50)] and world.cache.ledger.reserved == 57
+
+
+def test_idle_entries_are_parked_only_when_a_sequence_is_admitted() -> None:
+    world = World(flash=False, ram=1 << 20)
+    running = world.start(list(range(500, 520)))
+    world.step(running)
+    a = finished(world, list(range(40)))
+    world.step(running)  # no admission: nothing parked
+    assert world.cache.prefixes.ids() == [a.seq_id]
+
+
+def test_a_follower_copies_its_leader_as_soon_as_the_leader_has_the_shared_tokens() -> None:
+    world = World()
+    a = world.start(list(range(60)))
+    b = world.start([*range(60), *range(700, 720)])
+    assert spans(world.step(a, b)) == [(a.seq_id, 0, 60)]  # b waits for its 60
+    plan = world.step(a, b)
+    assert (b.seq_id, 60, 80) in spans(plan) and b.seq.cached_tokens == 60
+
+
+def test_a_follower_that_started_from_an_entry_counts_only_what_its_leader_adds() -> None:
+    world = World()
+    finished(world, list(range(20)))
+    prompt = [*range(20), *range(100, 160)]
+    a = world.start(prompt)
+    world.step(a)  # a starts from the entry (20) and reads the rest
+    b = world.start(prompt)
+    world.step(a, b)  # b starts from... the entry went to a: from a, as a follower
+    stats = world.cache.stats()
+    assert b.seq.cached_tokens == 79 and stats["prefix_tokens"] == 20 + 79
+
+
+def test_drafts_take_their_part_of_the_batch_before_prompts_do() -> None:
+    world = World(draft_length=4)
+    a = world.start([1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3], max_tokens=20)
+    a.ngrams = NgramIndex()
+    world.step(a)
+    a.tokens[-1] = 1  # it sampled what began the pattern: a draft follows it
+    c = world.start(list(range(200, 300)))
+    plan = world.step(a, c)
+    assert a.draft == [2, 3, 1]  # what followed the pattern's last occurrence
+    assert spans(plan) == [(a.seq_id, 12, 13), (c.seq_id, 0, N_BATCH - 1 - 3)]
