@@ -1,4 +1,5 @@
-"""The coding agents on real models, before and after streams opened at admission, side by side in one run.
+"""The coding agents on real models, before and after streams opened at admission, side by
+side in one run.
 
 1. Stream opening: a ~2k-token prompt streamed on SmolLM2 (/v1/messages), read with a
    Python client, on this code and on the code before the change (a git worktree of

@@ -1,6 +1,6 @@
 """The designs the relay benchmark runs side by side, each started as real processes:
-CoderAI (front + engines over the bus), an HTTP reverse proxy (the original design) (front + engines on
-internal ports), the bare handler (one aiohttp process writing the SSE itself), and the
+CoderAI (front + engines over the bus), an HTTP reverse proxy (the original design: front
++ engines on internal ports), the bare handler (one aiohttp process writing the SSE itself), and the
 floor (a bare asyncio server writing pre-rendered events, on asyncio's loop or uvloop).
 Each paces its streams at the same rate when asked to (0: full speed)."""
 

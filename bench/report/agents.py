@@ -1,5 +1,5 @@
-"""The coding agents on real models, before and after streams opened at admission, for bench/REPORT.md (from
-bench/agents.py)."""
+"""The coding agents on real models, before and after streams opened at admission, for
+bench/REPORT.md (from bench/agents.py)."""
 
 from __future__ import annotations
 
