@@ -1,6 +1,6 @@
 """A catalogue entry's options: one no backend reads is refused, naming it, where the
-catalogue is read and by the engine that would load it (issue 29: `speculative` was
-accepted and did nothing)."""
+catalogue is read and by the engine that would load it (an option accepted and ignored
+would let a user believe it took effect)."""
 
 from __future__ import annotations
 
