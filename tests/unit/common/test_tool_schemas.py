@@ -5,7 +5,6 @@ engines build, and a whole call is checked after the fact (engine/decoding/call_
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +13,9 @@ from coderai.common import grammar
 from coderai.engine.decoding.call_check import CallCheck, breaks
 from coderai.errors import InvalidRequest
 from coderai.front.api.openai.schemas import UNENFORCED_HEADER, ChatRequest, parse
+from tests.support.tools import MCP_DATA, mcp_servers
 
-MCP_DATA = Path(__file__).parents[1] / "data" / "mcp"
-SERVERS = sorted(p.name for p in MCP_DATA.glob("*.json"))
+SERVERS = mcp_servers()
 
 
 def _tools(server: str) -> list[dict[str, Any]]:

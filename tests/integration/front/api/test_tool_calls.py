@@ -23,11 +23,8 @@ from coderai.engine.decoding.marked_calls import MARKERS
 from tests.support.json_prefix import is_json_prefix
 from tests.support.server import Server, openai_client, running
 from tests.support.stepping import call_deltas
+from tests.support.tools import MCP_DATA, SHORT_PARAMETERS
 from tests.support.tools import SHORT as SHORT_TOOL
-from tests.support.tools import SHORT_PARAMETERS
-
-#: tools/list of published MCP servers, as they answered (descriptions left out)
-MCP_DATA = Path(__file__).parents[3] / "data" / "mcp"
 
 ARGS = {"city": 'Paris, "FR" {x}', "days": 3}
 CALL = json.dumps({"name": "get_weather", "arguments": ARGS})
