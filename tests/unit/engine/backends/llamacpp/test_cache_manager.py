@@ -163,6 +163,7 @@ def test_without_a_checkpoint_there_a_window_sequence_reads_its_prompt_again() -
     cache, stand_in = manager(Memory.WINDOW)
     entry, seq = cache.new_id(), cache.new_id()
     stand_in.cells[entry] = set(range(20, 40))
+    stand_in.cells[seq] = set(range(20, 25))  # what the copy gave it
     assert not cache.complete(seq, 25, Held(20, 40), [Checkpoint(16, bytes(8))])
     assert stand_in.tokens(seq) == 0 and seq not in cache.checkpoints
     stand_in.refuse.add(seq)  # one there that llama.cpp refuses: the same

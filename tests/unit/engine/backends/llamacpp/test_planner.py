@@ -593,3 +593,42 @@ def test_drafts_take_their_part_of_the_batch_before_prompts_do() -> None:
     plan = world.step(a, c)
     assert a.draft == [2, 3, 1]  # what followed the pattern's last occurrence
     assert spans(plan) == [(a.seq_id, 12, 13), (c.seq_id, 0, N_BATCH - 1 - 3)]
+
+
+def test_a_sequence_that_holds_what_a_running_one_shares_with_it_follows_nobody() -> None:
+    world = World()
+    finished(world, list(range(60)))
+    a = world.start([*range(40), *range(100, 140)])  # 40 from the entry, which stays
+    world.step(a)
+    b = world.start([*range(40), *range(200, 240)])  # 40 from the entry too; a adds none
+    world.step(a, b)
+    assert b.seq.cached_tokens == 40 and b.leader is None
+    assert world.cache.stats()["prefix_hits"] == 2
+
+
+def test_a_follower_counts_as_reused_only_what_its_leader_adds_to_what_it_had() -> None:
+    world = World()
+    finished(world, list(range(25)))
+    prompt = [*range(20), *range(100, 160)]  # 20 in common with the entry, which stays
+    a = world.start(prompt)
+    world.step(a)
+    b = world.start(prompt)
+    world.step(a, b)  # b starts from the entry's 20, then copies a's 79
+    assert b.seq.cached_tokens == 79
+    assert world.cache.stats()["prefix_tokens"] == 20 + 20 + (79 - 20)
+
+
+def test_a_preempted_sequence_reads_its_tokens_again_past_its_prompts_checkpoint() -> None:
+    world = World(cells=60, reserve_step=4, cache_tokens=0, memory=Memory.WINDOW, checkpoints=2)
+    a = world.start(list(range(20)), max_tokens=None)
+    b = world.start(list(range(100, 120)), max_tokens=None)
+    for _ in range(40):
+        world.step(a, b)
+        if world.planner.preemptions:
+            break
+    assert not b.admitted
+    known = len(b.tokens)  # its prompt and what it sampled before
+    world.release(a)
+    # it stops at its prompt's last point (a checkpoint there), then reads the rest
+    assert spans(world.step(b)) == [(b.seq_id, 0, 19)]
+    assert spans(world.step(b)) == [(b.seq_id, 19, known)]
