@@ -98,6 +98,16 @@ def spans(plan: Plan) -> list[tuple[int, int, int]]:
     return [(run.slot.seq_id, run.first, run.end) for run in plan.runs]
 
 
+def until_preempted(world: World, *slots: Slot, times: int = 1) -> None:
+    """Step until `times` sequences have been preempted (a bounded number of steps: each
+    step decodes a token, and the cache is small)."""
+    for _ in range(60):
+        world.step(*slots)
+        if world.planner.preemptions >= times:
+            return
+    raise AssertionError(f"{world.planner.preemptions} preempted after 60 steps")
+
+
 def test_prompts_are_read_oldest_first_within_the_batch_then_decoded_a_token_a_step() -> None:
     world = World()
     a, b = world.start(list(range(50))), world.start(list(range(100, 140)))
@@ -189,10 +199,7 @@ def test_a_preempted_sequence_comes_back_from_host_ram() -> None:
     world = World(cells=60, reserve_step=4, cache_tokens=0, ram=1 << 20)
     a = world.start(list(range(20)), max_tokens=None)
     b = world.start(list(range(100, 120)), max_tokens=None)
-    for _ in range(30):
-        world.step(a, b)
-        if world.planner.preemptions:
-            break
+    until_preempted(world, a, b)
     assert world.planner.preemptions == 1 and world.host is not None
     assert world.host.ram.saves == 1
     read = len(b.tokens) - 1
@@ -460,10 +467,7 @@ def test_preemptions_are_counted_one_by_one() -> None:
     a = world.start(list(range(20)), max_tokens=None)
     b = world.start(list(range(100, 120)), max_tokens=None)
     c = world.start(list(range(200, 210)), max_tokens=None)
-    for _ in range(60):
-        world.step(a, b, c)
-        if world.planner.preemptions >= 2:
-            break
+    until_preempted(world, a, b, c, times=2)
     assert world.planner.preemptions == 2
 
 
@@ -622,10 +626,7 @@ def test_a_preempted_sequence_reads_its_tokens_again_past_its_prompts_checkpoint
     world = World(cells=60, reserve_step=4, cache_tokens=0, memory=Memory.WINDOW, checkpoints=2)
     a = world.start(list(range(20)), max_tokens=None)
     b = world.start(list(range(100, 120)), max_tokens=None)
-    for _ in range(40):
-        world.step(a, b)
-        if world.planner.preemptions:
-            break
+    until_preempted(world, a, b)
     assert not b.admitted
     known = len(b.tokens)  # its prompt and what it sampled before
     world.release(a)
