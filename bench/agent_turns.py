@@ -41,10 +41,8 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,8 +51,9 @@ import aiohttp
 
 from bench.agents import GEMMA_TEMPLATE
 from bench.lib.chat_stream import stream_chat
+from bench.lib.llama_server import llama_server, log_file
 from bench.lib.results import RESULTS, save
-from bench.lib.server import BenchServer, free_port
+from bench.lib.server import BenchServer
 from bench.llamacpp import OPENMP_ENV
 from coderai.catalogue.defaults import embedded_gguf
 from coderai.cli.engine import brief_openmp_spin
@@ -219,39 +218,18 @@ def ours(name: str) -> Iterator[str]:
 @contextlib.contextmanager
 def peer(name: str) -> Iterator[str]:
     """llama-server serving the model as the engine would; yields its URL."""
-    from bench.llamacpp_peer import ensure_built  # builds llama-server once (~12 min)
-
     _, path, template = catalogue(name)
-    port = free_port()
-    command = [str(ensure_built()["llama-server"]), "-m", str(path), "--port", str(port),
-               "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
-               "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
-               "--flash-attn", flash_attn(name)]  # fmt: skip
+    args = ["-m", str(path), "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
+            "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
+            "--flash-attn", flash_attn(name)]  # fmt: skip
     if name == "smol":  # its slots would be capped at the trained 8,192 tokens
-        command += ["--override-kv", f"llama.context_length=int:{CONTEXT}"]
+        args += ["--override-kv", f"llama.context_length=int:{CONTEXT}"]
     if template:
         file = Path(tempfile.mkdtemp()) / "template.jinja"
         file.write_text(template)
-        command += ["--chat-template-file", str(file)]
-    log = Path(tempfile.gettempdir()) / f"llama-server-{name}.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("llama-server did not start") from None
-                time.sleep(0.5)
+        args += ["--chat-template-file", str(file)]
+    with llama_server(args, log_file(name)) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:

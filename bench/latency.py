@@ -28,17 +28,16 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench.lib.llama_server import llama_server, log_file
 from bench.lib.results import RESULTS
-from bench.lib.server import BenchServer, free_port
+from bench.lib.server import BenchServer
+from bench.lib.stats import percentile
 from bench.llamacpp import stream
 from coderai.catalogue.defaults import embedded_gguf
 
@@ -73,32 +72,13 @@ def ours(ram: bool) -> Iterator[str]:
 def peer() -> Iterator[str]:
     """llama-server at its defaults but for what makes it the engine's like: the slots, one
     unified cache, the context, the threads, repacking off; yields its URL."""
-    from bench.llamacpp_peer import ensure_built  # builds llama-server once (~12 min)
-
     gguf = embedded_gguf()
     assert gguf is not None
     threads = str(len(os.sched_getaffinity(0)))
-    port = free_port()
-    command = [str(ensure_built()["llama-server"]), "-m", str(gguf), "--port", str(port),
-               "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified", "-t", threads,
-               "-tb", threads, "--no-repack", "--jinja", "--no-webui"]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("llama-server did not start") from None
-                time.sleep(0.5)
+    with llama_server(["-m", str(gguf), "-c", str(CONTEXT), "-np", str(PARALLEL),
+                       "--kv-unified", "-t", threads, "-tb", threads, "--no-repack",
+                       "--jinja", "--no-webui"], log_file("latency")) as url:  # fmt: skip
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def ttft_ms(row: dict[str, Any]) -> float | None:
@@ -137,11 +117,6 @@ async def scenario(url: str, args: argparse.Namespace) -> dict[str, Any]:
             if (t := ttft_ms(row)) is not None:
                 out["singles"].append(t)
     return out
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def summary(rounds: list[dict[str, Any]], levels: list[int]) -> dict[str, Any]:
