@@ -168,7 +168,7 @@ def test_a_leader_not_stepped_is_not_waited_for() -> None:
     world = World()
     prompt = list(range(40))
     a, b = world.start(prompt), world.start(prompt)
-    world.step(a, budget=0)  # both admitted, nothing read
+    world.step(a)  # both admitted: a reads its prompt, b is not stepped
     assert b.leader is a
     assert spans(world.step(b)) == [(b.seq_id, 0, 40)]  # a's client lags: b reads itself
     assert b.leader is None
@@ -246,7 +246,7 @@ def test_a_window_model_sized_per_sequence_takes_its_entry_over_and_has_no_leade
     world.step(a)
     world.release(a)
     b, c = world.start([*prompt, 1040, 5]), world.start([*prompt, 1040, 6])
-    world.step(b, c, budget=0)
+    world.step(b, c)
     assert world.cache.prefixes.ids() == []  # b took a's cells over
     assert b.seq.cached_tokens == 40 and c.leader is None  # c copies no running one
 
@@ -281,7 +281,7 @@ def test_an_image_takes_its_step_even_where_it_is_larger_than_the_budget() -> No
     world = World()
     a, b = world.start(list(range(10))), world.start(list(range(100, 140)))
     b.images = Images(at={0: (None, 30)})
-    world.step(a, budget=0)
+    world.step(a)
     plan = world.step(a, b, budget=8)
     assert spans(plan) == [(a.seq_id, 10, 11), (b.seq_id, 0, 30)]
 
@@ -328,7 +328,7 @@ def test_a_leader_gone_or_preempted_is_not_waited_for() -> None:
     world = World()
     prompt = list(range(40))
     a, b = world.start(prompt), world.start(prompt)
-    world.step(a, budget=0)
+    world.step(a)
     world.release(a)
     plan = world.step(b)
     assert b.leader is None and spans(plan) == [(b.seq_id, 0, 40)]
@@ -348,7 +348,7 @@ def test_a_follower_goes_on_from_its_own_conversation_saved_past_the_shared_part
     world = World(ram=1 << 20)
     system = list(range(40))
     a = world.start(system)  # the shared system prompt, read first and running
-    world.step(a, budget=0)
+    world.step(a)
     world.step(a)
     # another conversation with that system prompt, saved earlier as a tail past it: it
     # shared a's 40 cells, so only its own 40 went to RAM (through the scratch id)
@@ -361,7 +361,7 @@ def test_a_follower_goes_on_from_its_own_conversation_saved_past_the_shared_part
     assert world.host.save(tail, mine) == 40 * POSITION_BYTES
     world.cache.retire(tail)
     b = world.start([*mine, 9])
-    world.step(a, b, budget=0)
+    world.step(a, b, budget=0)  # beside a decoding sequence: no prompt token read
     # the saved tail begins past what b holds at admission: it follows a (already past
     # the shared tokens) into them, and from there its own tail comes back from RAM
     assert ("copy", a.seq_id, b.seq_id, 0, 40) in world.memory.calls
@@ -373,10 +373,10 @@ def test_a_short_common_beginning_makes_no_leader() -> None:
     world = World()
     a = world.start([*range(16), *range(100, 140)])
     b = world.start([*range(15), *range(200, 240)])  # 15 tokens in common: fewer than 16
-    world.step(a, b, budget=0)
+    world.step(a, b)  # both read their prompts
     assert b.leader is None
     c = world.start([*range(16), *range(300, 340)])
-    world.step(a, b, c, budget=0)
+    world.step(a, b, c, budget=0)  # beside a decoding sequence: no prompt token read
     assert c.leader is a and c.shared == 16 and a.leader is None  # the older one leads
 
 
@@ -477,7 +477,7 @@ def test_no_leader_where_a_running_sequence_shares_no_more_than_it_holds() -> No
     a = world.start([*range(40), *range(500, 540)])
     world.step(a)
     b = world.start([*range(40), *range(800, 840)])  # a shares its 40 with b: no more
-    world.step(a, b, budget=0)
+    world.step(a, b, budget=0)  # beside a decoding sequence: no prompt token read
     assert b.decoded == 40 and b.leader is None
     assert world.cache.stats()["prefix_hits"] == 2  # a's and b's, from the entry
 
