@@ -9,7 +9,10 @@ sequence's cells can be saved alone (`saves_tails`), only those past the cells t
 in the cache are (an agent's own turns after a system prompt others share: a few MB, not
 the hundreds of the whole), copied through the scratch sequence; a recall then restores
 a conversation's turns one by one, each into the scratch sequence, from where the cells
-past those the sequence has are copied.
+past those the sequence has are copied. A tail serves only a sequence that has the cells
+before it, so where those are few (a chat template's and a default system prompt's, which
+every new conversation shares with the last) and no saved state holds them, they are
+saved too, on their own: the conversation comes back whoever holds them by then.
 """
 
 from __future__ import annotations
@@ -48,18 +51,30 @@ class HostTier:
     def save(self, seq_id: int, tokens: list[int], most: int | None = None) -> int:
         """Copy a sequence's state to host RAM before its cells are freed: where cells it
         shares stay in the cache (with its base, or another that shares them), only those
-        past them. The bytes saved: 0 if nothing was (all of it stays in the cache, or RAM
-        did not take it, or it is over `most` bytes)."""
+        past them, and where those staying are fewer than RAM_TAIL and no saved state
+        holds them, those too, apart. The bytes saved: 0 if nothing was (all of it stays
+        in the cache, or RAM did not take it, or it is over `most` bytes)."""
         start = self.cache.ledger.staying(seq_id) if self.policy.saves_tails else 0
         if start >= len(tokens):
             return 0
+        bound = self.ram.max_bytes if most is None else min(self.ram.max_bytes, most)
+        head = 0
+        if 0 < start < RAM_TAIL and not self.ram.covers(tokens[:start]):
+            head = self._save_cells(seq_id, tokens[:start], 0, bound, head=True)
+        return head + self._save_cells(seq_id, tokens, start, bound - head)
+
+    def _save_cells(
+        self, seq_id: int, tokens: list[int], start: int, bound: int, *, head: bool = False
+    ) -> int:
+        """Save a sequence's cells from `start` on (up to `len(tokens)` where they are its
+        `head`), through the scratch sequence where that is not all of them; the bytes
+        kept, 0 if none were (over `bound`, or RAM did not take them)."""
         source = seq_id
-        if start > 0:
+        if start > 0 or head:
             assert self.policy.scratch is not None
             source = self.policy.scratch
-            self.memory.copy(seq_id, source, start, -1)
-        bound = self.ram.max_bytes if most is None else min(self.ram.max_bytes, most)
-        data = self.memory.read_state(source, WHOLE, bound)
+            self.memory.copy(seq_id, source, start, len(tokens) if head else -1)
+        data = self.memory.read_state(source, WHOLE, bound) if bound > 0 else None
         held = self.memory.held(source)
         if source != seq_id:
             self.memory.drop(source)

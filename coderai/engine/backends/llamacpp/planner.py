@@ -20,7 +20,7 @@ from collections import deque
 
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory, last_point, whole
-from coderai.engine.backends.llamacpp.host_tier import HostTier, worth_taking
+from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import reservation
 from coderai.engine.backends.llamacpp.prefix_cache import Hit, common_prefix
 from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
@@ -170,14 +170,10 @@ class Planner:
         cache = self.cache
         want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
         hit = cache.lookup(slot.tokens)
-        if (
-            hit is not None
-            and self.policy.parks_idle
-            and not worth_taking(hit.tokens, cache.prefixes.length(hit.entry))
-        ):
-            # a few tokens in common with another conversation (a chat template's first
-            # ones) are read again: taken, they would leave its state saved past them,
-            # which only a sequence that holds them again could restore
+        if hit is not None and self.policy.parks_idle and hit.tokens < MIN_CHUNK:
+            # where the entry is let go as this one starts from it, its cells past the
+            # shared ones are saved (and these, apart: host_tier.py): for fewer than
+            # MIN_CHUNK tokens, reading them costs less
             hit = None
         taken = None
         if hit is not None and hit.tokens >= cache.prefixes.length(hit.entry) - 1:

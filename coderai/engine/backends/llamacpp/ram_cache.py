@@ -95,12 +95,24 @@ class RamCache:
                 continue
             shared = min(common_prefix(saved.tokens, tokens), len(tokens) - 1)
             gives = usable(saved, shared) if shared > 0 else 0
-            if gives > 0 and (best is None or gives > best[1]):
+            if gives > 0 and (best is None or (gives, -saved.size) > self._rank(*best)):
                 best = (key, gives)
         if best is None:
             return None
         self._entries.move_to_end(best[0])
         return RamHit(self._entries[best[0]], best[1])
+
+    def _rank(self, key: int, gives: int) -> tuple[int, int]:
+        """Of two states that give as many tokens, the smaller is restored sooner."""
+        return gives, -self._entries[key].size
+
+    def covers(self, tokens: list[int]) -> bool:
+        """Whether a saved state from the start holds all of `tokens` (a sequence that
+        has none of their cells can be given them)."""
+        return any(
+            saved.start == 0 and common_prefix(saved.tokens, tokens) == len(tokens)
+            for saved in self._entries.values()
+        )
 
     def continues(self, tokens: list[int], have: int, end: int) -> bool:
         """Whether a saved state that begins past `have` and by `end` holds more of

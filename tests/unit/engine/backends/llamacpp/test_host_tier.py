@@ -5,36 +5,89 @@ from __future__ import annotations
 
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
-from coderai.engine.backends.llamacpp.host_tier import HostTier
+from coderai.engine.backends.llamacpp.host_tier import RAM_TAIL, HostTier
 from coderai.engine.backends.llamacpp.llama_memory import WHOLE
 from coderai.engine.backends.llamacpp.policy import cache_policy
 from coderai.engine.backends.llamacpp.ram_cache import RamCache
 from tests.support.cells import POSITION_BYTES, StandInMemory
 
 
-def tier(memory: Memory = Memory.FULL, ram: int = 1 << 20) -> tuple[HostTier, StandInMemory]:
+def tier(
+    memory: Memory = Memory.FULL, ram: int = 1 << 20, cells: int = 200
+) -> tuple[HostTier, StandInMemory]:
     policy = cache_policy(memory, 8 if memory is Memory.WINDOW else 0, swa_full=False,
                           flash=True, host_ram=True, parallel=2, entries=2, id_bound=64,
                           checkpoints=2, checkpoint_every=16)  # fmt: skip
     stand_in = StandInMemory()
-    cache = CacheManager(policy, stand_in, cells=200, parallel=2, entries=2, cache_tokens=200)
+    cache = CacheManager(policy, stand_in, cells=cells, parallel=2, entries=2,
+                         cache_tokens=cells)  # fmt: skip
     return HostTier(RamCache(ram), cache), stand_in
 
 
-def test_only_the_cells_past_those_staying_in_the_cache_are_saved_through_the_scratch() -> None:
-    host, stand_in = tier()
-    cache, scratch = host.cache, host.policy.scratch
-    assert scratch == 4
+def sharing(host: HostTier, stand_in: StandInMemory, shared: int, own: int) -> tuple[int, int]:
+    """A base sequence holding `shared` cells, and one started from them holding `own`
+    more."""
+    cache = host.cache
     base, seq = cache.new_id(), cache.new_id()
-    cache.reserve(base, 30)
-    stand_in.cells[base] = set(range(30))
-    cache.ledger.share(seq, base, 30)  # seq started from base's 30 cells
-    cache.reserve(seq, 50)
-    stand_in.cells[seq] = set(range(50))
-    saved = host.save(seq, list(range(50)))
-    assert saved == 20 * POSITION_BYTES  # its own 20, not the 30 it shares
-    assert ("copy", seq, scratch, 30, -1) in stand_in.calls
+    cache.reserve(base, shared)
+    stand_in.cells[base] = set(range(shared))
+    cache.ledger.share(seq, base, shared)
+    cache.reserve(seq, shared + own)
+    stand_in.cells[seq] = set(range(shared + own))
+    return base, seq
+
+
+def test_only_the_cells_past_those_staying_in_the_cache_are_saved_through_the_scratch() -> None:
+    host, stand_in = tier(cells=600)
+    scratch = host.policy.scratch
+    assert scratch == 4
+    _, seq = sharing(host, stand_in, RAM_TAIL, 20)
+    saved = host.save(seq, list(range(RAM_TAIL + 20)))
+    assert saved == 20 * POSITION_BYTES  # its own 20, not the RAM_TAIL it shares
+    assert ("copy", seq, scratch, RAM_TAIL, -1) in stand_in.calls
     assert stand_in.tokens(scratch) == 0  # the scratch sequence is left empty
+    assert len(host.ram) == 1
+
+
+def test_a_few_cells_staying_in_the_cache_are_saved_apart_unless_ram_holds_them() -> None:
+    """A conversation's turns past a chat template's first tokens, which the next
+    conversation shares: the template's cells are saved too, on their own, so the turns
+    can come back whoever holds those by then; once, as long as RAM holds them."""
+    host, stand_in = tier()
+    scratch = host.policy.scratch
+    assert scratch is not None
+    base, seq = sharing(host, stand_in, 30, 20)
+    saved = host.save(seq, list(range(50)))
+    assert saved == 50 * POSITION_BYTES  # its own 20, and the 30 it shares, apart
+    assert ("copy", seq, scratch, 0, 30) in stand_in.calls
+    assert len(host.ram) == 2 and host.ram.covers(list(range(30)))
+    assert stand_in.tokens(scratch) == 0
+    host.cache.retire(seq)
+    other = host.cache.new_id()
+    host.cache.ledger.share(other, base, 30)
+    host.cache.reserve(other, 40)
+    stand_in.cells[other] = set(range(30)) | set(range(100, 110))
+    assert host.save(other, [*range(30), *range(100, 110)]) == 10 * POSITION_BYTES
+    # all of them gone from the cache, the first conversation comes back from RAM alone
+    for held in (base, other):
+        host.cache.retire(held)
+    again = host.cache.new_id()
+    host.cache.reserve(again, 60)
+    assert host.recall(again, [*range(50), 7], 0) == 50
+    assert stand_in.cells[again] == set(range(50))
+
+
+def test_of_two_saved_states_giving_as_much_the_smaller_is_restored() -> None:
+    host, stand_in = tier()
+    cache = host.cache
+    for tokens in ([*range(30), *range(200, 260)], list(range(30))):
+        a = cache.new_id()
+        cache.reserve(a, len(tokens))
+        stand_in.cells[a] = set(range(len(tokens)))
+        assert host.save(a, tokens)
+        cache.retire(a)
+    hit = host.ram.match([*range(30), 5, 6], lambda saved, common: common, 200)
+    assert hit is not None and hit.tokens == 30 and len(hit.saved.tokens) == 30
 
 
 def test_a_conversations_turns_come_back_one_by_one() -> None:

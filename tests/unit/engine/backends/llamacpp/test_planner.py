@@ -12,13 +12,14 @@ from coderai.bus.messages import Job
 from coderai.engine.backends.base import Sequence
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
-from coderai.engine.backends.llamacpp.host_tier import HostTier
+from coderai.engine.backends.llamacpp.host_tier import RAM_TAIL, HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
 from coderai.engine.backends.llamacpp.ngram import NgramIndex
 from coderai.engine.backends.llamacpp.planner import Planner
 from coderai.engine.backends.llamacpp.policy import cache_policy
 from coderai.engine.backends.llamacpp.prefix_cache import Hit
 from coderai.engine.backends.llamacpp.ram_cache import RamCache
+from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
 from coderai.engine.backends.llamacpp.slot import Plan, Run, Slot
 from coderai.engine.backends.llamacpp.speculation import Speculation
 from coderai.engine.backends.llamacpp.vision import Images
@@ -227,13 +228,25 @@ def test_idle_entries_are_parked_in_host_ram_without_flash_attention() -> None:
     assert world.host.ram.hits == 1 and (c.seq_id, 50, 52) in spans(plan)
 
 
-def test_a_few_tokens_in_common_with_a_parked_conversation_are_read_again() -> None:
+def test_a_few_tokens_in_common_with_a_parked_conversation_are_taken_and_it_comes_back() -> None:
+    """A new conversation shares a chat template's first tokens with the last one: it
+    starts from them, and the last one's turns past them are saved (with those tokens,
+    apart), so that conversation's next turn still comes back whole from RAM."""
     world = World(cells=2000, flash=False, ram=1 << 20)
-    a = world.start(list(range(600)))
-    while a.reading or a.decoded < 600:
-        world.step(a)
-    world.release(a)
-    b = world.start([*range(20), *range(900, 960)])  # 20 of a's 601 tokens
+    finished(world, list(range(600)))
+    b = world.start([*range(20), *range(900, 960)])  # 20 of the 600 kept
+    plan = world.step(b)
+    assert spans(plan) == [(b.seq_id, 20, 80)] and b.seq.cached_tokens == 20
+    assert world.host is not None and world.host.ram.covers(list(range(20)))
+    world.release(b)
+    c = world.start([*range(600), 7, 8])
+    assert spans(world.step(c)) == [(c.seq_id, 600, 602)] and c.seq.cached_tokens == 600
+
+
+def test_fewer_tokens_in_common_than_a_chunk_are_read_again_where_entries_are_parked() -> None:
+    world = World(cells=2000, flash=False, ram=1 << 20)
+    finished(world, list(range(600)))
+    b = world.start([*range(MIN_CHUNK - 1), *range(900, 960)])
     plan = world.step(b)
     assert spans(plan) == [(b.seq_id, 0, 64)] and b.seq.cached_tokens == 0
 
@@ -345,28 +358,30 @@ def test_a_leader_still_reading_is_waited_for_until_it_has_read_the_shared_token
 
 
 def test_a_follower_goes_on_from_its_own_conversation_saved_past_the_shared_part() -> None:
-    world = World(ram=1 << 20)
-    system = list(range(40))
+    world = World(cells=1000, ram=1 << 20)
+    system = list(range(RAM_TAIL))  # long enough that its cells are not saved apart
     a = world.start(system)  # the shared system prompt, read first and running
-    world.step(a)
+    while a.reading:
+        world.step(a)
     world.step(a)
     # another conversation with that system prompt, saved earlier as a tail past it: it
-    # shared a's 40 cells, so only its own 40 went to RAM (through the scratch id)
+    # shared a's cells, so only its own 40 went to RAM (through the scratch id)
     mine = [*system, *range(500, 540)]
     assert world.host is not None
     tail = world.cache.new_id()
-    world.cache.will_share(tail, Hit(a.seq_id, 40))
-    world.cache.reserve(tail, 80)
-    world.memory.cells[tail] = set(range(80))
+    world.cache.will_share(tail, Hit(a.seq_id, RAM_TAIL))
+    world.cache.reserve(tail, RAM_TAIL + 40)
+    world.memory.cells[tail] = set(range(RAM_TAIL + 40))
     assert world.host.save(tail, mine) == 40 * POSITION_BYTES
     world.cache.retire(tail)
     b = world.start([*mine, 9])
     world.step(a, b, budget=0)  # beside a decoding sequence: no prompt token read
     # the saved tail begins past what b holds at admission: it follows a (already past
     # the shared tokens) into them, and from there its own tail comes back from RAM
-    assert ("copy", a.seq_id, b.seq_id, 0, 40) in world.memory.calls
-    assert b.leader is None and b.decoded == 80 and world.host.ram.hits == 1
-    assert b.seq.cached_tokens == 80 and world.memory.cells[b.seq_id] == set(range(80))
+    assert ("copy", a.seq_id, b.seq_id, 0, RAM_TAIL) in world.memory.calls
+    assert b.leader is None and b.decoded == len(mine) and world.host.ram.hits == 1
+    assert b.seq.cached_tokens == len(mine)
+    assert world.memory.cells[b.seq_id] == set(range(len(mine)))
 
 
 def test_a_short_common_beginning_makes_no_leader() -> None:
@@ -429,7 +444,8 @@ def test_with_parking_an_entry_started_from_is_let_go_and_its_tail_saved() -> No
     world.step(b)
     assert world.host is not None
     assert world.cache.prefixes.ids() == [] and b.seq.cached_tokens == 200
-    assert world.host.ram.saves == 1  # a's 100 tokens past the shared 200
+    # a's 100 tokens past the shared 200, and those 200 apart (fewer than RAM_TAIL)
+    assert world.host.ram.saves == 2 and world.host.ram.covers(list(range(200)))
     assert world.memory.tokens(a.seq_id) == 0
 
 
