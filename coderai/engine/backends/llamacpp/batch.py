@@ -4,6 +4,7 @@ prefix cache, host RAM below it, and speculative decoding, behind the `ModelInst
 One context per loaded model holds a unified KV cache that up to `parallel` sequences
 share. The parts, each in a module of its own (docs/glossary.md has the words):
 - planner.py: the waiting line, admission, leaders, growth and preemption, the step plan;
+  parking.py: when idle prefix entries go to host RAM (ahead of a prompt or after it);
 - cache_manager.py: the cells promised (kv.py), prefix entries (prefix_cache.py),
   sequence ids and checkpoints (checkpoints.py);
 - host_tier.py: prompt state saved to host RAM and recalled (ram_cache.py);
@@ -44,6 +45,7 @@ from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
 from coderai.engine.backends.llamacpp.llama_memory import LlamaMemory, layers
 from coderai.engine.backends.llamacpp.ngram import NgramIndex
+from coderai.engine.backends.llamacpp.parking import Parking, attend_share
 from coderai.engine.backends.llamacpp.planner import Planner
 from coderai.engine.backends.llamacpp.policy import cache_policy
 from coderai.engine.backends.llamacpp.ram_cache import RamCache
@@ -125,12 +127,20 @@ class LlamaCppBatchInstance(ModelInstance):
             speculation=self.speculation,
             projector=projector,
         )
+        share = attend_share(
+            int(llama_cpp.llama_model_n_layer(model.model)),
+            int(llama_cpp.llama_model_n_embd(model.model)),
+            int(llama_cpp.llama_model_n_params(model.model)),
+        )
+        runner = self.runner
         self.planner = Planner(
             self.cache,
             self.host,
             self.speculation,
-            n_batch=self.runner.n_batch,
+            n_batch=runner.n_batch,
             reserve_step=settings.reserve_step,
+            parking=Parking(share, lambda: runner.per_token),
+            park_step=settings.prefill_step,
         )
         self.prefill_step = settings.prefill_step
 

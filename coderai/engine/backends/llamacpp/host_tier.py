@@ -47,6 +47,8 @@ class HostTier:
         self.memory = cache.memory
         cache.prefixes.on_evict = self.save
         cache.on_let_go = self._entry_let_go
+        #: bytes this round of parks may still save (park_idle)
+        self.room = ram.max_bytes
 
     def save(self, seq_id: int, tokens: list[int], most: int | None = None) -> int:
         """Copy a sequence's state to host RAM before its cells are freed: where cells it
@@ -94,21 +96,28 @@ class HostTier:
         if tail >= RAM_TAIL or (tail >= MIN_CHUNK and self.policy.saves_tails):
             self.save(entry, tokens)
 
-    def park_idle(self, busy: set[int]) -> None:
-        """Save the prefix entries but `busy` (those a running sequence shares, or a
-        waiting one would start from) and let them go. What RAM cannot hold beside what
-        this call saved stays (reading it again would cost more than the cells it keeps
-        idle, and a save must not push out another just parked)."""
-        room = self.ram.max_bytes
+    def park_idle(self, busy: set[int], most: int | None = None) -> tuple[int, bool]:
+        """Save the prefix entries but `busy` (those a waiting sequence would start from)
+        and let them go, least recently used first, no more than `most` cells (one entry
+        at least, whatever it holds). What RAM cannot hold beside what this round of
+        parks saved stays (reading it again would cost more than the cells it keeps
+        idle, and a save must not push out another just parked). The cells parked, and
+        whether idle entries are left for a later step."""
         prefixes = self.cache.prefixes
+        cells = 0
         for idle in [i for i in prefixes.ids() if i not in busy]:
-            if room <= 0:
-                return
-            saved = self.save(idle, prefixes.tokens_of(idle), most=room)
+            if self.room <= 0:
+                return cells, False
+            tokens = prefixes.tokens_of(idle)
+            if most is not None and cells and cells + len(tokens) > most:
+                return cells, True
+            saved = self.save(idle, tokens, most=self.room)
             if saved:
-                room -= saved
+                self.room -= saved
+                cells += len(tokens)
                 prefixes.take(idle)
                 self.cache.retire(idle)
+        return cells, False
 
     # -- recall ------------------------------------------------------------------------------
     def recall(self, seq_id: int, tokens: list[int], have: int) -> int:

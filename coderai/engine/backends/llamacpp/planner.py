@@ -16,12 +16,14 @@ its sampler, so its text goes on from where it was.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory, last_point, whole
 from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import reservation
+from coderai.engine.backends.llamacpp.parking import Parking
 from coderai.engine.backends.llamacpp.prefix_cache import Hit, common_prefix
 from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
 from coderai.engine.backends.llamacpp.slot import Plan, Run, Slot
@@ -37,8 +39,14 @@ class Planner:
         *,
         n_batch: int,
         reserve_step: int,
+        parking: Parking | None = None,
+        park_step: float = 0.5,
     ) -> None:
         self.cache, self.host, self.speculation = cache, host, speculation
+        #: when idle entries are parked (parking.py), and the seconds of saving a step may
+        #: take while no prompt is read
+        self.parking = parking if parking is not None else Parking(0.0, lambda: None)
+        self.park_step = park_step
         self.policy = cache.policy
         self.n_batch = n_batch
         self.reserve_step = reserve_step
@@ -87,6 +95,7 @@ class Planner:
         while not plan.runs and plan.paused:
             self._preempt(plan.paused)
             plan = self._plan(slots, prompt_budget)
+        self._park()
         return plan
 
     def _plan(self, slots: list[Slot], prompt_budget: int) -> Plan:
@@ -155,8 +164,11 @@ class Planner:
         admitted_any = False
         while self.waiting and self._promise(self.waiting[0]):
             admitted_any = True
-        if self.policy.parks_idle and admitted_any:
-            self._park_idle()
+        if self.policy.parks_idle and admitted_any and len(self.cache.prefixes):
+            assert self.host is not None
+            if not self.parking.due:  # a new round of parks, with RAM's room for it
+                self.host.room = self.host.ram.max_bytes
+            self.parking.start()
 
     def _promise(self, slot: Slot) -> bool:
         """Promise the first waiting sequence its cells, admit it and start it from what it
@@ -219,14 +231,30 @@ class Planner:
                 self.cache.prefixes.count_hit(slot.decoded)
         self._find_leader(slot)
 
-    def _park_idle(self) -> None:
-        """Park the prefix entries none a waiting sequence would start from (host_tier.py).
-        No admitted sequence shares an entry's cells here: where entries are parked, every
-        entry a sequence starts from is let go as it is admitted (`_reuse`)."""
+    def _park(self) -> None:
+        """Park the prefix entries no waiting sequence would start from (host_tier.py),
+        when parking.py says: ahead of the prompts being read where reading them beside
+        the idle cells costs more than saving those, else once no prompt is being read, a
+        bounded amount a step. No admitted sequence shares an entry's cells here: where
+        entries are parked, every entry a sequence starts from is let go as it is
+        admitted (`_reuse`)."""
+        parking = self.parking
+        if not parking.due:
+            return
         assert self.host is not None
+        to_read = sum(len(s.tokens) - 1 - s.decoded for s in self.slots
+                      if s.admitted and s.reading)  # fmt: skip
+        if to_read and not parking.ahead(to_read):
+            parking.deferred += 1
+            return
+        most = None if to_read else parking.step_bound(self.park_step)
         busy = {hit.entry for s in self.waiting
                 if (hit := self.cache.lookup(s.tokens)) is not None}  # fmt: skip
-        self.host.park_idle(busy)
+        began = time.perf_counter()
+        cells, more = self.host.park_idle(busy, most)
+        parking.saw(cells, time.perf_counter() - began)
+        parking.parked += cells
+        parking.due = more
 
     # -- leaders and followers ---------------------------------------------------------------
     def _find_leader(self, slot: Slot) -> None:
@@ -282,4 +310,6 @@ class Planner:
             "kv_used": sum(s.decoded for s in admitted),
             "preempted": self.preemptions,
             "released": self.released,
+            "parked_cells": self.parking.parked,
+            "parks_deferred": self.parking.deferred,
         }

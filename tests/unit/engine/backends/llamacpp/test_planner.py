@@ -6,6 +6,7 @@ preemption, prefix entries and parking. A test moves a sequence on as the runner
 from __future__ import annotations
 
 import codecs
+import time
 from typing import Any, cast
 
 from coderai.bus.messages import Job
@@ -15,6 +16,7 @@ from coderai.engine.backends.llamacpp.checkpoints import Memory
 from coderai.engine.backends.llamacpp.host_tier import RAM_TAIL, HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
 from coderai.engine.backends.llamacpp.ngram import NgramIndex
+from coderai.engine.backends.llamacpp.parking import Parking
 from coderai.engine.backends.llamacpp.planner import Planner
 from coderai.engine.backends.llamacpp.policy import cache_policy
 from coderai.engine.backends.llamacpp.prefix_cache import Hit
@@ -219,7 +221,9 @@ def test_idle_entries_are_parked_in_host_ram_without_flash_attention() -> None:
     world.release(a)
     assert world.cache.prefixes.ids() == [a.seq_id]
     b = world.start(list(range(500, 540)))  # another conversation: a's entry is idle
-    world.step(b)
+    world.step(b)  # nothing timed yet: the park waits for b's first token ...
+    assert world.cache.prefixes.ids() == [a.seq_id]
+    world.step(b)  # ... and is made in the step after it
     assert world.cache.prefixes.ids() == [] and world.host is not None
     assert world.host.ram.saves == 1 and world.memory.tokens(a.seq_id) == 0
     # a's conversation comes back: its state is restored rather than read
@@ -304,7 +308,8 @@ def test_the_counters_name_what_they_count() -> None:
     a = world.start(list(range(30)))
     world.step(a)
     assert world.planner.stats() == {"running": 1, "waiting": 0, "kv_used": 30,
-                                     "preempted": 0, "released": 0}  # fmt: skip
+                                     "preempted": 0, "released": 0, "parked_cells": 0,
+                                     "parks_deferred": 0}  # fmt: skip
     assert world.cache.stats() == {
         "kv_reserved": 37, "kv_cells": 400, "prefix_hits": 0, "prefix_tokens": 0,
         "prefix_cached": 0, "checkpoints": 0, "checkpoint_bytes": 0, "checkpoints_restored": 0,
@@ -463,6 +468,7 @@ def test_an_entry_a_waiting_sequence_would_start_from_is_not_parked() -> None:
     world.release(waiting)
     other = world.start(list(range(900, 910)))  # nobody waits for a now: parked
     world.step(big, other)
+    world.step(big, other)  # (after other's first token)
     assert world.cache.prefixes.ids() == [] and world.memory.tokens(a.seq_id) == 0
 
 
@@ -649,3 +655,69 @@ def test_a_preempted_sequence_reads_its_tokens_again_past_its_prompts_checkpoint
     # it stops at its prompt's last point (a checkpoint there), then reads the rest
     assert spans(world.step(b)) == [(b.seq_id, 0, 19)]
     assert spans(world.step(b)) == [(b.seq_id, 19, known)]
+
+
+class SlowSaves(StandInMemory):
+    """Saves that take `seconds` each, as a large state's copy out of a GPU would."""
+
+    seconds = 0.05
+
+    def read_state(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
+        time.sleep(self.seconds)
+        return super().read_state(seq_id, flags, most)
+
+
+def parking_world(per_token: float, memory: StandInMemory | None = None) -> World:
+    """A world that parks, whose prompt tokens cost `per_token` seconds to read, for a
+    model whose cell adds a thousandth of that to each token read beside it."""
+    world = World(cells=2000, flash=False, ram=1 << 20)
+    if memory is not None:
+        world.memory = world.cache.memory = memory
+        assert world.host is not None
+        world.host.memory = memory
+    world.planner.parking = Parking(0.001, lambda: per_token)
+    return world
+
+
+def reads(world: World, since: int) -> list[tuple[object, ...]]:
+    return [c for c in world.memory.calls[since:] if c[0] == "read_state"]
+
+
+def test_a_prompt_is_not_kept_waiting_for_slow_saves_of_idle_entries() -> None:
+    """Saves that cost more than reading beside the idle cells (timed as they happen):
+    a new prompt's first token is sampled before any of them, and they are made in the
+    steps after, a bounded amount a step."""
+    world = parking_world(per_token=0.001, memory=SlowSaves())
+    first = finished(world, list(range(50)))
+    other = world.start(list(range(300, 340)))
+    world.step(other)
+    world.step(other)  # a first park, timed: slow
+    world.release(other)
+    assert world.memory.tokens(first.seq_id) == 0
+    save = world.planner.parking.save
+    assert save is not None and save * 50 >= SlowSaves.seconds
+    kept = [other, *(finished(world, list(range(k, k + 50))) for k in (1000, 2000))]
+    deferred = world.planner.parking.deferred
+    b = world.start(list(range(500, 540)))
+    since = len(world.memory.calls)
+    plan = world.step(b)  # b's first token: no save before it
+    assert spans(plan) == [(b.seq_id, 0, 40)] and reads(world, since) == []
+    assert world.planner.parking.deferred == deferred + 1
+    world.planner.park_step = 50 * save  # the seconds a step may park: one entry's
+    for left in (2, 1, 0):  # then the parks, one entry a step
+        since = len(world.memory.calls)
+        world.step(b)
+        assert len(reads(world, since)) == 1 and len(world.cache.prefixes) == left
+    assert not world.planner.parking.due
+    assert all(world.memory.tokens(k.seq_id) == 0 for k in kept)
+
+
+def test_idle_entries_are_parked_ahead_of_a_prompt_that_would_cost_more_read_beside_them() -> None:
+    world = parking_world(per_token=0.001)
+    world.planner.parking.save = 1e-6  # a cell saved in a microsecond: reading beside costs more
+    kept = finished(world, list(range(50)))
+    b = world.start(list(range(500, 540)))
+    since = len(world.memory.calls)
+    world.step(b)
+    assert world.memory.tokens(kept.seq_id) == 0 and len(reads(world, since)) == 1
+    assert world.planner.parking.deferred == 0
