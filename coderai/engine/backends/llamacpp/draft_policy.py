@@ -3,17 +3,27 @@
 A draft token costs the step's time whether it is accepted or not, and what a step costs per
 token depends on the model and the machine: where decoding reads the weights once for a
 whole batch (a large model, a GPU) a few more tokens are nearly free, and where it is
-compute-bound (a 135M model on a CPU core: a 9-token step measured 4.7 times a 1-token
-one) they are not. So the length is chosen from the step times measured on this instance
-and the share of its draft tokens this sequence has had accepted: the length whose tokens
-per second, counting the other sequences in the step, are the highest; 0 (no draft) where
-none beats plain decoding.
+compute-bound (a 135M model on a 2-core AVX2 CPU: a 9-token step, sampling included,
+measured 4.9 to 5.4 times a 1-token one) they are not. So the length is chosen from the
+step times measured on this instance and the share of its draft tokens this sequence has
+had accepted: the length whose tokens per second, counting the other sequences in the
+step, are the highest; 0 (no draft) where none beats plain decoding.
 
 A sequence whose drafts do not pay is not drafted for, so its decoded drafts can no
 longer say when they would: its n-gram guesses (free to make) are then checked against the
 tokens it goes on to sample instead (`Shadow`), and the accepted share follows its text either
 way. Without that, a few early misses fixed the length at 0 for the rest of an answer that
 went on to repeat itself (measured on Gemma 3: 2 draft tokens in 256).
+
+What a step costs is measured as the runner spends it (decoding and sampling, decode steps
+only: a step that reads a prompt samples once for many tokens, and at another depth), and
+it changes as the engine runs: other models' steps leave the caches cold, the machine is
+shared, the sequence grows. Each step moves its own size's estimate and, less, every other
+size's by the same ratio (the machine's speed as a whole), so a size last measured in a
+slow moment is not priced by that moment for ever; and a draft length not measured for
+STALE steps is tried again where the sequence's guesses come true often enough to pay.
+Before, a size measured once (a prompt's chunk, or a draft step in a slow moment) kept its
+price until that size was chosen again, which a high price prevented.
 
 Pure decisions; the backend feeds it its measurements.
 """
@@ -27,6 +37,11 @@ import bisect
 PRIOR_ACCEPTED = 0.5
 #: weight of the newest observation in the running estimates
 SMOOTHING = 0.2
+#: how far (in ratio, as a power) a measured step moves every other size's estimate: the
+#: part of its surprise taken to be the machine's, not its size's
+DRIFT = 0.1
+#: steps after which a draft length not measured since is tried again
+STALE = 64
 
 
 def expected_tokens(accepted: float, length: int) -> float:
@@ -37,27 +52,42 @@ def expected_tokens(accepted: float, length: int) -> float:
 
 
 class StepCosts:
-    """Seconds a step takes by the tokens it decodes, smoothed, from this instance's own
+    """Seconds a decode step takes by the tokens it decodes, from this instance's own
     steps; between measured sizes the cost is interpolated, past the largest extrapolated
-    at the cost per token of the two largest."""
+    at the cost per token of the two largest. Each observation moves its size's estimate
+    by SMOOTHING and every other size's by DRIFT, as ratios."""
 
     def __init__(self) -> None:
         self._sizes: list[int] = []
         self._seconds: dict[int, float] = {}
+        #: the observation count when each size was last measured
+        self._seen: dict[int, int] = {}
+        self._count = 0
 
     def observe(self, tokens: int, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
             return
+        self._count += 1
+        self._seen[tokens] = self._count
         old = self._seconds.get(tokens)
         if old is None:
             bisect.insort(self._sizes, tokens)
             self._seconds[tokens] = seconds
-        else:
-            self._seconds[tokens] = old + SMOOTHING * (seconds - old)
+            return
+        surprise = seconds / old
+        drift = surprise**DRIFT
+        for size in self._sizes:
+            self._seconds[size] *= drift
+        self._seconds[tokens] = old * surprise**SMOOTHING
 
     def largest(self) -> int:
         """The most tokens a measured step decoded (0 before any)."""
         return self._sizes[-1] if self._sizes else 0
+
+    def age(self, tokens: int) -> int | None:
+        """Steps measured since a step of `tokens` was (None: never)."""
+        seen = self._seen.get(tokens)
+        return None if seen is None else self._count - seen
 
     def estimate(self, tokens: int) -> float | None:
         sizes, seconds = self._sizes, self._seconds
@@ -82,12 +112,18 @@ class StepCosts:
 def best_length(accepted: float, costs: StepCosts, decoding: int, most: int) -> int:
     """The draft length for one sequence of the `decoding` in a step that yields the most
     tokens per second, the others decoding one token each; 0 where no length beats none.
-    Until a step as long as the longest draft has been measured (a prompt's chunk usually
-    is), the longest is tried, so the choice is not stuck at 0 for want of a measurement."""
+    The longest is tried where a step that long has never been measured (so the choice is
+    not stuck at 0 for want of a measurement), and again where its measure is STALE steps
+    old and the sequence's drafts of that length would yield at least two tokens a step
+    (so a cost measured in a slow moment is not kept for ever, and a sequence whose guesses
+    miss is not made to pay for the check)."""
     plain = costs.estimate(decoding)
     if plain is None or most <= 0:
         return 0
-    if costs.largest() < decoding + most:
+    age = costs.age(decoding + most)
+    if costs.largest() < decoding + most and age is None:
+        return most
+    if age is not None and age >= STALE and expected_tokens(accepted, most) >= 2:
         return most
     best, rate = 0, decoding / plain
     for length in range(1, most + 1):
@@ -101,17 +137,22 @@ def best_length(accepted: float, costs: StepCosts, decoding: int, most: int) -> 
 
 def updated_acceptance(rate: float, drafted: int, taken: int) -> float:
     """A sequence's estimate of the chance a draft token is accepted, after a step that
-    accepted `taken` of `drafted`: each accepted token a success, the first one not
-    accepted a failure."""
-    failures = 1 if taken < drafted else 0
-    trials = taken + failures
-    if trials == 0:
-        return rate
-    return rate + SMOOTHING * (taken / trials - rate)
+    accepted `taken` of `drafted`: each accepted token a success and the first one not
+    accepted a failure, each moving the estimate by SMOOTHING in turn. (Counted by token,
+    not by step: a sequence copying its prompt has whole drafts accepted for a stretch,
+    then one missed at a change, and a step of eight accepted says more than one of one.)"""
+    for _ in range(taken):
+        rate += SMOOTHING * (1.0 - rate)
+    if taken < drafted:
+        rate -= SMOOTHING * rate
+    return rate
 
 
 class Shadow:
-    """A draft that was not decoded, checked against the tokens sampled after it."""
+    """A draft that was not decoded, checked against the tokens sampled after it, a token
+    at a time: each guessed token sampled counts as accepted as it comes, so a sequence
+    back on copied text drafts again after a token or two instead of after a whole guess
+    (which kept it on one-token steps for eight of them)."""
 
     def __init__(self) -> None:
         self.guess: list[int] = []
@@ -123,25 +164,22 @@ class Shadow:
             self.guess, self._matched = guess, 0
 
     def see(self, token: int) -> tuple[int, int] | None:
-        """The next sampled token: (guessed, accepted) once the guess is settled (a token
-        differed, or all matched), else None."""
+        """The next sampled token, as a draft of one: (1, 1) where it is the guess's next
+        token, (1, 0) where it is not (the guess is dropped), None without a guess."""
         if not self.guess:
             return None
         if token == self.guess[self._matched]:
             self._matched += 1
-            if self._matched < len(self.guess):
-                return None
-        settled = (len(self.guess), self._matched)
-        self.guess, self._matched = [], 0
-        return settled
+            if self._matched == len(self.guess):
+                self.clear()
+            return (1, 1)
+        self.clear()
+        return (1, 0)
 
     def pending(self) -> bool:
         return bool(self.guess)
 
-    def clear(self) -> tuple[int, int] | None:
-        """The sequence decodes a real draft now, which is measured instead: the tokens
-        of this guess that came true so far, as accepted ((matched, matched)), or None. (Long
-        guesses that keep coming true are the likeliest to be cut off here: dropping what
-        they showed would bias the estimate low.)"""
-        matched, self.guess, self._matched = self._matched, [], 0
-        return (matched, matched) if matched else None
+    def clear(self) -> None:
+        """The sequence decodes a real draft now, which is measured instead (what this guess
+        showed so far is counted already)."""
+        self.guess, self._matched = [], 0

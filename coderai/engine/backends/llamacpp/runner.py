@@ -64,8 +64,8 @@ class Runner:
         """Decode one step; what each sequence that sampled gives. Empty where the step
         was aborted (llama.cpp took its cells back: each sequence is where it was, and the
         cancelled one is released next, keeping what it read before this step)."""
-        n, outputs = self._fill(runs)
         began = time.perf_counter()
+        n, outputs = self._fill(runs)
         status = self._decode(runs, n)
         if status == _ABORTED:
             self.aborted += 1
@@ -76,7 +76,6 @@ class Runner:
         if status != 0:
             raise JobError(f"llama_decode returned {status}", kind="backend_error")
         seconds = time.perf_counter() - began
-        self.speculation.costs.observe(n, seconds)
         if n >= MIN_CHUNK:  # a step that read prompt tokens: their cost, smoothed
             cost = seconds / n
             self.per_token = cost if self.per_token is None else 0.7 * self.per_token + 0.3 * cost
@@ -85,7 +84,13 @@ class Runner:
             slot.seq.read = min(end, slot.seq.prompt_tokens)
             if self.cache.checkpoint_due(slot.seq_id, end, slot.seq.prompt_tokens):
                 self.cache.checkpoint(slot.seq_id, end)
-        return {slot: self._next(slot, index) for slot, index in outputs}
+        produced = {slot: self._next(slot, index) for slot, index in outputs}
+        if all(run.end - run.first == 1 for run in runs):
+            # a decode step, priced as drafts are: its decoding and its sampling (each draft
+            # token sampled is part of what it costs); a step that reads a prompt samples once
+            # for many tokens and says nothing of one that verifies drafts
+            self.speculation.costs.observe(n, time.perf_counter() - began)
+        return produced
 
     def _fill(self, runs: list[Run]) -> tuple[int, list[tuple[Slot, int]]]:
         """Put the runs' tokens in the batch (an image is read by the projector instead);

@@ -102,7 +102,7 @@ class Speculation:
     def _shadow(self, decoding: list[Slot], drafted: set[Slot]) -> None:
         """Where the policy gave a sequence no draft, its n-gram guess is still made and
         checked against what it samples next (draft_policy.Shadow); a guess being checked
-        where a real draft is decoded now counts for what came true so far."""
+        where a real draft is decoded now is dropped (what came true of it is counted)."""
         for slot in decoding:
             if (
                 slot.ngrams is None
@@ -111,9 +111,7 @@ class Speculation:
             ):
                 continue
             if slot in drafted:
-                shown = slot.shadow.clear()
-                if shown is not None:
-                    slot.accept_rate = updated_acceptance(slot.accept_rate, *shown)
+                slot.shadow.clear()
             elif self.draft_length is None and not slot.shadow.pending():
                 # the policy said 0: keep its estimate current with a guess not decoded
                 slot.shadow.start(slot.ngrams.draft(slot.tokens, DRAFT_MOST))
