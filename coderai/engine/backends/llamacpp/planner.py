@@ -75,9 +75,6 @@ class Planner:
         if not (slot.admitted and slot.decoded and cache.prefixes.max_entries):
             cache.retire(slot.seq_id)
             return
-        # (where idle entries are parked, none shares cells with another here: every entry
-        # a sequence starts from is let go as it is admitted, so this one is parked whole
-        # at the next admission unless a sequence starts from it first)
         cache.finish(slot.seq_id, tokens)
 
     def forget(self, slot: Slot) -> None:
@@ -183,9 +180,9 @@ class Planner:
         want = reservation(len(slot.tokens), slot.need, slot.bounded, self.reserve_step)
         hit = cache.lookup(slot.tokens)
         if hit is not None and self.policy.parks_idle and hit.tokens < MIN_CHUNK:
-            # where the entry is let go as this one starts from it, its cells past the
-            # shared ones are saved (and these, apart: host_tier.py): for fewer than
-            # MIN_CHUNK tokens, reading them costs less
+            # where the entry is parked while this one runs, its cells past the shared
+            # ones are saved (and these, apart: host_tier.py): for fewer than MIN_CHUNK
+            # tokens, reading them costs less
             hit = None
         taken = None
         if hit is not None and hit.tokens >= cache.prefixes.length(hit.entry) - 1:
@@ -220,7 +217,7 @@ class Planner:
         gives more; look for a leader."""
         if hit is not None:
             slot.decoded = self.cache.start_from(hit.entry, slot.seq_id, hit.tokens)
-            if self.policy.takes_over or self.policy.parks_idle:
+            if self.policy.takes_over:
                 self.cache.let_go(hit.entry, hit.tokens)
         if self.host is not None:
             slot.decoded = self.host.recall(slot.seq_id, slot.tokens, slot.decoded)
@@ -235,9 +232,9 @@ class Planner:
         """Park the prefix entries no waiting sequence would start from (host_tier.py),
         when parking.py says: ahead of the prompts being read where reading them beside
         the idle cells costs more than saving those, else once no prompt is being read, a
-        bounded amount a step. No admitted sequence shares an entry's cells here: where
-        entries are parked, every entry a sequence starts from is let go as it is
-        admitted (`_reuse`)."""
+        bounded amount a step. An entry a running sequence started from is parked too:
+        its cells past the shared ones are saved (host_tier.save), and the shared ones
+        stay with that sequence."""
         parking = self.parking
         if not parking.due:
             return

@@ -29,11 +29,12 @@ class CachePolicy:
     #: (llama.cpp saves all of a sequence's cells) and a saved state restored; None where
     #: there is no prefix cache or llama.cpp's bound on sequence ids is reached
     scratch: int | None
-    #: prefix entries are saved to host RAM and let go once no sequence is to start from
-    #: them (one that does starts from them and lets them go as it is admitted). Only without flash
-    #: attention, which computes every used cell for every token read, other sequences'
-    #: too (a 1.3k-token prompt read beside 2.1k idle cells: 10.2 s against 6.3 s on
-    #: SmolLM2): there only running sequences and what they share stay in the cache.
+    #: prefix entries are saved to host RAM and let go once no waiting sequence is to
+    #: start from them (parking.py says when: ahead of a prompt or after its first
+    #: token). Only without flash attention, which computes every used cell for every
+    #: token read, other sequences' too (a 1.3k-token prompt read beside 2.1k idle cells:
+    #: 10.2 s against 6.3 s on SmolLM2): there only running sequences and what they share
+    #: stay in the cache.
     parks_idle: bool
     #: checkpoints kept per sequence (0 on a model whose cells are all its state), and
     #: the prompt tokens between two

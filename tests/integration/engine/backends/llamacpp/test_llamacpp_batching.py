@@ -877,3 +877,53 @@ def test_a_next_turn_that_must_evict_another_conversation_starts_from_its_own(
     assert again.cached_tokens >= second.prompt_tokens - 1
     cold = model(tiny_models[1], n_ctx=1024, prefix_cache_tokens=0)
     assert text == asyncio.run(scenario(cold, [(later, 300)]))[1]
+
+
+def test_a_new_prompts_first_token_does_not_wait_for_slow_saves_of_idle_prefixes(
+    tiny_models: tuple[Path, Path],
+) -> None:
+    """Without flash attention idle kept prefixes are parked in host RAM, but a save is
+    for a later turn: where it costs more than reading beside the idle cells (here made
+    slow on purpose, as a large state's copy out of a GPU is), a new prompt's first token
+    comes first and the save after it. The parked prefix is still reused on its next
+    turn, and the text is the cold one."""
+    entry = model(tiny_models[1], n_ctx=2048)
+    spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
+    instance: Any = LlamaCppBackend().load(spec, LoadProgress())  # its parts are looked at
+    assert instance.cache.policy.parks_idle
+    events: list[str] = []
+    memory = instance.cache.memory
+    read_state = memory.read_state
+
+    def slow_save(seq_id: int, flags: int, most: int | None = None) -> Any:
+        events.append("save")
+        threading.Event().wait(0.2)
+        return read_state(seq_id, flags, most)
+
+    memory.read_state = slow_save
+    one = "Servers answer requests\n" * 30
+    for i, prompt in enumerate([one, "Once upon a time\n" * 30, "def fib(n):\n" * 3], 1):
+        seq = Sequence(job(i, entry, prompt))
+        instance.start(seq)
+        result = instance.step([seq])[0]
+        while result is READING:
+            result = instance.step([seq])[0]
+        events.append(f"first token {i}")
+        for _ in range(TOKENS - 1):  # the rest of its answer, as answered() steps it
+            if instance.step([seq])[0] is END:
+                break
+        instance.release(seq)
+    # the first prompt left nothing idle; the second's park, not yet timed, waited for its
+    # first token; the third's short prompt, beside a park timed slow by then, did too
+    parking = instance.planner.parking
+    assert parking.save is not None and not parking.ahead(seq.prompt_tokens)
+    assert events.index("first token 2") < events.index("save")
+    saves_after_3 = events[events.index("first token 3") :].count("save")
+    assert events[: events.index("first token 3")].count("save") >= 1 and saves_after_3 >= 1
+    assert instance.stats()["parks_deferred"] >= 2
+    again = Sequence(job(4, entry, one + "and then some more words"))
+    instance.start(again)
+    text = answered(instance, again)
+    assert again.cached_tokens >= len(instance.prompt_tokens(Sequence(job(1, entry, one)))) - 1
+    assert instance.stats()["ram_cache_hits"] >= 1
+    assert text == cold_text(entry, one + "and then some more words")

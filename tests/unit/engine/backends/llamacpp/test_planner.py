@@ -241,6 +241,7 @@ def test_a_few_tokens_in_common_with_a_parked_conversation_are_taken_and_it_come
     b = world.start([*range(20), *range(900, 960)])  # 20 of the 600 kept
     plan = world.step(b)
     assert spans(plan) == [(b.seq_id, 20, 80)] and b.seq.cached_tokens == 20
+    world.step(b)  # (the park comes after b's first token)
     assert world.host is not None and world.host.ram.covers(list(range(20)))
     world.release(b)
     c = world.start([*range(600), 7, 8])
@@ -442,16 +443,23 @@ def test_on_a_window_model_sized_per_sequence_an_entry_started_from_is_let_go() 
     assert world.cache.prefixes.ids() == [] and world.memory.tokens(a.seq_id) == 0
 
 
-def test_with_parking_an_entry_started_from_is_let_go_and_its_tail_saved() -> None:
+def test_with_parking_an_entry_started_from_is_parked_after_with_its_tail_saved() -> None:
     world = World(flash=False, ram=1 << 20)
     a = finished(world, list(range(300)))
-    b = world.start([*range(200), *range(900, 920)])  # worth taking: 200 of 300
+    b = world.start([*range(200), *range(900, 920)])
+    world.step(b)  # b shares a's first 200 cells; a's entry is parked after b's first token
+    assert world.host is not None and b.seq.cached_tokens == 200
+    assert world.cache.prefixes.ids() == [a.seq_id] and world.host.ram.saves == 0
+    assert world.cache.ledger.base(b.seq_id) == (a.seq_id, 200)
     world.step(b)
-    assert world.host is not None
-    assert world.cache.prefixes.ids() == [] and b.seq.cached_tokens == 200
+    assert world.cache.prefixes.ids() == []
     # a's 100 tokens past the shared 200, and those 200 apart (fewer than RAM_TAIL)
     assert world.host.ram.saves == 2 and world.host.ram.covers(list(range(200)))
     assert world.memory.tokens(a.seq_id) == 0
+    # the shared cells stay, b's alone now, counted with it
+    assert world.memory.cells[b.seq_id] >= set(range(200))
+    assert world.cache.ledger.base(b.seq_id) is None
+    assert world.cache.ledger.reserved == world.cache.promised(b.seq_id)
 
 
 def test_an_entry_a_waiting_sequence_would_start_from_is_not_parked() -> None:
