@@ -40,8 +40,11 @@ SMOOTHING = 0.2
 #: how far (in ratio, as a power) a measured step moves every other size's estimate: the
 #: part of its surprise taken to be the machine's, not its size's
 DRIFT = 0.1
-#: steps after which a draft length not measured since is tried again
+#: steps after which a draft length not measured since is tried again, and its price
+#: replaced by what that step measures
 STALE = 64
+#: the most one step's time moves the prices, as a ratio to what was expected
+SPIKE = 2.0
 
 
 def expected_tokens(accepted: float, length: int) -> float:
@@ -55,7 +58,8 @@ class StepCosts:
     """Seconds a decode step takes by the tokens it decodes, from this instance's own
     steps; between measured sizes the cost is interpolated, past the largest extrapolated
     at the cost per token of the two largest. Each observation moves its size's estimate
-    by SMOOTHING and every other size's by DRIFT, as ratios."""
+    by SMOOTHING and every other size's by DRIFT, as ratios; a size last measured STALE
+    steps before takes the new measure as it is."""
 
     def __init__(self) -> None:
         self._sizes: list[int] = []
@@ -67,14 +71,17 @@ class StepCosts:
     def observe(self, tokens: int, seconds: float) -> None:
         if tokens <= 0 or seconds <= 0:
             return
+        age = self.age(tokens)
         self._count += 1
         self._seen[tokens] = self._count
         old = self._seconds.get(tokens)
         if old is None:
             bisect.insort(self._sizes, tokens)
-            self._seconds[tokens] = seconds
+        if old is None or (age is not None and age >= STALE):
+            self._seconds[tokens] = seconds  # an old price says nothing of now
             return
-        surprise = seconds / old
+        # one step stalled by another process moves the prices as one twice as slow does
+        surprise = min(max(seconds / old, 1 / SPIKE), SPIKE)
         drift = surprise**DRIFT
         for size in self._sizes:
             self._seconds[size] *= drift

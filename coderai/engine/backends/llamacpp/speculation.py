@@ -2,8 +2,25 @@
 and how many (draft_policy.py decides from measured step costs), where the drafts come
 from (an n-gram index of the sequence's own tokens, ngram.py, or a draft model,
 draft.py), and verification: sampling after each draft token in turn, accepting drafts
-while they are what was sampled. A sequence's text is the one decoding one token at a
-time gives: the sampler draws as often, in the same order.
+while they are what was sampled. The sampler draws as often, in the same order, as
+decoding one token at a time; the logits it draws from are not always the same.
+
+Where speculation's text can differ from plain decoding's (bench/step_numerics.py): on
+llama.cpp's CPU backend a step of one token and a step of several take different kernels
+(one column: ggml's dot products; two or more: llamafile's tiled products, for the f16
+attention and the Q8_0 output of SmolLM2; activations quantised to 8 bits carry the
+difference on), so a token's logits in a verification step differ from those of the
+one-token step plain decoding at one stream gives it: on SmolLM2 Q4_1 at depth 1,200, 3 of
+48 positions bit-identical, up to 1.45 logits apart (0 of 48 and 1.06 with flash
+attention; AMD EPYC, AVX2), while steps of 2, 3, 4 and 9 tokens give identical logits
+among themselves. So at one stream the text
+is plain decoding's unless a position decoded in a step of several tokens is a near-tie
+(within about a logit) that the other kernel breaks the other way; which positions those
+are follows the draft lengths chosen, that is what steps cost as it runs. At several
+streams plain decoding's own steps hold several tokens, so both sides take the same
+kernels, except in the steps where one sequence decodes alone (the others not yet
+admitted, or finished). Making them equal would take one kernel for both shapes in
+llama.cpp, or plain decoding paying for a second token in every step.
 """
 
 from __future__ import annotations

@@ -105,6 +105,25 @@ def test_after_a_slow_moment_the_choice_returns_to_what_the_quiet_machine_gives(
     assert chosen[-1] == before
 
 
+def test_one_stalled_step_moves_the_prices_as_a_step_twice_as_slow_does() -> None:
+    stalled, slow = StepCosts(), StepCosts()
+    for measured, seconds in ((stalled, 0.500), (slow, 0.040)):
+        measured.observe(9, 0.020)
+        measured.observe(9, seconds)
+    assert stalled.estimate(9) == pytest.approx(slow.estimate(9))
+
+
+def test_a_price_stale_steps_old_is_replaced_by_the_step_that_measures_it_again() -> None:
+    """A price from a loaded moment (a shape the quiet machine does not have) is not worn
+    down a fifth at a time by retries STALE steps apart: the retry's measure replaces it."""
+    measured = StepCosts()
+    measured.observe(9, 0.400)
+    for _ in range(STALE):
+        measured.observe(1, 0.015)
+    measured.observe(9, 0.090)
+    assert measured.estimate(9) == pytest.approx(0.090)
+
+
 def test_a_length_not_measured_for_long_is_tried_again_where_guesses_come_true() -> None:
     measured = costs(0.001, 0.010, range(1, 10))  # no draft pays at 0.8
     assert best_length(0.8, measured, 1, 8) == 0
