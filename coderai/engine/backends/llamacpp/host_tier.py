@@ -53,29 +53,30 @@ class HostTier:
     def save(self, seq_id: int, tokens: list[int], most: int | None = None) -> int:
         """Copy a sequence's state to host RAM before its cells are freed: where cells it
         shares stay in the cache (with its base, or another that shares them), only those
-        past them, and where those staying are fewer than RAM_TAIL and no saved state
-        holds them, those too, apart. The bytes saved: 0 if nothing was (all of it stays
-        in the cache, or RAM did not take it, or it is over `most` bytes)."""
+        past them, and where those staying are fewer than RAM_TAIL and no saved head
+        holds them, those too, apart (after the tail, so that RAM, which lets the least
+        recently used go first, keeps the head longer). The bytes saved: 0 if the state,
+        or its tail, was not (all of it stays in the cache, or RAM did not take it, or it
+        is over `most` bytes)."""
         start = self.cache.ledger.staying(seq_id) if self.policy.saves_tails else 0
         if start >= len(tokens):
             return 0
         bound = self.ram.max_bytes if most is None else min(self.ram.max_bytes, most)
-        head = 0
-        if 0 < start < RAM_TAIL and not self.ram.covers(tokens[:start]):
-            head = self._save_cells(seq_id, tokens[:start], 0, bound, head=True)
-        return head + self._save_cells(seq_id, tokens, start, bound - head)
+        saved = self._save_cells(seq_id, tokens, start, -1, bound)
+        if saved and 0 < start < RAM_TAIL and not self.ram.covers(tokens[:start], RAM_TAIL):
+            saved += self._save_cells(seq_id, tokens[:start], 0, start, bound - saved)
+        return saved
 
-    def _save_cells(
-        self, seq_id: int, tokens: list[int], start: int, bound: int, *, head: bool = False
-    ) -> int:
-        """Save a sequence's cells from `start` on (up to `len(tokens)` where they are its
-        `head`), through the scratch sequence where that is not all of them; the bytes
-        kept, 0 if none were (over `bound`, or RAM did not take them)."""
+    def _save_cells(self, seq_id: int, tokens: list[int], start: int, end: int, bound: int) -> int:
+        """Save a sequence's cells from `start` to `end` (-1: all past `start`; its
+        `tokens` are those up to there), through the scratch sequence where that is not
+        all of them; the bytes kept, 0 if none were (over `bound`, or RAM did not take
+        them)."""
         source = seq_id
-        if start > 0 or head:
+        if start > 0 or end >= 0:
             assert self.policy.scratch is not None
             source = self.policy.scratch
-            self.memory.copy(seq_id, source, start, len(tokens) if head else -1)
+            self.memory.copy(seq_id, source, start, end)
         data = self.memory.read_state(source, WHOLE, bound) if bound > 0 else None
         held = self.memory.held(source)
         if source != seq_id:
@@ -102,22 +103,28 @@ class HostTier:
         at least, whatever it holds). What RAM cannot hold beside what this round of
         parks saved stays (reading it again would cost more than the cells it keeps
         idle, and a save must not push out another just parked). The cells parked, and
-        whether idle entries are left for a later step."""
+        whether idle entries are left for a later step. The cells are those the saves
+        copied (an entry's shared with a running sequence stay with it, unsaved)."""
         prefixes = self.cache.prefixes
         cells = 0
         for idle in [i for i in prefixes.ids() if i not in busy]:
             if self.room <= 0:
                 return cells, False
             tokens = prefixes.tokens_of(idle)
-            if most is not None and cells and cells + len(tokens) > most:
+            own = len(tokens) - self.cache.ledger.staying(idle)  # what a save copies
+            if most is not None and cells and cells + own > most:
                 return cells, True
             saved = self.save(idle, tokens, most=self.room)
             if saved:
                 self.room -= saved
-                cells += len(tokens)
+                cells += own
                 prefixes.take(idle)
                 self.cache.retire(idle)
         return cells, False
+
+    def new_round(self) -> None:
+        """A new round of parks: it may fill RAM again (park_idle)."""
+        self.room = self.ram.max_bytes
 
     # -- recall ------------------------------------------------------------------------------
     def recall(self, seq_id: int, tokens: list[int], have: int) -> int:

@@ -5,7 +5,8 @@ Without flash attention llama.cpp computes every token a step decodes against ev
 cell, idle ones too, so an idle cell costs each token read beside it about `attend`
 seconds; parking it costs `save` seconds once (its state copied out). Parking ahead of a
 prompt so pays where the tokens to read before the first token exceed save / attend, and
-otherwise waits until that token is out. Both are measured as the engine runs: `save`
+otherwise waits until those prompts are read (a lagging client's, not stepped, is not
+waited for). Both are measured as the engine runs: `save`
 from the parks themselves, `attend` from the cost of a prompt token (runner.per_token)
 times the share of a token's arithmetic that one cell's attention is, a fact of the
 model's shape (`attend_share`). Measured on an AMD EPYC with SmolLM2 (no flash attention):
@@ -19,6 +20,7 @@ Pure decisions and running estimates; the planner acts on them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 #: weight of the newest park in the running estimate of what saving a cell costs
@@ -27,47 +29,66 @@ SMOOTHING = 0.3
 
 def attend_share(layers: int, width: int, params: int) -> float:
     """The arithmetic of one token's attention to one cell (QK and the values' weighted
-    sum, each 2 x width multiply-adds a layer) over a token's through the weights (2 x
-    params): the share of a prompt token's measured cost one more cell adds."""
+    sum: 2 x width operations each, a layer) over a token's through the weights (2
+    operations a parameter): the share of a prompt token's measured cost one more cell
+    adds."""
     return (4 * layers * width) / (2 * params) if params > 0 else 0.0
 
 
 class Parking:
-    def __init__(self, share: float, per_token: Callable[[], float | None]) -> None:
+    """The running estimates and the state of the parks due (the planner acts on them)."""
+
+    def __init__(
+        self,
+        share: float,
+        per_token: Callable[[], float | None],
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         #: attend_share of the model; 0 where unknown (then parks always wait)
         self.share = share
         #: seconds a prompt token costs, as the runner measures it (None before any)
         self._per_token = per_token
+        #: what parks are timed with (a test gives its own)
+        self.clock = clock
         #: seconds saving one cell to host RAM costs, smoothed (None before any park)
         self.save: float | None = None
         #: parks due: a sequence was admitted beside idle entries
         self.due = False
-        #: steps whose parks waited for a first token, and entries parked
+        #: steps whose parks waited for the prompts being read, and cells the parks saved
         self.deferred = self.parked = 0
 
     def attend(self) -> float | None:
+        """Seconds one idle cell adds to each token read beside it (None before a prompt
+        token is timed, or without the model's share)."""
         per_token = self._per_token()
         return None if per_token is None or not self.share else per_token * self.share
 
-    def saw(self, cells: int, seconds: float) -> None:
-        """A park saved `cells` in `seconds`."""
+    def start(self) -> None:
+        """A sequence was admitted beside idle entries: they are to be parked."""
+        self.due = True
+
+    def wait(self) -> None:
+        """A step's parks wait for the prompts it reads."""
+        self.deferred += 1
+
+    def parked_now(self, cells: int, seconds: float, more: bool) -> None:
+        """A step parked `cells` (the cells its saves copied) in `seconds`; `more`: idle
+        entries are left for a later step."""
+        self.parked += cells
+        self.due = more
         if cells <= 0 or seconds <= 0:
             return
         cost = seconds / cells
         self.save = cost if self.save is None else self.save + SMOOTHING * (cost - self.save)
 
     def ahead(self, to_read: int) -> bool:
-        """Whether to park before `to_read` prompt tokens are read (the tokens waiting
-        sequences read before their first token): where reading them beside the idle
-        cells costs more than saving those."""
+        """Whether to park before `to_read` prompt tokens are read (those the sequences
+        this step reads have left before their next token): where reading them beside the
+        idle cells costs more than saving those."""
         attend = self.attend()
         return self.save is not None and attend is not None and to_read * attend >= self.save
 
-    def start(self) -> None:
-        """A sequence was admitted beside idle entries: they are to be parked."""
-        self.due = True
-
     def step_bound(self, seconds: float) -> int:
-        """The cells a step may park while no prompt waits: about `seconds` of saving,
+        """The cells a step may park while no prompt is read: about `seconds` of saving,
         one entry at least whatever it holds (the first park, not yet timed, is one)."""
         return 1 if self.save is None else max(1, int(seconds / self.save))

@@ -16,7 +16,6 @@ its sampler, so its text goes on from where it was.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import deque
 
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
@@ -39,13 +38,13 @@ class Planner:
         *,
         n_batch: int,
         reserve_step: int,
-        parking: Parking | None = None,
-        park_step: float = 0.5,
+        parking: Parking,
+        park_step: float,
     ) -> None:
         self.cache, self.host, self.speculation = cache, host, speculation
         #: when idle entries are parked (parking.py), and the seconds of saving a step may
         #: take while no prompt is read
-        self.parking = parking if parking is not None else Parking(0.0, lambda: None)
+        self.parking = parking
         self.park_step = park_step
         self.policy = cache.policy
         self.n_batch = n_batch
@@ -92,7 +91,7 @@ class Planner:
         while not plan.runs and plan.paused:
             self._preempt(plan.paused)
             plan = self._plan(slots, prompt_budget)
-        self._park()
+        self._park(slots)
         return plan
 
     def _plan(self, slots: list[Slot], prompt_budget: int) -> Plan:
@@ -164,7 +163,7 @@ class Planner:
         if self.policy.parks_idle and admitted_any and len(self.cache.prefixes):
             assert self.host is not None
             if not self.parking.due:  # a new round of parks, with RAM's room for it
-                self.host.room = self.host.ram.max_bytes
+                self.host.new_round()
             self.parking.start()
 
     def _promise(self, slot: Slot) -> bool:
@@ -228,7 +227,7 @@ class Planner:
                 self.cache.prefixes.count_hit(slot.decoded)
         self._find_leader(slot)
 
-    def _park(self) -> None:
+    def _park(self, stepped: list[Slot]) -> None:
         """Park the prefix entries no waiting sequence would start from (host_tier.py),
         when parking.py says: ahead of the prompts being read where reading them beside
         the idle cells costs more than saving those, else once no prompt is being read, a
@@ -239,19 +238,18 @@ class Planner:
         if not parking.due:
             return
         assert self.host is not None
-        to_read = sum(len(s.tokens) - 1 - s.decoded for s in self.slots
+        # the prompts this step reads (one whose client lags is not stepped: not waited for)
+        to_read = sum(len(s.tokens) - 1 - s.decoded for s in stepped
                       if s.admitted and s.reading)  # fmt: skip
         if to_read and not parking.ahead(to_read):
-            parking.deferred += 1
+            parking.wait()
             return
         most = None if to_read else parking.step_bound(self.park_step)
-        busy = {hit.entry for s in self.waiting
-                if (hit := self.cache.lookup(s.tokens)) is not None}  # fmt: skip
-        began = time.perf_counter()
+        busy = {hit.entry for s in self.waiting  # (a hit under MIN_CHUNK is not taken)
+                if (hit := self.cache.lookup(s.tokens)) and hit.tokens >= MIN_CHUNK}  # fmt: skip
+        began = parking.clock()
         cells, more = self.host.park_idle(busy, most)
-        parking.saw(cells, time.perf_counter() - began)
-        parking.parked += cells
-        parking.due = more
+        parking.parked_now(cells, parking.clock() - began, more)
 
     # -- leaders and followers ---------------------------------------------------------------
     def _find_leader(self, slot: Slot) -> None:

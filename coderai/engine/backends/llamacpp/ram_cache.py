@@ -71,6 +71,7 @@ class RamCache:
             if (
                 common_prefix(old.tokens, saved.tokens) == len(old.tokens)
                 and saved.start <= old.start
+                and not self._heads_a_tail(old)
             ):
                 self._drop(key)
         self._keys += 1
@@ -80,6 +81,15 @@ class RamCache:
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
         return True
+
+    def _heads_a_tail(self, state: Saved) -> bool:
+        """Whether a saved tail begins where this state, saved from the start, ends: it
+        stays beside a larger state holding it too, since restoring it costs less."""
+        n = len(state.tokens)
+        return state.start == 0 and any(
+            tail.start == n and common_prefix(tail.tokens, state.tokens) == n
+            for tail in self._entries.values()
+        )
 
     def match(
         self, tokens: list[int], usable: Callable[[Saved, int], int], fits: int
@@ -106,11 +116,14 @@ class RamCache:
         """Of two states that give as many tokens, the smaller is restored sooner."""
         return gives, -self._entries[key].size
 
-    def covers(self, tokens: list[int]) -> bool:
-        """Whether a saved state from the start holds all of `tokens` (a sequence that
-        has none of their cells can be given them)."""
+    def covers(self, tokens: list[int], most: int) -> bool:
+        """Whether a saved state from the start, of no more than `most` tokens, holds all
+        of `tokens` (a sequence that has none of their cells can be given them at little
+        cost)."""
         return any(
-            saved.start == 0 and common_prefix(saved.tokens, tokens) == len(tokens)
+            saved.start == 0
+            and len(saved.tokens) <= most
+            and common_prefix(saved.tokens, tokens) == len(tokens)
             for saved in self._entries.values()
         )
 

@@ -59,7 +59,8 @@ class World:
         self.host = HostTier(RamCache(ram), self.cache) if ram else None
         speculation = Speculation(draft_length is not None, None, draft_length, self.memory)
         self.planner = Planner(self.cache, self.host, speculation, n_batch=N_BATCH,
-                               reserve_step=reserve_step)  # fmt: skip
+                               reserve_step=reserve_step, parking=Parking(0.0, lambda: None),
+                               park_step=0.5)  # fmt: skip
 
     def start(self, tokens: list[int], max_tokens: int | None = 8) -> Slot:
         seq = Sequence(job=Job(1, {}, "completion", prompt="", max_tokens=max_tokens))
@@ -242,7 +243,7 @@ def test_a_few_tokens_in_common_with_a_parked_conversation_are_taken_and_it_come
     plan = world.step(b)
     assert spans(plan) == [(b.seq_id, 20, 80)] and b.seq.cached_tokens == 20
     world.step(b)  # (the park comes after b's first token)
-    assert world.host is not None and world.host.ram.covers(list(range(20)))
+    assert world.host is not None and world.host.ram.covers(list(range(20)), RAM_TAIL)
     world.release(b)
     c = world.start([*range(600), 7, 8])
     assert spans(world.step(c)) == [(c.seq_id, 600, 602)] and c.seq.cached_tokens == 600
@@ -454,7 +455,7 @@ def test_with_parking_an_entry_started_from_is_parked_after_with_its_tail_saved(
     world.step(b)
     assert world.cache.prefixes.ids() == []
     # a's 100 tokens past the shared 200, and those 200 apart (fewer than RAM_TAIL)
-    assert world.host.ram.saves == 2 and world.host.ram.covers(list(range(200)))
+    assert world.host.ram.saves == 2 and world.host.ram.covers(list(range(200)), RAM_TAIL)
     assert world.memory.tokens(a.seq_id) == 0
     # the shared cells stay, b's alone now, counted with it
     assert world.memory.cells[b.seq_id] >= set(range(200))
@@ -666,24 +667,32 @@ def test_a_preempted_sequence_reads_its_tokens_again_past_its_prompts_checkpoint
 
 
 class SlowSaves(StandInMemory):
-    """Saves that take `seconds` each, as a large state's copy out of a GPU would."""
+    """Saves that take `seconds` each on the clock parks are timed with, as a large
+    state's copy out of a GPU would."""
 
     seconds = 0.05
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
     def read_state(self, seq_id: int, flags: int, most: int | None = None) -> bytearray | None:
-        time.sleep(self.seconds)
+        self.now += self.seconds
         return super().read_state(seq_id, flags, most)
 
 
-def parking_world(per_token: float, memory: StandInMemory | None = None) -> World:
+def parking_world(per_token: float, memory: SlowSaves | None = None) -> World:
     """A world that parks, whose prompt tokens cost `per_token` seconds to read, for a
-    model whose cell adds a thousandth of that to each token read beside it."""
+    model whose cell adds a thousandth of that to each token read beside it; its parks
+    timed on `memory`'s clock, where it is given."""
     world = World(cells=2000, flash=False, ram=1 << 20)
+    clock = time.perf_counter
     if memory is not None:
         world.memory = world.cache.memory = memory
         assert world.host is not None
         world.host.memory = memory
-    world.planner.parking = Parking(0.001, lambda: per_token)
+        clock = lambda: memory.now  # noqa: E731
+    world.planner.parking = Parking(0.001, lambda: per_token, clock)
     return world
 
 
@@ -729,3 +738,51 @@ def test_idle_entries_are_parked_ahead_of_a_prompt_that_would_cost_more_read_bes
     world.step(b)
     assert world.memory.tokens(kept.seq_id) == 0 and len(reads(world, since)) == 1
     assert world.planner.parking.deferred == 0
+
+
+def test_an_entry_whose_tail_ram_cannot_take_stays_in_the_cache() -> None:
+    """Found in review: where RAM took a parked entry's shared head but not its tail, the
+    entry was let go all the same, and its conversation's turns were lost."""
+    world = World(cells=3000, flash=False, ram=1000 * POSITION_BYTES)
+    finished(world, list(range(5000, 5700)))  # parked first: 700 of the room
+    finished(world, list(range(600)))
+    b = world.start([*range(20), *range(900, 960)])  # shares its 20 template tokens
+    for _ in range(3):
+        world.step(b)
+    world.release(b)
+    c = world.start([*range(600), 7, 8])  # its next turn
+    world.step(c)
+    assert c.seq.cached_tokens == 600
+
+
+def test_a_parked_conversation_comes_back_after_another_with_its_template_is_parked() -> None:
+    """Found in review: a conversation saved whole, which begins with the template tokens
+    another's saved tail begins after, pushed that shared head out of RAM; the tail could
+    then come back only through the whole other conversation, or not at all."""
+    world = World(cells=2600, flash=False, ram=1 << 20)
+    finished(world, list(range(600)))
+    b = world.start([*range(20), *range(5000, 6500)])
+    while b.reading:
+        world.step(b)
+    world.step(b)  # the first: its head [0, 20) and its tail [20, 600) saved apart
+    world.release(b)
+    x = world.start(list(range(9000, 10200)), max_tokens=None)
+    while x.reading:
+        world.step(x)
+    world.step(x)
+    world.step(x)  # b parked whole: it holds the head too
+    assert world.host is not None and world.host.ram.covers(list(range(20)), RAM_TAIL)
+    c = world.start([*range(600), 7, 8])
+    world.step(x, c)
+    assert c.seq.cached_tokens == 600
+
+
+def test_a_prompt_whose_client_lags_does_not_hold_the_parks_back() -> None:
+    world = World(flash=False, ram=1 << 20)
+    kept = finished(world, list(range(50)))
+    lagging = world.start(list(range(500, 540)))
+    running = world.start(list(range(700, 710)))
+    world.step(running)  # both admitted; only running is stepped (lagging's client lags)
+    world.step(running)
+    assert lagging.admitted and lagging.reading
+    assert world.memory.tokens(kept.seq_id) == 0  # parked all the same
