@@ -109,8 +109,15 @@ class LlamaCppBatchInstance(ModelInstance):
             entries=settings.entries,
             cache_tokens=settings.cache_tokens,
         )
+        share = attend_share(
+            int(llama_cpp.llama_model_n_layer(model.model)),
+            int(llama_cpp.llama_model_n_embd(model.model)),
+            int(llama_cpp.llama_model_n_params(model.model)),
+        )
+        # what parks and restores cost, measured as it runs (the runner's prompt tokens)
+        parking = Parking(share, lambda: self.runner.per_token)
         ram = RamCache(settings.ram_bytes) if settings.ram_bytes > 0 else None
-        self.host = HostTier(ram, self.cache) if ram is not None else None
+        self.host = HostTier(ram, self.cache, parking) if ram is not None else None
         # a recurrent state cannot drop the drafts it rejects
         speculative = settings.speculative or drafter is not None
         self.speculation = Speculation(
@@ -127,19 +134,13 @@ class LlamaCppBatchInstance(ModelInstance):
             speculation=self.speculation,
             projector=projector,
         )
-        share = attend_share(
-            int(llama_cpp.llama_model_n_layer(model.model)),
-            int(llama_cpp.llama_model_n_embd(model.model)),
-            int(llama_cpp.llama_model_n_params(model.model)),
-        )
-        runner = self.runner
         self.planner = Planner(
             self.cache,
             self.host,
             self.speculation,
-            n_batch=runner.n_batch,
+            n_batch=self.runner.n_batch,
             reserve_step=settings.reserve_step,
-            parking=Parking(share, lambda: runner.per_token),
+            parking=parking,
             park_step=settings.prefill_step,
         )
         self.prefill_step = settings.prefill_step

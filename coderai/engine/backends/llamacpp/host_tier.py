@@ -22,6 +22,7 @@ import time
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Held, Memory, reusable
 from coderai.engine.backends.llamacpp.llama_memory import WHOLE
+from coderai.engine.backends.llamacpp.parking import Parking
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
 from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
 
@@ -32,17 +33,26 @@ from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
 RAM_TAIL = 256
 
 
-def worth_taking(gained: int, held: int) -> bool:
-    """Whether starting from a kept or saved state that holds `held` tokens, for the
-    `gained` a sequence need then not read, is worth it: for RAM_TAIL tokens or more,
-    or for at least half of what it holds."""
+def worth_taking(
+    gained: int, held: int, per_token: float | None = None, per_cell: float | None = None
+) -> bool:
+    """Whether restoring a saved state that holds `held` cells, for the `gained` tokens a
+    sequence need then not read, is worth it: where what reading a prompt token and
+    copying a cell to or from RAM cost are measured (`per_token`, `per_cell` seconds),
+    where the tokens not read cost more than the cells restored (on a 2-core CPU a token
+    costs what some 400 cells do); before, for RAM_TAIL tokens or more, or for at least
+    half of what it holds."""
+    if per_token is not None and per_cell is not None:
+        return gained * per_token >= held * per_cell
     return gained >= RAM_TAIL or 2 * gained >= held
 
 
 class HostTier:
-    def __init__(self, ram: RamCache, cache: CacheManager) -> None:
+    def __init__(self, ram: RamCache, cache: CacheManager, parking: Parking) -> None:
         self.ram = ram
         self.cache = cache
+        #: what a prompt token and a cell's save cost, as measured (parking.py)
+        self.parking = parking
         self.policy = cache.policy
         self.memory = cache.memory
         cache.prefixes.on_evict = self.save
@@ -160,7 +170,12 @@ class HostTier:
             return have
         if (
             self.policy.parks_idle
-            and not worth_taking(hit.tokens - have, len(hit.saved.tokens) - hit.saved.start)
+            and not worth_taking(
+                hit.tokens - have,
+                len(hit.saved.tokens) - hit.saved.start,
+                self.parking.per_token(),
+                self.parking.save,
+            )
             and not self.ram.continues(tokens, have, hit.tokens)
         ):
             # a few tokens from a larger state (a chat template's first ones from another

@@ -57,6 +57,10 @@ class Parking:
         #: steps whose parks waited for the prompts being read, and cells the parks saved
         self.deferred = self.parked = 0
 
+    def per_token(self) -> float | None:
+        """Seconds a prompt token costs to read, as measured (None before any)."""
+        return self._per_token()
+
     def attend(self) -> float | None:
         """Seconds one idle cell adds to each token read beside it (None before a prompt
         token is timed, or without the model's share)."""

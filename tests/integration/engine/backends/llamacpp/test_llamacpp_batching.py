@@ -885,8 +885,7 @@ def test_a_new_prompts_first_token_does_not_wait_for_slow_saves_of_idle_prefixes
     """Without flash attention idle kept prefixes are parked in host RAM, but a save is
     for a later turn: where it costs more than reading beside the idle cells (here made
     slow on purpose, as a large state's copy out of a GPU is), a new prompt's first token
-    comes first and the save after it. The parked prefix is still reused on its next
-    turn, and the text is the cold one."""
+    comes first and the save after it; the next turn's text is the cold one."""
     entry = model(tiny_models[1], n_ctx=2048)
     spec = ModelSpec("tiny", entry["path"], "gguf", entry["options"])
     instance: Any = LlamaCppBackend().load(spec, LoadProgress())  # its parts are looked at
@@ -921,9 +920,10 @@ def test_a_new_prompts_first_token_does_not_wait_for_slow_saves_of_idle_prefixes
     saves_after_3 = events[events.index("first token 3") :].count("save")
     assert events[: events.index("first token 3")].count("save") >= 1 and saves_after_3 >= 1
     assert instance.stats()["parks_deferred"] >= 2
+    # the first conversation went to RAM; its next turn answers as cold (whether it is
+    # restored is priced on these slow saves: test_a_kept_prefix_no_running_sequence_...
+    # shows the reuse)
+    assert instance.stats()["ram_cache_saves"] >= 2
     again = Sequence(job(4, entry, one + "and then some more words"))
     instance.start(again)
-    text = answered(instance, again)
-    assert again.cached_tokens >= len(instance.prompt_tokens(Sequence(job(1, entry, one)))) - 1
-    assert instance.stats()["ram_cache_hits"] >= 1
-    assert text == cold_text(entry, one + "and then some more words")
+    assert answered(instance, again) == cold_text(entry, one + "and then some more words")

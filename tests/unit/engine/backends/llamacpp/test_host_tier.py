@@ -7,6 +7,7 @@ from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
 from coderai.engine.backends.llamacpp.host_tier import RAM_TAIL, HostTier
 from coderai.engine.backends.llamacpp.llama_memory import WHOLE
+from coderai.engine.backends.llamacpp.parking import Parking
 from coderai.engine.backends.llamacpp.policy import cache_policy
 from coderai.engine.backends.llamacpp.ram_cache import RamCache
 from tests.support.cells import POSITION_BYTES, StandInMemory
@@ -21,7 +22,7 @@ def tier(
     stand_in = StandInMemory()
     cache = CacheManager(policy, stand_in, cells=cells, parallel=2, entries=2,
                          cache_tokens=cells)  # fmt: skip
-    return HostTier(RamCache(ram), cache), stand_in
+    return HostTier(RamCache(ram), cache, Parking(0.0, lambda: None)), stand_in
 
 
 def sharing(host: HostTier, stand_in: StandInMemory, shared: int, own: int) -> tuple[int, int]:
