@@ -53,7 +53,7 @@ from bench.agents import GEMMA_TEMPLATE
 from bench.lib.chat_stream import stream_chat
 from bench.lib.llama_server import llama_server, log_file
 from bench.lib.results import RESULTS, save
-from bench.lib.server import BenchServer
+from bench.lib.server import serving
 from bench.llamacpp import OPENMP_ENV
 from coderai.catalogue.defaults import embedded_gguf
 from coderai.cli.engine import brief_openmp_spin
@@ -208,11 +208,8 @@ def ours(name: str) -> Iterator[str]:
     """`coderai run` serving the model; yields its URL."""
     entry, _, _ = catalogue(name)
     entry["options"]["parallel"] = PARALLEL
-    server = BenchServer({}, [entry], engines=1)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with serving(entry) as url:
+        yield url
 
 
 @contextlib.contextmanager

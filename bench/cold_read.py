@@ -41,7 +41,7 @@ import aiohttp
 
 from bench.lib.llama_server import llama_server, log_file
 from bench.lib.results import RESULTS
-from bench.lib.server import BenchServer
+from bench.lib.server import serving
 from coderai.catalogue.defaults import embedded_gguf
 
 PARALLEL = 8
@@ -77,12 +77,8 @@ def ours(context: int, flash: bool | None) -> Iterator[str]:
                                "extra_buffer_types": False}  # fmt: skip
     if flash is not None:
         options["flash_attn"] = flash
-    entry = {"id": "smol", "path": str(gguf), "format": "gguf", "options": options}
-    server = BenchServer({}, [entry], engines=1)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with serving({"id": "smol", "path": str(gguf), "format": "gguf", "options": options}) as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ import aiohttp
 
 from bench.lib.llama_server import llama_server, log_file
 from bench.lib.results import RESULTS
-from bench.lib.server import BenchServer
+from bench.lib.server import serving
 from bench.lib.stats import percentile
 from bench.llamacpp import stream
 from coderai.catalogue.defaults import embedded_gguf
@@ -60,12 +60,8 @@ def ours(ram: bool) -> Iterator[str]:
                                "extra_buffer_types": False}  # fmt: skip
     if not ram:
         options["prompt_cache_ram_mb"] = 0
-    entry = {"id": "smol", "path": str(gguf), "format": "gguf", "options": options}
-    server = BenchServer({}, [entry], engines=1)
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with serving({"id": "smol", "path": str(gguf), "format": "gguf", "options": options}) as url:
+        yield url
 
 
 @contextlib.contextmanager

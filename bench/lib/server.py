@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +41,14 @@ def cpu_seconds(procs: list[psutil.Process]) -> float:
         t = p.cpu_times()
         total += t.user + t.system
     return total
+
+
+@contextlib.contextmanager
+def serving(entry: dict[str, Any]) -> Iterator[str]:
+    """`coderai run` with one engine serving a catalogue entry; yields its URL, stops it
+    after."""
+    server = BenchServer({}, [entry], engines=1)
+    try:
+        yield server.url
+    finally:
+        server.stop()
