@@ -238,9 +238,11 @@ class Planner:
         if not parking.due:
             return
         assert self.host is not None
-        # the prompts this step reads (one whose client lags is not stepped: not waited for)
-        to_read = sum(len(s.tokens) - 1 - s.decoded for s in stepped
-                      if s.admitted and s.reading)  # fmt: skip
+        # the tokens this step's sequences decode before their first (or, preempted, next)
+        # token: their prompts' left, the last one too where all else came from a cache (a
+        # sequence whose client lags is not stepped: not waited for)
+        to_read = sum(len(s.tokens) - s.decoded for s in stepped if s.admitted
+                      and (s.reading or len(s.tokens) == s.seq.prompt_tokens))  # fmt: skip
         if to_read and not parking.ahead(to_read):
             parking.wait()
             return

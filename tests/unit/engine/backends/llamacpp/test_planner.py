@@ -816,3 +816,19 @@ def test_a_few_more_tokens_from_a_small_parked_state_are_restored_where_that_cos
 
 def id_(value: float | None) -> float | None:
     return value
+
+
+def test_a_prompt_cached_but_its_last_token_still_has_its_first_token_before_the_parks() -> None:
+    """Found measuring eight repeated chat requests: a prompt restored whole but its last
+    token reads nothing more, yet it waits for its first token all the same."""
+    world = parking_world(per_token=0.001, memory=SlowSaves())
+    world.planner.parking.save = 1.0  # saves measured slow: parks wait
+    kept = finished(world, list(range(50)))
+    again = finished(world, list(range(300, 340)))  # (kept as an entry, ...)
+    c = world.start([*range(300, 340), 9])  # ... from which this one reads its last token
+    since = len(world.memory.calls)
+    plan = world.step(c)
+    assert spans(plan) == [(c.seq_id, 40, 41)] and reads(world, since) == []
+    assert world.memory.tokens(kept.seq_id) > 0 and again.seq_id != c.seq_id
+    world.step(c)  # after its first token
+    assert world.memory.tokens(kept.seq_id) == 0
