@@ -1,5 +1,5 @@
-"""When idle prefix entries go to host RAM (policy.parks_idle): ahead of a prompt waiting
-to be read, or after its first token, a bounded amount a step.
+"""When idle prefix entries go to host RAM (policy.parks_idle): ahead of the prompts a step
+reads, or once they are read and their first tokens out, a bounded amount a step.
 
 Without flash attention llama.cpp computes every token a step decodes against every used
 cell, idle ones too, so an idle cell costs each token read beside it about `attend`
@@ -64,7 +64,7 @@ class Parking:
     def attend(self) -> float | None:
         """Seconds one idle cell adds to each token read beside it (None before a prompt
         token is timed, or without the model's share)."""
-        per_token = self._per_token()
+        per_token = self.per_token()
         return None if per_token is None or not self.share else per_token * self.share
 
     def start(self) -> None:

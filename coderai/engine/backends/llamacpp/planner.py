@@ -241,8 +241,8 @@ class Planner:
         # the tokens this step's sequences decode before their first (or, preempted, next)
         # token: their prompts' left, the last one too where all else came from a cache (a
         # sequence whose client lags is not stepped: not waited for)
-        to_read = sum(len(s.tokens) - s.decoded for s in stepped if s.admitted
-                      and (s.reading or len(s.tokens) == s.seq.prompt_tokens))  # fmt: skip
+        to_read = sum(len(s.tokens) - s.decoded for s in stepped
+                      if s.admitted and (s.reading or not s.answering))  # fmt: skip
         if to_read and not parking.ahead(to_read):
             parking.wait()
             return

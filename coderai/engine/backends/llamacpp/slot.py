@@ -55,6 +55,11 @@ class Slot:
         """Whether it has prompt tokens (or re-read ones) left to read."""
         return len(self.tokens) - self.decoded > 1
 
+    @property
+    def answering(self) -> bool:
+        """Whether it has sampled a token yet (its tokens are more than its prompt)."""
+        return len(self.tokens) > self.seq.prompt_tokens
+
 
 class Run(NamedTuple):
     """A sequence's tokens [first, end) decoded in a step."""
