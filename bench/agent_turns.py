@@ -60,9 +60,6 @@ from coderai.cli.engine import brief_openmp_spin
 
 CONTEXT = 32768
 PARALLEL = 4
-#: the models with a sliding window (Gemma 3: 512 tokens), for flash attention as the
-#: engine has it by default on a CPU (llamacpp/backend.py, default_flash_attn), peers alike
-WINDOWED = {"gemma": True, "smol": False}
 ANSWER_TOKENS = 32
 #: a tool's result a turn adds (a file the agent read): about 750 tokens; with the answer
 #: and the template's markers a turn adds 796 (SmolLM2) to 835 (Gemma 3), ~5% of the prompt
@@ -196,11 +193,12 @@ def catalogue(name: str) -> tuple[dict[str, Any], Path, str | None]:
     return {"id": "gemma", "path": str(path), "options": options}, path, GEMMA_TEMPLATE
 
 
-def flash_attn(name: str) -> str:
-    """ "on" or "off": what the engine has by default for the model on a CPU."""
-    from coderai.engine.backends.llamacpp.backend import default_flash_attn
+def flash_attn(path: Path) -> str:
+    """ "on" or "off": the kernel the engine chooses for the model on this CPU
+    (llamacpp/attention.py), for peers alike."""
+    from coderai.engine.backends.llamacpp.backend import flash_for
 
-    return "on" if default_flash_attn(False, "f16", WINDOWED[name]) else "off"
+    return "on" if flash_for(str(path), {}, CONTEXT) else "off"
 
 
 @contextlib.contextmanager
@@ -218,7 +216,7 @@ def peer(name: str) -> Iterator[str]:
     _, path, template = catalogue(name)
     args = ["-m", str(path), "-c", str(CONTEXT), "-np", str(PARALLEL), "--kv-unified",
             "-t", str(len(os.sched_getaffinity(0))), "--jinja", "--no-webui",
-            "--flash-attn", flash_attn(name)]  # fmt: skip
+            "--flash-attn", flash_attn(path)]  # fmt: skip
     if name == "smol":  # its slots would be capped at the trained 8,192 tokens
         args += ["--override-kv", f"llama.context_length=int:{CONTEXT}"]
     if template:
@@ -288,7 +286,7 @@ def main() -> None:
         result["flash_attn"] = json.loads(args.out.read_text()).get("flash_attn", {})
     for name in args.models.split(","):
         result["models"].setdefault(name, {}).update(measure(name, args))
-        result.setdefault("flash_attn", {})[name] = flash_attn(name)
+        result.setdefault("flash_attn", {})[name] = flash_attn(catalogue(name)[1])
         result["openmp"] = {k: os.environ[k] for k in OPENMP_ENV if k in os.environ}
         save(result, args.out)  # each model's as it ends: a later failure loses none
 

@@ -241,13 +241,14 @@ def start_peer(name: str, gguf: str, threads: int, options: dict[str, Any], n_ct
 def same_kernels(options: dict[str, Any], tool: str) -> list[str]:
     """llama-server's or llama-bench's flags for the engine's batch, KV type, attention
     kernels and weight repacking (the llama.cpp backend's defaults on the CPU)."""
-    from coderai.engine.backends.llamacpp.backend import default_flash_attn
+    from coderai.catalogue.defaults import embedded_gguf
+    from coderai.engine.backends.llamacpp.backend import flash_for
     from coderai.engine.backends.llamacpp.repack import KERNELS
 
     batch = str(options.get("n_batch") or 512)
     kv = options.get("kv_cache", "f16")
-    # SmolLM2, the only model here, on the CPU: no window
-    flash = options.get("flash_attn", default_flash_attn(False, kv, windowed=False))
+    # SmolLM2, the only model here, on the CPU, as the engine chooses its kernel there
+    flash = flash_for(str(embedded_gguf()), options, int(options.get("n_ctx") or 8192))
     option = options.get("extra_buffer_types")
     repack = bool(option) if option is not None else KERNELS.machine_on()
     flags = ["-b", batch, "-ub", batch, "-ctk", kv, "-ctv", kv, "-fa", "on" if flash else "off"]

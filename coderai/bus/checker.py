@@ -104,21 +104,30 @@ def residents_of(residents: object) -> list[dict[str, Any]]:
 
 
 def kernels_of(kernels: object) -> dict[str, Any]:
-    """A HEARTBEAT's kernel decisions, checked: llama.cpp's extra buffer types, the
-    machine's verdict and each model's, each on or off with why in words."""
+    """A HEARTBEAT's kernel decisions, checked: llama.cpp's extra buffer types (the
+    machine's verdict and each model's) and each model's attention kernel (flash attention
+    on or off), each on or off with why in words."""
 
     def decision(d: object) -> bool:
         return (
             isinstance(d, dict) and isinstance(d.get("on"), bool) and isinstance(d.get("why"), str)
         )
 
+    def models(part: dict[str, Any]) -> bool:
+        listed = part.get("models", {})
+        return isinstance(listed, dict) and all(
+            isinstance(m, str) and decision(d) for m, d in listed.items()
+        )
+
     repack = kernels.get("extra_buffer_types", {}) if isinstance(kernels, dict) else None
+    attention = kernels.get("attention", {}) if isinstance(kernels, dict) else None
     if not (
         isinstance(kernels, dict)
         and isinstance(repack, dict)
         and ("machine" not in repack or decision(repack["machine"]))
-        and isinstance(repack.get("models", {}), dict)
-        and all(isinstance(m, str) and decision(d) for m, d in repack.get("models", {}).items())
+        and models(repack)
+        and isinstance(attention, dict)
+        and models(attention)
     ):
         raise BusProtocolError(f"HEARTBEAT.kernels {kernels!r} is malformed")
     return kernels

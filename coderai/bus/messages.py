@@ -69,8 +69,9 @@ class Heartbeat(Message):
     coming_mb: float = 0.0
     measures: int = 0
     #: what its backends decided about the machine: {"extra_buffer_types": {"machine":
-    #: {on, why, signal, kept, cpu, off_for}, "models": {id: {on, why}}}} (llama.cpp's
-    #: trial of its CPU kernels; checked by the front with kernels_of)
+    #: {on, why, signal, kept, cpu, off_for}, "models": {id: {on, why}}}, "attention":
+    #: {"models": {id: {on, why}}}} (llama.cpp's trial of its CPU kernels, and each
+    #: model's flash attention; checked by the front with kernels_of)
     kernels: dict[str, Any] = field(default_factory=dict)
 
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -57,6 +58,10 @@ def expected_chat(content: str, tokens: int, seed: int = 0, token_chars: int = 0
     return "".join(fake_tokens(prompt, seed, tokens, token_chars))
 
 
+#: the machine folder the test session's servers share (repack.MACHINE_VARIABLE)
+MACHINE = tempfile.mkdtemp(prefix="coderai-machine-")
+
+
 class Server:
     def __init__(
         self,
@@ -83,6 +88,11 @@ class Server:
             (workdir / "models.json").write_text(json.dumps({"models": models}))
         self.log_path = workdir / "server.log"
         full_env = {**os.environ, "CODERAI_RUNTIME_DIR": str(self.runtime), **(env or {})}
+        if "state_dir" not in server:
+            # what engines learn of the machine (llama.cpp's kernel trial, the attention
+            # kernels' timings) is learnt once per test session, as one machine's servers
+            # would share it; a test that looks at it names its own state folder
+            full_env.setdefault("CODERAI_MACHINE_DIR", MACHINE)
         cmd = argv or [sys.executable, "-m", "coderai", "run"]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

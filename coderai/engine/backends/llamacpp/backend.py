@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,6 +40,8 @@ from coderai.engine.backends.base import (
     check_input_lengths,
     input_ids,
 )
+from coderai.engine.backends.llamacpp import attention
+from coderai.engine.backends.llamacpp.attention import ATTENTION
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
 from coderai.engine.backends.llamacpp.draft import Drafter
 from coderai.engine.backends.llamacpp.repack import KERNELS
@@ -72,7 +74,7 @@ RAM_CACHE_SHARE, RAM_CACHE_MOST = 0.1, 8 << 30
 
 class LlamaCppBackend(Backend):
     def facts(self) -> dict[str, Any]:
-        return {"extra_buffer_types": KERNELS.report()}
+        return {"extra_buffer_types": KERNELS.report(), "attention": ATTENTION.report()}
 
     def instance_spec(self, spec: ModelSpec, kind: str) -> ModelSpec:
         # llama.cpp computes embeddings only in a context created for them
@@ -118,8 +120,9 @@ class LlamaCppBackend(Backend):
             progress.fraction = 1.0
             if instance is None:
                 # a model that did not load is not in use: off the list of those with
-                # the extra buffer types on (repack.py)
+                # the extra buffer types on (repack.py), nor has a kernel
                 KERNELS.released(model_id)
+                ATTENTION.released(model_id)
 
     def _load_generator(
         self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str, repack: bool
@@ -168,7 +171,13 @@ class LlamaCppBackend(Backend):
         params.swa_full = swa_full
         params.no_perf = True
         windowed = llama_cpp.llama_model_n_swa(model.model) > 0
-        flash = options.get("flash_attn", default_flash_attn(on_gpu, kv, windowed))
+        recurrent = bool(llama_cpp.llama_model_is_recurrent(model.model))
+        fixed = attention.rule(
+            options.get("flash_attn"), on_gpu, kv in _QUANTIZED, windowed, recurrent
+        )
+        layers = int(llama_cpp.llama_model_n_layer(model.model))
+        shape = _shape(model, _KV_TYPES[kv])
+        flash = ATTENTION.decide(spec.id, fixed, shape, layers, n_ctx, _kept).flash
         params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
         ngram, draft = _speculative(options.get("speculative"))
         if options.get("draft_length") is not None and not (ngram or draft):
@@ -262,16 +271,43 @@ def _check_room(
                     memory.available >> 20)  # fmt: skip
 
 
-def default_flash_attn(on_gpu: bool, kv: str, windowed: bool) -> bool:
-    """Flash attention unless a model entry says: on where it pays and where it is needed
-    (a quantized V cache). On the CPU it pays on a windowed model (Gemma 3 270M: a cold
-    prompt read at 321 against 250 tok/s, 274 against 173 beside another kept prompt, and
-    decode steps no slower), not on a full-attention one, where its kernels for a few
-    tokens are the slower (SmolLM2 at depth 3000: a 1-token step 25 against 18 ms, 8 tokens
-    182 against 65; at 16,000: 149 against 63 ms). It skips the cells a sequence cannot
-    see, which attention without it computes and masks: every kept prompt in the one KV
-    cache. Measured on a 2-core AVX2 CPU, 2 threads. The benches give peers the same."""
-    return on_gpu or kv in _QUANTIZED or windowed
+def _shape(model: Any, kv_type: int) -> attention.Shape:
+    """A model's attention, as the kernels see it."""
+    import llama_cpp
+
+    raw = model.model
+    heads = int(llama_cpp.llama_model_n_head(raw))
+    width = int(llama_cpp.llama_model_n_embd(raw))
+    metadata = model.metadata()
+    arch = metadata.get("general.architecture", "llama")
+    size = int(metadata.get(f"{arch}.attention.key_length") or width // max(heads, 1))
+    kv_heads = int(llama_cpp.llama_model_n_head_kv(raw))
+    return attention.Shape(width, heads, kv_heads, size, kv_type)
+
+
+def _kept(key: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    return KERNELS.kept("attention", key, take)
+
+
+def flash_for(path: str, options: dict[str, Any], n_ctx: int) -> bool:
+    """Whether the engine would load a GGUF on the CPU with flash attention, as it
+    chooses it (its vocabulary and shape alone are read): what a peer measured beside
+    it is given (bench/)."""
+    import llama_cpp
+    from llama_cpp._internals import LlamaModel
+
+    _init_backend()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = LlamaModel(path_model=path, params=params, verbose=False)
+    kv = str(options.get("kv_cache", "f16"))
+    fixed = attention.rule(
+        options.get("flash_attn"), False, kv in _QUANTIZED,
+        llama_cpp.llama_model_n_swa(model.model) > 0,
+        bool(llama_cpp.llama_model_is_recurrent(model.model)),
+    )  # fmt: skip
+    layers = int(llama_cpp.llama_model_n_layer(model.model))
+    return attention.choice(fixed, _shape(model, _KV_TYPES[kv]), layers, n_ctx, _kept).flash
 
 
 def _speculative(option: object) -> tuple[bool, Path | None]:

@@ -38,6 +38,7 @@ from coderai.engine.backends.base import (
     completion_limit,
     fit_prompt,
 )
+from coderai.engine.backends.llamacpp.attention import ATTENTION
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
 from coderai.engine.backends.llamacpp.draft import Drafter
@@ -212,6 +213,7 @@ class LlamaCppBatchInstance(ModelInstance):
 
     def unloaded(self) -> None:
         KERNELS.released(self.model_id)
+        ATTENTION.released(self.model_id)
         if self.projector is not None:
             self.projector.close()
 

@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,9 @@ log = logging.getLogger("coderai.engine")
 
 #: where the front keeps its state (the supervisor sets it for its engines)
 STATE_VARIABLE = "CODERAI_STATE_DIR"
+#: where what engines learn of the machine is kept, where not in the state folder (servers
+#: of one machine may share it: the test suite's do)
+MACHINE_VARIABLE = "CODERAI_MACHINE_DIR"
 #: "pid:code" of the incarnation this engine replaces (the supervisor sets it)
 PREVIOUS_VARIABLE = "CODERAI_PREVIOUS_EXIT"
 #: deaths that a kernel the CPU cannot run causes, and that a restart without them heals
@@ -59,8 +62,10 @@ class Decision:
 
 
 def state_folder() -> Path:
-    """Where this machine's verdicts are kept: the front's state folder for its engines,
-    else the user's state folder."""
+    """Where this machine's verdicts are kept: the folder CODERAI_MACHINE_DIR names, else
+    the front's state folder for its engines, else the user's state folder."""
+    if os.environ.get(MACHINE_VARIABLE):
+        return Path(os.environ[MACHINE_VARIABLE])
     state = os.environ.get(STATE_VARIABLE)
     if not state:
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -250,6 +255,20 @@ class Kernels:
             f"kept in {path}" if keep else "not kept: tried again at the next start",
         )  # fmt: skip
         return {**verdict, "kept": False}
+
+    def kept(self, kind: str, key: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """A measure of this machine, kept in its file of a kind under a key: read, or
+        taken now and kept (one engine of the machine takes it; the others wait and read
+        it). What `take` raises is not kept: it is taken again at the next load."""
+        with _locked(self.folder):
+            path = self._path(kind)
+            kept = _read_json(path) or {}
+            value = kept.get(key)
+            if isinstance(value, dict):
+                return value
+            value = take()
+            _write_json(path, {**kept, key: value})
+            return value
 
     # -- the scheduler thread -------------------------------------------------------------
     def released(self, model_id: str) -> None:

@@ -120,6 +120,7 @@ function engineCard(first, message) {
       view.vram !== undefined && view.vram !== null && row('VRAM', vram(view.vram)),
       view.last_exit && row('Last exit', h('span', { class: 'last-exit' }, lastExit(view.last_exit))),
       kernels(view.kernels) && row('CPU kernels', kernels(view.kernels)),
+      attention(view.kernels) && row('Attention', attention(view.kernels)),
       view.flapping && row('Note', `restarting too often: held back${view.last_exit ? ` (${view.last_exit.how})` : ''}`),
     );
     const loading = Object.entries(view.loading ?? {});
@@ -149,6 +150,14 @@ function kernels(facts) {
   if (!machine) return '';
   const healed = machine.off_for ? ` · off for ${machine.off_for} model(s) that died of them` : '';
   return `extra buffer types ${machine.on ? 'on' : 'off'}: ${machine.why}${healed}`;
+}
+
+/** Each loaded llama.cpp model's attention kernel (flash attention or not), and why. */
+function attention(facts) {
+  const models = Object.entries(facts?.attention?.models ?? {});
+  return models
+    .map(([model, d]) => `${model}: flash attention ${d.on ? 'on' : 'off'} (${d.why})`)
+    .join(' · ');
 }
 
 function row(term, ...value) {
