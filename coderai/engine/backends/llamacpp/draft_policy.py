@@ -117,28 +117,54 @@ class StepCosts:
 
 
 def best_length(accepted: float, costs: StepCosts, decoding: int, most: int) -> int:
-    """The draft length for one sequence of the `decoding` in a step that yields the most
-    tokens per second, the others decoding one token each; 0 where no length beats none.
-    The longest is tried where a step that long has never been measured (so the choice is
-    not stuck at 0 for want of a measurement), and again where its measure is STALE steps
-    old and the sequence's drafts of that length would yield at least two tokens a step
-    (so a cost measured in a slow moment is not kept for ever, and a sequence whose guesses
-    miss is not made to pay for the check)."""
+    """The draft length for one sequence of the `decoding` in a step, the others decoding
+    one token each (best_lengths)."""
+    others = decoding - 1
+    return best_lengths([accepted, *[0.0] * others], [most, *[0] * others], costs)[0]
+
+
+def best_lengths(accepted: list[float], rooms: list[int], costs: StepCosts) -> list[int]:
+    """Draft lengths for the sequences decoding in a step (each given the chance its draft
+    tokens are accepted, and the most it may decode) that yield the most tokens per second
+    for the step as a whole; none where no lengths beat plain decoding.
+
+    Priced together, since every draft token makes the one step longer: where four
+    sequences each chose the length that paid as if it drafted alone, a step of 4 + 32
+    tokens was priced as one of 4 + 8. Each further draft token goes to the sequence whose
+    next one is likeliest accepted (accepted ** its position: the gains only fall along a
+    sequence), and the step's total is where tokens per second peak.
+
+    A length never measured is tried (so the choice is not stuck at none for want of a
+    measurement), and again where its measure is STALE steps old and the drafts would yield
+    at least two tokens a step (so a cost measured in a slow moment is not kept for ever,
+    and a sequence whose guesses miss is not made to pay for the check); by one sequence,
+    the likeliest, so that trying costs one sequence's draft."""
+    decoding = len(accepted)
+    lengths = [0] * decoding
     plain = costs.estimate(decoding)
-    if plain is None or most <= 0:
-        return 0
+    if plain is None or not any(room > 0 for room in rooms):
+        return lengths
+    lead = max(range(decoding), key=lambda i: (rooms[i] > 0, accepted[i]))
+    most = rooms[lead]
     age = costs.age(decoding + most)
-    if costs.largest() < decoding + most and age is None:
-        return most
-    if age is not None and age >= STALE and expected_tokens(accepted, most) >= 2:
-        return most
-    best, rate = 0, decoding / plain
-    for length in range(1, most + 1):
-        seconds = costs.estimate(decoding + length)
+    if (costs.largest() < decoding + most and age is None) or (
+        age is not None and age >= STALE and expected_tokens(accepted[lead], most) >= 2
+    ):
+        lengths[lead] = most
+        return lengths
+    best, rate = list(lengths), decoding / plain
+    tokens = float(decoding)
+    for added in range(1, sum(rooms) + 1):
+        i = max(
+            (i for i in range(decoding) if lengths[i] < rooms[i]),
+            key=lambda i: accepted[i] ** (lengths[i] + 1),
+        )
+        lengths[i] += 1
+        tokens += accepted[i] ** lengths[i]
+        seconds = costs.estimate(decoding + added)
         assert seconds is not None
-        tokens = decoding - 1 + expected_tokens(accepted, length)
         if tokens / seconds > rate:
-            best, rate = length, tokens / seconds
+            best, rate = list(lengths), tokens / seconds
     return best
 
 

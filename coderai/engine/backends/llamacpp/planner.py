@@ -109,7 +109,10 @@ class Planner:
                     continue
                 plan.runs.append(Run(slot, slot.decoded, slot.decoded + 1))
                 budget -= 1
-        self.speculation.draft([run.slot for run in plan.runs], budget, self.cache.promised)
+        reading = any(s.admitted and s.reading for s in slots)
+        self.speculation.draft(
+            [run.slot for run in plan.runs], budget, self.cache.promised, reading
+        )
         budget -= sum(len(run.slot.draft) for run in plan.runs)
         if plan.runs:  # others decode: read no more than keeps their step short
             budget = min(budget, prompt_budget)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from coderai.engine.backends.base import END, StepResult
 from coderai.engine.backends.llamacpp.draft_policy import (
     StepCosts,
-    best_length,
+    best_lengths,
     updated_acceptance,
 )
 from coderai.engine.backends.llamacpp.llama_memory import SequenceMemory
@@ -79,42 +79,56 @@ class Speculation:
         if self.drafter is not None:
             self.drafter.forget(seq_id)
 
-    def draft(self, decoding: list[Slot], budget: int, promised: Callable[[int], int]) -> None:
+    def draft(
+        self, decoding: list[Slot], budget: int, promised: Callable[[int], int], reading: bool
+    ) -> None:
         """Give the decoding sequences their drafts for this step, within the batch's
         `budget`, their promised cells and their token limits; none where many decode, or
-        for a sequence whose logits are shaped or reported (a grammar, logprobs)."""
+        for a sequence whose logits are shaped or reported (a grammar, logprobs). Lengths
+        the policy chooses are chosen for the step as a whole (draft_policy.best_lengths),
+        and none in a step that also reads a prompt (`reading`): a draft token there
+        costs about what a prompt token does, and would put off another request's first
+        token for a gain the policy cannot price (it measures decode steps only)."""
         for slot in decoding:
             slot.draft = []
         if not self.enabled or len(decoding) > DRAFT_SEQUENCES:
             return
-        rooms: list[tuple[Slot, int]] = []
-        for slot in decoding:
-            seq = slot.seq
-            if seq.constraint is not None or seq.logprobs is not None or slot.images:
-                continue
-            if not structured.may_draft(seq):  # a forced marker, or a budget to watch
-                continue
-            room = min(
-                DRAFT_MOST,
-                budget // len(decoding),
-                promised(slot.seq_id) - slot.decoded - 1,
-                seq.limit - seq.completion_tokens - 1,
-            )
-            if self.draft_length is not None:
-                length = min(room, self.draft_length)
-            else:
-                length = best_length(slot.accept_rate, self.costs, len(decoding), room)
-            if length > 0:
-                rooms.append((slot, length))
+        rooms = [self._room(slot, budget // len(decoding), promised) for slot in decoding]
+        if self.draft_length is not None:
+            lengths = [min(room, self.draft_length) for room in rooms]
+        elif reading:
+            lengths = [0] * len(decoding)
+        else:
+            accepted = [slot.accept_rate for slot in decoding]
+            lengths = best_lengths(accepted, rooms, self.costs)
+        drafted = [(slot, length) for slot, length in zip(decoding, lengths, strict=True)
+                   if length > 0]  # fmt: skip
         if self.drafter is not None:
-            guesses = self.drafter.propose([(s.seq_id, s.tokens, room) for s, room in rooms])
-            for slot, _ in rooms:
+            guesses = self.drafter.propose([(s.seq_id, s.tokens, n) for s, n in drafted])
+            for slot, _ in drafted:
                 slot.draft = guesses.get(slot.seq_id, [])
             return
-        for slot, room in rooms:
+        for slot, length in drafted:
             if slot.ngrams is not None:
-                slot.draft = slot.ngrams.draft(slot.tokens, room)
-        self._shadow(decoding, {slot for slot, _ in rooms})
+                slot.draft = slot.ngrams.draft(slot.tokens, length)
+        self._shadow(decoding, {slot for slot, _ in drafted})
+
+    @staticmethod
+    def _room(slot: Slot, share: int, promised: Callable[[int], int]) -> int:
+        """The most draft tokens a sequence may decode this step: 0 where its logits are
+        shaped or reported or its output watched, else within its share of the batch, its
+        promised cells and its token limit."""
+        seq = slot.seq
+        if seq.constraint is not None or seq.logprobs is not None or slot.images:
+            return 0
+        if not structured.may_draft(seq):  # a forced marker, or a budget to watch
+            return 0
+        return max(0, min(
+            DRAFT_MOST,
+            share,
+            promised(slot.seq_id) - slot.decoded - 1,
+            seq.limit - seq.completion_tokens - 1,
+        ))  # fmt: skip
 
     def _shadow(self, decoding: list[Slot], drafted: set[Slot]) -> None:
         """Where the policy gave a sequence no draft, its n-gram guess is still made and

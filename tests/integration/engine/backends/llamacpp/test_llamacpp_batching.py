@@ -743,7 +743,8 @@ def test_guesses_not_decoded_are_checked_against_what_is_sampled(
         return real(rate, drafted, taken)
 
     monkeypatch.setattr(speculation, "updated_acceptance", spy)
-    monkeypatch.setattr(speculation, "best_length", lambda *_: 0)  # never pays
+    # drafts never pay
+    monkeypatch.setattr(speculation, "best_lengths", lambda accepted, *_: [0] * len(accepted))
     prompts = ["Servers answer requests " * 12, "Once upon a time " * 10, "def fib(n):"]
 
     async def run(spec: dict[str, Any]) -> tuple[list[str], dict[str, int]]:

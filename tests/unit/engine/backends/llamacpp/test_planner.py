@@ -47,6 +47,7 @@ class World:
         cache_tokens: int | None = None,
         swa_full: bool = False,
         draft_length: int | None = None,
+        speculative: bool = False,
     ) -> None:
         cache_tokens = cells if cache_tokens is None else cache_tokens
         entries = parallel if cache_tokens else 0
@@ -59,7 +60,8 @@ class World:
                                   entries=entries, cache_tokens=cache_tokens)  # fmt: skip
         self.parking = Parking(0.0, lambda: None)
         self.host = HostTier(RamCache(ram), self.cache, self.parking) if ram else None
-        speculation = Speculation(draft_length is not None, None, draft_length, self.memory)
+        enabled = speculative or draft_length is not None
+        speculation = Speculation(enabled, None, draft_length, self.memory)
         self.planner = Planner(self.cache, self.host, speculation, n_batch=N_BATCH,
                                reserve_step=reserve_step, parking=self.parking,
                                park_step=0.5)  # fmt: skip
@@ -630,6 +632,28 @@ def test_drafts_take_their_part_of_the_batch_before_prompts_do() -> None:
     plan = world.step(a, c)
     assert a.draft == [2, 3, 1]  # what followed the pattern's last occurrence
     assert spans(plan) == [(a.seq_id, 12, 13), (c.seq_id, 0, N_BATCH - 1 - 3)]
+
+
+def test_drafts_the_policy_chooses_wait_for_a_step_that_reads_no_prompt() -> None:
+    """A draft token costs about what a prompt token does: in a step that reads another
+    request's prompt it would put off that request's first token."""
+    world = World(speculative=True)
+    for tokens in range(1, 40):  # steps cost little more for more tokens: drafts pay
+        world.planner.speculation.costs.observe(tokens, 0.050 + 0.001 * tokens)
+    a = world.start([1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3], max_tokens=40)
+    a.ngrams, a.accept_rate = NgramIndex(), 0.9
+    world.step(a)
+    c = world.start(list(range(200, 300)))
+    for _ in range(3):
+        a.tokens[-1] = 1  # it sampled what began the pattern: a draft would follow it
+        plan = world.step(a, c)
+        assert a.draft == [] and any(run.slot is c for run in plan.runs)
+        if not c.reading:
+            break
+    assert not c.reading
+    a.tokens[-1] = 1
+    world.step(a, c)
+    assert a.draft  # no prompt in this step: the policy drafts again
 
 
 def test_a_sequence_that_holds_what_a_running_one_shares_with_it_follows_nobody() -> None:
