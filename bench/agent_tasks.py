@@ -37,7 +37,7 @@ from typing import Any
 from bench.lib.results import RESULTS, save
 from bench.lib.server import BenchServer, free_port
 from bench.llamacpp import Peer, same_kernels
-from coderai.engine.backends.llamacpp.repack import cpu_model
+from coderai.engine.backends.llamacpp.machine import cpu_model
 from tests.support import agents, qwen
 
 MODEL = "qwen-coder"

@@ -28,7 +28,8 @@ llama-server caps a slot's context at the model's trained one (SmolLM2: 8,192), 
 `coderai run` gives the 32k asked for: it is told SmolLM2 was trained for 32k
 (`--override-kv llama.context_length=int:32768`, which changes no sum: SmolLM2 has no
 rope scaling), so both sides read the same ~15k-token prompts. Flash attention on each
-side as the engine has it by default (on the CPU: on for Gemma 3, off for SmolLM2).
+side as the engine chooses it (on the CPU: on for Gemma 3, a windowed model; timed for
+SmolLM2: off on a 2-core EPYC).
 
 What it does not show: turns sent at once (here each waits for the one before), or a GPU.
 """

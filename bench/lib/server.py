@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +11,14 @@ from typing import Any
 
 import psutil
 
+from coderai.engine.backends.llamacpp.machine import MACHINE_VARIABLE, state_folder
 from tests.support.server import Server, free_port
 
 __all__ = ["BenchServer", "cpu_seconds", "free_port"]
+
+# a bench's engines and the bench itself (what it gives peers: backend.flash_for) read
+# one machine folder, the user's, and keep what they learn there between runs
+os.environ.setdefault(MACHINE_VARIABLE, str(state_folder()))
 
 
 class BenchServer(Server):

@@ -8,10 +8,21 @@ import anthropic
 import openai
 import pytest
 
-from tests.support.server import Server, openai_client
+from coderai.engine.backends.llamacpp.machine import MACHINE_VARIABLE
+from tests.support.server import MACHINE, Server, openai_client
 from tests.support.tinymodel import build, build_recurrent, build_windowed
 
 StartServer = Callable[..., Server]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def machine_folder() -> Iterator[None]:
+    """What engines learn of the machine (the kernels' trial, the attention kernels'
+    timings) goes in the session's own folder, for engines loaded in this process as for
+    the servers' (tests/support/server.py), not in the user's state folder."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(MACHINE_VARIABLE, MACHINE)
+        yield
 
 
 @pytest.fixture

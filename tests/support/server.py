@@ -88,10 +88,13 @@ class Server:
             (workdir / "models.json").write_text(json.dumps({"models": models}))
         self.log_path = workdir / "server.log"
         full_env = {**os.environ, "CODERAI_RUNTIME_DIR": str(self.runtime), **(env or {})}
-        if "state_dir" not in server:
+        if "state_dir" in server and "CODERAI_MACHINE_DIR" not in (env or {}):
+            # a test that names its state folder looks at what is learnt there
+            full_env.pop("CODERAI_MACHINE_DIR", None)
+        else:
             # what engines learn of the machine (llama.cpp's kernel trial, the attention
             # kernels' timings) is learnt once per test session, as one machine's servers
-            # would share it; a test that looks at it names its own state folder
+            # would share it
             full_env.setdefault("CODERAI_MACHINE_DIR", MACHINE)
         cmd = argv or [sys.executable, "-m", "coderai", "run"]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()

@@ -7,12 +7,17 @@ with flash attention (33 against 27 ms); an Intel Xeon read prompts at 4k depth 
 with it and decoded 3x slower (llama-bench). One context has one kernel: the V cache's
 layout follows it, so the choice is made once, at load, for what an agent's turn does.
 
-How: a child process builds a small model with the real one's attention (its width, heads,
-key/value heads and head size, few layers, little else), and for each kernel times a chunk
-read at depth 0 and deep, and one-token steps at depth 0 and deep. What differs between
-the kernels is attention alone, so the differences, scaled by the real model's layers, say
-which kernel costs the turn less (`choose`, pure). The costs are kept per machine and
-attention shape beside the machine's other verdicts (repack.py's folder): measured once.
+How: a child process builds a small model with the real one's attention (its heads,
+key/value heads, head size and KV cache type; a narrow embedding, few layers, little
+else), and times both kernels side by side: chunks read and one-token steps at depths up
+to DEPTH. What differs between the kernels is attention alone, so their costs per token
+and per cell, scaled by the real model's layers, say which kernel costs the turn less
+(`choose`, pure). The costs are kept per machine and attention shape in the machine
+folder (machine.py): measured once.
+
+What the pass does not see: the cells of other sequences kept in the one KV cache, which
+attention without flash computes and masks and flash attention skips (parking moves idle
+ones to RAM: host_tier.py), and depths past DEPTH, priced by the line through those timed.
 """
 
 from __future__ import annotations
@@ -35,21 +40,24 @@ log = logging.getLogger("coderai.engine")
 
 #: the timed model's layers (the real model's attention cost is these scaled)
 LAYERS = 4
-#: its feed-forward width and vocabulary: small, attention is what is timed
-FEED_FORWARD, VOCAB = 64, 512
+#: its embedding and feed-forward widths and vocabulary: small, attention is what is timed
+#: (its kernels see the heads and their size only)
+WIDTH, FEED_FORWARD, VOCAB = 64, 64, 512
 #: a chunk read, the depth timed deep, one-token steps timed at each depth
 CHUNK, DEPTH, READS, STEPS = 512, 2048, 2, 9
-#: the kernels by name, and llama.cpp's flash_attn_type for each
-KERNELS = (("off", 0), ("on", 1))
-#: how long the pass may take before it counts as failed
-TIMEOUT_SECONDS = 60.0
+#: the two kernels by name, and llama.cpp's flash_attn_type for each
+FLASH_TYPES = (("off", 0), ("on", 1))
+#: how long the pass may take before it counts as failed, and how long a failure is kept
+#: (a busy machine may time out: the next load a day later tries again, not every load)
+TIMEOUT_SECONDS, RETRY_SECONDS = 60.0, 86400.0
+#: the file the child writes its timings to, in the folder it is given
+TIMINGS = "timings.json"
 
 
 @dataclass(frozen=True)
 class Shape:
     """A model's attention, as far as the kernels care."""
 
-    width: int
     heads: int
     kv_heads: int
     head_size: int
@@ -58,7 +66,7 @@ class Shape:
 
     @property
     def key(self) -> str:
-        return f"w{self.width}-h{self.heads}-kv{self.kv_heads}-d{self.head_size}-t{self.kv_type}"
+        return f"h{self.heads}-kv{self.kv_heads}-d{self.head_size}-t{self.kv_type}"
 
 
 @dataclass(frozen=True)
@@ -148,13 +156,17 @@ def _signed(seconds: float) -> str:
 
 
 def rule(
-    option: object, on_gpu: bool, quantized: bool, windowed: bool, recurrent: bool = False
+    option: object,
+    *,
+    on_gpu: bool,
+    quantized: bool,
+    windowed: bool,
+    timeable: str | None = None,
 ) -> Choice | None:
-    """The choice where nothing needs timing (pure); None where the pass decides."""
+    """The choice where nothing needs timing (pure); None where the pass decides.
+    `timeable` says why a model's attention cannot be timed, where it cannot."""
     if option is not None:
         return Choice(bool(option), "the model entry says so (flash_attn)")
-    if recurrent:
-        return Choice(False, "a recurrent model: no attention layers to time")
     if on_gpu:
         return Choice(True, "on a GPU, where it pays")
     if quantized:
@@ -163,58 +175,73 @@ def rule(
         # measured on a 2-core AVX2 CPU, Gemma 3 270M: a cold prompt read at 321 against
         # 250 tok/s, 274 against 173 beside another kept prompt, decode steps no slower
         return Choice(True, "a windowed model: it skips the cells outside the window")
+    if timeable is not None:
+        return Choice(False, f"{timeable}: not timed; off, the CPU's default")
     return None
 
 
-#: reads a measure kept under a key in the machine's file, or takes it and keeps it
-#: (repack.Kernels.kept)
-Kept = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
+#: reads a measure kept under a key in the machine's file where it is there and fresh, or
+#: takes it and keeps it (machine.MachineFiles.kept)
+Kept = Callable[
+    [str, Callable[[], dict[str, Any]], Callable[[dict[str, Any]], bool]], dict[str, Any]
+]
 
 
-def choice(fixed: Choice | None, shape: Shape, layers: int, n_ctx: int, kept: Kept) -> Choice:
+def kernel_for(fixed: Choice | None, shape: Shape, layers: int, n_ctx: int, kept: Kept) -> Choice:
     """A model's kernel: `fixed` where the rule gives one, else the cheaper for a turn in
-    its context, from the costs `kept` gives (measured where none are kept)."""
+    its context, from the costs `kept` gives (timed where none are kept, or where the last
+    pass failed over RETRY_SECONDS ago). Nothing here fails a load: a pass that fails
+    leaves flash attention off, as the CPU's default."""
     if fixed is not None:
         return fixed
 
     def taken() -> dict[str, Any]:
         log.info("flash attention: timing both kernels for attention %s", shape.key)
         started = time.monotonic()
-        costs = measure(shape)
+        try:
+            costs = measure(shape)
+        except RuntimeError as exc:
+            log.warning("flash attention: %s; tried again in a day", exc)
+            return {"failed": str(exc), "at": time.time()}
         log.info("flash attention: timed in %.1f s", time.monotonic() - started)
         return {kernel: asdict(c) for kernel, c in costs.items()}
 
+    def fresh(value: dict[str, Any]) -> bool:
+        at = value.get("at")
+        return "failed" not in value or (
+            isinstance(at, (int, float)) and time.time() - at < RETRY_SECONDS
+        )
+
     try:
-        costs = kept(shape.key, taken)
-        off, on = Costs(**costs["off"]), Costs(**costs["on"])
-    except (RuntimeError, OSError, ValueError, KeyError, TypeError) as exc:
-        return Choice(False, f"the timed pass failed ({exc}): off, the CPU's default")
-    return choose(off, on, Turn.of(n_ctx), layers)
+        costs = kept(shape.key, taken, fresh)
+        if "failed" in costs:
+            return Choice(False, f"the timed pass failed ({costs['failed']}): off, the"
+                                 " CPU's default")  # fmt: skip
+        off, on = (Costs(**{k: float(v) for k, v in costs[kernel].items()}) for kernel in
+                   ("off", "on"))  # fmt: skip
+        # the layers scale both kernels alike: they change the seconds, not the choice
+        return choose(off, on, Turn.of(n_ctx), layers)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return Choice(False, f"the kept costs cannot be read ({exc!r}): off, the CPU's"
+                             " default")  # fmt: skip
 
 
 class Attention:
-    """This process's kernel choices, one per model loaded (for the heartbeat), and the
-    costs the pass measured, kept per machine and attention shape (one instance:
-    ATTENTION). The loader thread decides; the scheduler releases; the event loop reads
-    the report."""
+    """This process's kernel choices, one per model loaded, for the heartbeat (one
+    instance: ATTENTION). The loader thread decides; the scheduler releases; the event
+    loop reads the report."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         #: each model's choice and its instances, by model id
         self._chosen: dict[str, tuple[Choice, int]] = {}
 
-    def decide(
-        self, model_id: str, fixed: Choice | None, shape: Shape, layers: int, n_ctx: int,
-        kept: Kept,
-    ) -> Choice:  # fmt: skip
-        """A model's kernel (choice), kept for the report until its instance goes."""
-        chosen = choice(fixed, shape, layers, n_ctx, kept)
+    def loaded(self, model_id: str, chosen: Choice) -> None:
+        """An instance of a model was made with this kernel: in the report until it
+        goes."""
         with self._lock:
             _, instances = self._chosen.get(model_id, (chosen, 0))
             self._chosen[model_id] = (chosen, instances + 1)
-        log.info("model %s: flash attention %s: %s", model_id, "on" if chosen.flash else "off",
-                 chosen.why)  # fmt: skip
-        return chosen
 
     def released(self, model_id: str) -> None:
         with self._lock:
@@ -252,11 +279,14 @@ def measure(shape: Shape, timeout: float = TIMEOUT_SECONDS) -> dict[str, Costs]:
             )
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the timed pass did not end within {timeout:.0f} s") from None
-    if child.returncode != 0:
-        last = next((s for s in reversed(child.stderr.splitlines()) if s.strip()), "")
-        raise RuntimeError(f"the timed pass failed (exit {child.returncode}): {last[-200:]}")
-    timings = json.loads(child.stdout.strip().splitlines()[-1])
-    return {kernel: fit(**timings[kernel]) for kernel, _ in KERNELS}
+        if child.returncode != 0:
+            last = next((s for s in reversed(child.stderr.splitlines()) if s.strip()), "")
+            raise RuntimeError(f"the timed pass ended with exit {child.returncode}: {last[-200:]}")
+        try:
+            timings = json.loads((Path(folder) / TIMINGS).read_text())
+            return {kernel: fit(**timings[kernel]) for kernel, _ in FLASH_TYPES}
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+            raise RuntimeError(f"the timed pass left no timings to read ({exc!r})") from None
 
 
 def write_model(path: Path, shape: Shape) -> None:
@@ -265,7 +295,7 @@ def write_model(path: Path, shape: Shape) -> None:
     import gguf
     import numpy as np
 
-    from coderai.engine.backends.llamacpp.probe import byte_alphabet
+    from coderai.engine.backends.llamacpp.probe import add_vocabulary
 
     rng = np.random.default_rng(0)
     inner = shape.heads * shape.head_size
@@ -273,7 +303,7 @@ def write_model(path: Path, shape: Shape) -> None:
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("coderai-attention")
     writer.add_context_length(DEPTH + 2 * CHUNK)
-    writer.add_embedding_length(shape.width)
+    writer.add_embedding_length(WIDTH)
     writer.add_block_count(LAYERS)
     writer.add_feed_forward_length(FEED_FORWARD)
     writer.add_head_count(shape.heads)
@@ -283,15 +313,7 @@ def write_model(path: Path, shape: Shape) -> None:
     writer.add_rope_dimension_count(shape.head_size)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    alphabet = byte_alphabet()
-    tokens = [*alphabet, *(f"<t{i}>" for i in range(VOCAB - len(alphabet) - 1)), "ab"]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
-    writer.add_token_merges(["a b"])  # llama.cpp wants a BPE vocabulary to merge
-    writer.add_bos_token_id(VOCAB - 1)
-    writer.add_eos_token_id(VOCAB - 2)
+    add_vocabulary(writer, VOCAB)
 
     def add(name: str, rows: int, cols: int = 0) -> None:
         if cols:
@@ -299,19 +321,19 @@ def write_model(path: Path, shape: Shape) -> None:
         else:
             writer.add_tensor(name, np.ones(rows, dtype=np.float32))
 
-    add("token_embd.weight", VOCAB, shape.width)
-    add("output_norm.weight", shape.width)
-    add("output.weight", VOCAB, shape.width)
+    add("token_embd.weight", VOCAB, WIDTH)
+    add("output_norm.weight", WIDTH)
+    add("output.weight", VOCAB, WIDTH)
     for i in range(LAYERS):
-        add(f"blk.{i}.attn_norm.weight", shape.width)
-        add(f"blk.{i}.ffn_norm.weight", shape.width)
-        add(f"blk.{i}.attn_q.weight", inner, shape.width)
-        add(f"blk.{i}.attn_k.weight", kv, shape.width)
-        add(f"blk.{i}.attn_v.weight", kv, shape.width)
-        add(f"blk.{i}.attn_output.weight", shape.width, inner)
-        add(f"blk.{i}.ffn_gate.weight", FEED_FORWARD, shape.width)
-        add(f"blk.{i}.ffn_up.weight", FEED_FORWARD, shape.width)
-        add(f"blk.{i}.ffn_down.weight", shape.width, FEED_FORWARD)
+        add(f"blk.{i}.attn_norm.weight", WIDTH)
+        add(f"blk.{i}.ffn_norm.weight", WIDTH)
+        add(f"blk.{i}.attn_q.weight", inner, WIDTH)
+        add(f"blk.{i}.attn_k.weight", kv, WIDTH)
+        add(f"blk.{i}.attn_v.weight", kv, WIDTH)
+        add(f"blk.{i}.attn_output.weight", WIDTH, inner)
+        add(f"blk.{i}.ffn_gate.weight", FEED_FORWARD, WIDTH)
+        add(f"blk.{i}.ffn_up.weight", FEED_FORWARD, WIDTH)
+        add(f"blk.{i}.ffn_down.weight", WIDTH, FEED_FORWARD)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -337,7 +359,7 @@ def _timings(folder: Path, shape: Shape) -> dict[str, dict[str, list[tuple[int, 
     tokens = [(i * 7919) % (VOCAB - 2) for i in range(DEPTH + 2 * CHUNK)]
     batch = LlamaBatch(n_tokens=CHUNK, embd=0, n_seq_max=1, verbose=False)
     contexts = {}
-    for kernel, flash in KERNELS:
+    for kernel, flash in FLASH_TYPES:
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx = DEPTH + 2 * CHUNK
         cp.n_batch = cp.n_ubatch = CHUNK
@@ -363,13 +385,13 @@ def _timings(folder: Path, shape: Shape) -> dict[str, dict[str, list[tuple[int, 
         return best
 
     out: dict[str, dict[str, list[tuple[int, float]]]] = {
-        kernel: {"reads": [], "steps": []} for kernel, _ in KERNELS
+        kernel: {"reads": [], "steps": []} for kernel, _ in FLASH_TYPES
     }
-    for kernel, _ in KERNELS:  # warms the kernels and the allocator
+    for kernel, _ in FLASH_TYPES:  # warms the kernels and the allocator
         timed(kernel, 0, CHUNK, 1)
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(contexts[kernel].ctx), True)
     for turn, at in enumerate(range(0, DEPTH + CHUNK, CHUNK)):
-        for kernel, _ in KERNELS[:: 1 if turn % 2 else -1]:
+        for kernel, _ in FLASH_TYPES[:: 1 if turn % 2 else -1]:
             out[kernel]["steps"].append((at, timed(kernel, at, 1, STEPS)))
             memory = llama_cpp.llama_get_memory(contexts[kernel].ctx)
             llama_cpp.llama_memory_seq_rm(memory, 0, at, -1)
@@ -378,8 +400,8 @@ def _timings(folder: Path, shape: Shape) -> dict[str, dict[str, list[tuple[int, 
 
 
 def main() -> int:
-    shape = Shape(**json.loads(sys.argv[2]))
-    print(json.dumps(_timings(Path(sys.argv[1]), shape)))
+    folder, shape = Path(sys.argv[1]), Shape(**json.loads(sys.argv[2]))
+    (folder / TIMINGS).write_text(json.dumps(_timings(folder, shape)))
     return 0
 
 

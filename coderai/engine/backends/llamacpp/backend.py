@@ -44,6 +44,7 @@ from coderai.engine.backends.llamacpp import attention
 from coderai.engine.backends.llamacpp.attention import ATTENTION
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
 from coderai.engine.backends.llamacpp.draft import Drafter
+from coderai.engine.backends.llamacpp.machine import FILES
 from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.backends.llamacpp.settings import BatchSettings
 from coderai.engine.backends.llamacpp.vision import Projector
@@ -110,6 +111,8 @@ class LlamaCppBackend(Backend):
             load = self._load_embedder if spec.embedding else self._load_generator
             instance = load(spec, path, int(gpu_layers), kv, repack)
             instance.model_id, instance.extra_buffer_types = model_id, repack
+            if isinstance(instance, LlamaCppBatchInstance):
+                ATTENTION.loaded(model_id, instance.attention)
             return instance
         except (ValueError, RuntimeError) as exc:
             # llama.cpp says only "Failed to load model"; the file is what the user needs
@@ -120,9 +123,8 @@ class LlamaCppBackend(Backend):
             progress.fraction = 1.0
             if instance is None:
                 # a model that did not load is not in use: off the list of those with
-                # the extra buffer types on (repack.py), nor has a kernel
+                # the extra buffer types on (repack.py)
                 KERNELS.released(model_id)
-                ATTENTION.released(model_id)
 
     def _load_generator(
         self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str, repack: bool
@@ -170,14 +172,10 @@ class LlamaCppBackend(Backend):
         params.type_k = params.type_v = _KV_TYPES[kv]
         params.swa_full = swa_full
         params.no_perf = True
-        windowed = llama_cpp.llama_model_n_swa(model.model) > 0
-        recurrent = bool(llama_cpp.llama_model_is_recurrent(model.model))
-        fixed = attention.rule(
-            options.get("flash_attn"), on_gpu, kv in _QUANTIZED, windowed, recurrent
-        )
-        layers = int(llama_cpp.llama_model_n_layer(model.model))
-        shape = _shape(model, _KV_TYPES[kv])
-        flash = ATTENTION.decide(spec.id, fixed, shape, layers, n_ctx, _kept).flash
+        chosen = _kernel(model, options, on_gpu, kv, n_ctx)
+        log.info("model %s: flash attention %s: %s", spec.id, "on" if chosen.flash else "off",
+                 chosen.why)  # fmt: skip
+        flash = chosen.flash
         params.flash_attn_type = _FLASH_ON if flash else _FLASH_OFF
         ngram, draft = _speculative(options.get("speculative"))
         if options.get("draft_length") is not None and not (ngram or draft):
@@ -208,9 +206,11 @@ class LlamaCppBackend(Backend):
             else int(options["draft_length"]),
         )
         drafter = Drafter(draft, model, params) if draft is not None else None
-        return LlamaCppBatchInstance(
+        instance = LlamaCppBatchInstance(
             model, context, settings, drafter=drafter, projector=projector, options=options
         )
+        instance.attention = chosen
+        return instance
 
     def _load_embedder(
         self, spec: ModelSpec, path: Path, gpu_layers: int, kv: str, repack: bool
@@ -271,22 +271,42 @@ def _check_room(
                     memory.available >> 20)  # fmt: skip
 
 
-def _shape(model: Any, kv_type: int) -> attention.Shape:
-    """A model's attention, as the kernels see it."""
+def _kernel(
+    model: Any, options: dict[str, Any], on_gpu: bool, kv: str, n_ctx: int
+) -> attention.Choice:
+    """The attention kernel a model's context is made with (attention.py)."""
     import llama_cpp
 
     raw = model.model
-    heads = int(llama_cpp.llama_model_n_head(raw))
-    width = int(llama_cpp.llama_model_n_embd(raw))
     metadata = model.metadata()
     arch = metadata.get("general.architecture", "llama")
-    size = int(metadata.get(f"{arch}.attention.key_length") or width // max(heads, 1))
-    kv_heads = int(llama_cpp.llama_model_n_head_kv(raw))
-    return attention.Shape(width, heads, kv_heads, size, kv_type)
+    heads, kv_heads = (
+        int(llama_cpp.llama_model_n_head(raw)),
+        int(llama_cpp.llama_model_n_head_kv(raw)),
+    )
+    width = int(llama_cpp.llama_model_n_embd(raw))
+    key = int(metadata.get(f"{arch}.attention.key_length") or width // max(heads, 1))
+    value = int(metadata.get(f"{arch}.attention.value_length") or key)
+    timeable = None
+    if llama_cpp.llama_model_is_recurrent(raw) or llama_cpp.llama_model_is_hybrid(raw):
+        timeable = "a recurrent or hybrid model"
+    elif not (heads and kv_heads):
+        timeable = "a model with no attention heads in its first layer"
+    elif key != value:
+        timeable = "a model whose keys and values differ in size"
+    fixed = attention.rule(
+        options.get("flash_attn"), on_gpu=on_gpu, quantized=kv in _QUANTIZED,
+        windowed=llama_cpp.llama_model_n_swa(raw) > 0, timeable=timeable,
+    )  # fmt: skip
+    shape = attention.Shape(heads, kv_heads, key, _KV_TYPES[kv])
+    layers = int(llama_cpp.llama_model_n_layer(raw))
+    return attention.kernel_for(fixed, shape, layers, n_ctx, _kept)
 
 
-def _kept(key: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    return KERNELS.kept("attention", key, take)
+def _kept(
+    key: str, take: Callable[[], dict[str, Any]], fresh: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    return FILES.kept("attention", key, take, fresh)
 
 
 def flash_for(path: str, options: dict[str, Any], n_ctx: int) -> bool:
@@ -300,14 +320,7 @@ def flash_for(path: str, options: dict[str, Any], n_ctx: int) -> bool:
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     model = LlamaModel(path_model=path, params=params, verbose=False)
-    kv = str(options.get("kv_cache", "f16"))
-    fixed = attention.rule(
-        options.get("flash_attn"), False, kv in _QUANTIZED,
-        llama_cpp.llama_model_n_swa(model.model) > 0,
-        bool(llama_cpp.llama_model_is_recurrent(model.model)),
-    )  # fmt: skip
-    layers = int(llama_cpp.llama_model_n_layer(model.model))
-    return attention.choice(fixed, _shape(model, _KV_TYPES[kv]), layers, n_ctx, _kept).flash
+    return _kernel(model, options, False, str(options.get("kv_cache", "f16")), n_ctx).flash
 
 
 def _speculative(option: object) -> tuple[bool, Path | None]:

@@ -38,7 +38,7 @@ from coderai.engine.backends.base import (
     completion_limit,
     fit_prompt,
 )
-from coderai.engine.backends.llamacpp.attention import ATTENTION
+from coderai.engine.backends.llamacpp.attention import ATTENTION, Choice
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
 from coderai.engine.backends.llamacpp.draft import Drafter
@@ -81,6 +81,9 @@ class LlamaCppBatchInstance(ModelInstance):
         self.model_id = ""
         #: its vision projector (vision.py), where its entry names one
         self.projector = projector
+        #: the attention kernel its context was made with, and why (the backend sets it:
+        #: attention.py; reported while the instance is loaded)
+        self.attention = Choice(settings.flash, "")
         self.capacity = settings.parallel
         self.n_ctx = self.window = int(llama_cpp.llama_n_ctx_seq(ctx))
         self.text = text = Text(llama_cpp, model, options or {})

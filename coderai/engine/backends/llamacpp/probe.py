@@ -100,15 +100,7 @@ def write_model(path: Path) -> None:
     writer.add_rope_dimension_count(WIDTH // HEADS)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
-    alphabet = byte_alphabet()
-    tokens = [*alphabet, *(f"<t{i}>" for i in range(VOCAB - len(alphabet) - 1)), "ab"]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
-    writer.add_token_merges(["a b"])
-    writer.add_bos_token_id(VOCAB - 2)
-    writer.add_eos_token_id(VOCAB - 3)
+    add_vocabulary(writer, VOCAB)
 
     def add(name: str, rows: int, cols: int = 0, qtype: Any = None) -> None:
         if not cols:
@@ -156,6 +148,22 @@ def k_quant(rng: Any, rows: int, cols: int, qtype: Any) -> Any:
     for at in _SCALE_AT[int(qtype)]:
         blocks[:, :, at : at + 2] = scale
     return blocks.reshape(rows, -1)
+
+
+def add_vocabulary(writer: Any, size: int) -> None:
+    """A byte-level BPE vocabulary of `size` tokens llama.cpp accepts (it wants one merge
+    at least), its last three the merged pair, the start and the end."""
+    import gguf
+
+    alphabet = byte_alphabet()
+    tokens = [*alphabet, *(f"<t{i}>" for i in range(size - len(alphabet) - 1)), "ab"]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(["a b"])
+    writer.add_bos_token_id(size - 2)
+    writer.add_eos_token_id(size - 3)
 
 
 def byte_alphabet() -> list[str]:

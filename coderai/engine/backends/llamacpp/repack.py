@@ -25,30 +25,28 @@ build's key).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from coderai.common.exits import exit_words, signal_name
-from coderai.engine import die_at
 from coderai.engine.backends.llamacpp import probe
-from coderai.engine.backends.llamacpp.cpu_features import CPUINFO, cpu_flags
+from coderai.engine.backends.llamacpp.machine import (
+    MachineFiles,
+    build,
+    cpu_model,
+    cpuinfo,
+    locked,
+    read_json,
+    write_json,
+)
 
 log = logging.getLogger("coderai.engine")
 
-#: where the front keeps its state (the supervisor sets it for its engines)
-STATE_VARIABLE = "CODERAI_STATE_DIR"
-#: where what engines learn of the machine is kept, where not in the state folder (servers
-#: of one machine may share it: the test suite's do)
-MACHINE_VARIABLE = "CODERAI_MACHINE_DIR"
 #: "pid:code" of the incarnation this engine replaces (the supervisor sets it)
 PREVIOUS_VARIABLE = "CODERAI_PREVIOUS_EXIT"
 #: deaths that a kernel the CPU cannot run causes, and that a restart without them heals
@@ -61,32 +59,6 @@ class Decision:
     why: str
 
 
-def state_folder() -> Path:
-    """Where this machine's verdicts are kept: the folder CODERAI_MACHINE_DIR names, else
-    the front's state folder for its engines, else the user's state folder."""
-    if os.environ.get(MACHINE_VARIABLE):
-        return Path(os.environ[MACHINE_VARIABLE])
-    state = os.environ.get(STATE_VARIABLE)
-    if not state:
-        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        state = str(Path(base) / "coderai")
-    return Path(state) / "machine"
-
-
-def machine_key(cpuinfo: str, build: str, version: str, seam: str) -> str:
-    """Names a verdict: the same CPU model and flags, llama.cpp build and seam (pure)."""
-    facts = [cpu_model(cpuinfo), " ".join(sorted(cpu_flags(cpuinfo))), build, version, seam]
-    return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:16]
-
-
-def cpu_model(cpuinfo: str) -> str:
-    for line in cpuinfo.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() == "model name":
-            return value.strip()
-    return "unknown CPU"
-
-
 def decide(option: object, off_for: dict[str, Any], verdict: dict[str, Any], path: str) -> Decision:
     """A model's decision from its entry's option, the heals and the verdict (pure)."""
     if option is not None:
@@ -96,38 +68,14 @@ def decide(option: object, off_for: dict[str, Any], verdict: dict[str, Any], pat
     return Decision(bool(verdict["works"]), str(verdict["why"]))
 
 
-def _build() -> tuple[str, str]:
-    """The loaded llama.cpp's build info (its CPU backend's features) and version."""
-    import llama_cpp
-
-    info = llama_cpp.llama_print_system_info().decode(errors="replace")
-    return info, str(getattr(llama_cpp, "__version__", ""))
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(temp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 class Kernels:
     """This process's decisions (one instance: KERNELS). The loader thread decides (and
     may run the trial, without holding the state's lock, so the heartbeat's report never
     waits for it); the scheduler thread releases; the event loop reads the report."""
 
     def __init__(self, folder: Path | None = None, key: str | None = None) -> None:
-        self._folder = folder
-        #: names this machine's verdict (machine_key; tests give their own)
-        self._key = key
+        #: the machine's files (machine.py)
+        self.files = MachineFiles(folder, key)
         #: the state below; held only to read or change it
         self._lock = threading.Lock()
         #: the machine's verdict, once read or tried (set once)
@@ -142,19 +90,12 @@ class Kernels:
 
     @property
     def folder(self) -> Path:
-        return self._folder or state_folder()
+        return self.files.folder
 
     def _path(self, kind: str) -> Path:
         """This machine's and build's file of a kind: the verdict ("llamacpp") or the
         models kept off ("heals")."""
-        if self._key is None:
-            try:
-                cpuinfo = CPUINFO.read_text()
-            except OSError:
-                cpuinfo = ""
-            build, version = _build()
-            self._key = machine_key(cpuinfo, build, version, os.environ.get(die_at.VARIABLE, ""))
-        return self.folder / f"{kind}-{self._key}.json"
+        return self.files.path(kind)
 
     def _live_path(self, pid: int | str | None = None) -> Path:
         return self.folder / f"live-{pid if pid is not None else os.getpid()}.json"
@@ -170,7 +111,7 @@ class Kernels:
         if not (pid.isdigit() and code.lstrip("-").isdigit()):
             return
         marker = self._live_path(pid)
-        listed = _read_json(marker) or {}
+        listed = read_json(marker) or {}
         with contextlib.suppress(OSError):
             marker.unlink()
         if signal_name(int(code)) not in HEALED_BY or not listed:
@@ -179,11 +120,11 @@ class Kernels:
                f" loaded with them off on this machine from now on")  # fmt: skip
         for model_id in listed:
             log.warning("model %s: llama.cpp's extra buffer types: %s", model_id, why)
-        with _locked(self.folder):
+        with locked(self.folder):
             heals = self._path("heals")
-            _write_json(
+            write_json(
                 heals,
-                {**(_read_json(heals) or {}), **dict.fromkeys(map(str, listed.values()), why)},
+                {**(read_json(heals) or {}), **dict.fromkeys(map(str, listed.values()), why)},
             )
 
     # -- the loader thread ----------------------------------------------------------------
@@ -192,7 +133,7 @@ class Kernels:
         where nothing is kept yet."""
         if option is None:
             verdict = self._machine()
-            off_for = _read_json(self._path("heals")) or {}
+            off_for = read_json(self._path("heals")) or {}
             decision = decide(option, off_for, verdict, path)
         else:
             off_for = None
@@ -221,8 +162,8 @@ class Kernels:
         if self._verdict is not None:
             return self._verdict
         path = self._path("llamacpp")
-        with _locked(self.folder):
-            kept = _read_json(path)
+        with locked(self.folder):
+            kept = read_json(path)
             if kept is not None and isinstance(kept.get("works"), bool):
                 log.info("llama.cpp's extra buffer types: this machine's verdict, kept in"
                          " %s: %s", path, kept.get("why"))  # fmt: skip
@@ -234,41 +175,23 @@ class Kernels:
         return verdict
 
     def _try(self, path: Path) -> dict[str, Any]:
-        try:
-            cpuinfo = CPUINFO.read_text()
-        except OSError:
-            cpuinfo = ""
-        log.info("llama.cpp's extra buffer types: trying them on this machine (%s)",
-                 cpu_model(cpuinfo))  # fmt: skip
+        cpu = cpu_model(cpuinfo())
+        log.info("llama.cpp's extra buffer types: trying them on this machine (%s)", cpu)
         trial = probe.run()
-        build, version = _build()
-        verdict = {**asdict(trial), "cpu": cpu_model(cpuinfo), "build": build,
-                   "version": version, "decided_at": time.time()}  # fmt: skip
+        info, version = build()
+        verdict = {**asdict(trial), "cpu": cpu, "build": info, "version": version,
+                   "decided_at": time.time()}  # fmt: skip
         # what the kernels did is kept; a trial that failed otherwise (a timeout on a busy
         # machine, a broken install) says nothing of them: tried again at the next start
         keep = trial.works or trial.signal is not None
         if keep:
-            _write_json(path, verdict)
+            write_json(path, verdict)
         (log.info if trial.works else log.warning)(
             "llama.cpp's extra buffer types %s on this machine: %s (%.1f s; %s)",
             "on" if trial.works else "off", trial.why, trial.seconds,
             f"kept in {path}" if keep else "not kept: tried again at the next start",
         )  # fmt: skip
         return {**verdict, "kept": False}
-
-    def kept(self, kind: str, key: str, take: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """A measure of this machine, kept in its file of a kind under a key: read, or
-        taken now and kept (one engine of the machine takes it; the others wait and read
-        it). What `take` raises is not kept: it is taken again at the next load."""
-        with _locked(self.folder):
-            path = self._path(kind)
-            kept = _read_json(path) or {}
-            value = kept.get(key)
-            if isinstance(value, dict):
-                return value
-            value = take()
-            _write_json(path, {**kept, key: value})
-            return value
 
     # -- the scheduler thread -------------------------------------------------------------
     def released(self, model_id: str) -> None:
@@ -290,7 +213,7 @@ class Kernels:
                 self._write_live()
 
     def _write_live(self) -> None:
-        _write_json(self._live_path(), {m: path for m, (path, _) in self._live.items()})
+        write_json(self._live_path(), {m: path for m, (path, _) in self._live.items()})
 
     # -- the event loop -------------------------------------------------------------------
     def report(self) -> dict[str, Any]:
@@ -316,19 +239,6 @@ class Kernels:
         """A clean exit: the live list goes with the process."""
         with contextlib.suppress(OSError):
             self._live_path().unlink()
-
-
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """The machine's files, one process at a time (an advisory lock on a file beside
-    them: every engine of the machine, and a trial they would otherwise all run)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 #: this process's decisions

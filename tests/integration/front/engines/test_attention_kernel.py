@@ -64,6 +64,9 @@ def test_the_kernel_is_timed_once_kept_and_chosen_for_a_turn_from_its_costs(
     assert decision["why"].startswith("timed on this machine: an agent's turn")
     assert TIMING in first.log()
     (costs,) = kept(state).values()
+    for kernel in ("off", "on"):  # what the pass timed: reads and steps cost something
+        timed = Costs(**costs[kernel])
+        assert timed.read > 0 and timed.step > 0 and timed.read_cell > 0
     # the engine chose what the kept costs say for its model's layers and context
     context = int(re.findall(r"model tiny: context of (\d+) tokens", first.log())[-1])
     layers = block_count(tiny_models[1])

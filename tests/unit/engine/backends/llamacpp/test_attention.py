@@ -1,6 +1,7 @@
 """The attention kernel's choice (llamacpp/attention.py): costs fitted from timings, the
-cheaper kernel for an agent's turn, the rule where nothing is timed, the report, and the
-costs kept per machine (repack.Kernels.kept)."""
+cheaper kernel for an agent's turn, the rule where nothing is timed (where flash attention
+pays or is needed, as measured; a model entry's `flash_attn` forces either), the report,
+the costs kept per machine (machine.MachineFiles.kept), and the timed pass itself."""
 
 from __future__ import annotations
 
@@ -10,23 +11,27 @@ from typing import Any
 
 import pytest
 
+from coderai.engine.backends.llamacpp import attention
 from coderai.engine.backends.llamacpp.attention import (
     CHUNK,
     DEPTH,
     LAYERS,
+    RETRY_SECONDS,
     Attention,
     Choice,
     Costs,
     Shape,
     Turn,
-    choice,
     choose,
     fit,
+    kernel_for,
+    measure,
+    rule,
     turn_seconds,
 )
-from coderai.engine.backends.llamacpp.repack import Kernels
+from coderai.engine.backends.llamacpp.machine import MachineFiles
 
-SHAPE = Shape(576, 9, 3, 64)
+SHAPE = Shape(9, 3, 64)
 #: flash attention off: reads dearer per token, steps cheaper per cell (as on a CPU)
 OFF = Costs(read=8e-4, read_cell=1.0e-6, step=2.5e-3, step_cell=2.6e-6)
 ON = Costs(read=5e-4, read_cell=0.9e-6, step=2.2e-3, step_cell=4.6e-6)
@@ -83,66 +88,142 @@ def test_the_turn_is_half_the_context_where_that_is_under_16k() -> None:
     assert Turn.of(131072).depth == 16384
 
 
-def test_a_fixed_choice_times_nothing_and_a_failed_pass_leaves_it_off() -> None:
-    def never(key: str, take: Any) -> dict[str, Any]:
-        raise AssertionError("nothing is timed for a fixed choice")
+def never(key: str, take: Any, fresh: Any) -> dict[str, Any]:
+    raise AssertionError("nothing is timed for a fixed choice")
 
+
+def test_a_fixed_choice_times_nothing() -> None:
     fixed = Choice(True, "the model entry says so (flash_attn)")
-    assert choice(fixed, SHAPE, 30, 8192, never) is fixed
+    assert kernel_for(fixed, SHAPE, 30, 8192, never) is fixed
 
-    def failing(key: str, take: Any) -> dict[str, Any]:
+
+def test_on_the_cpu_a_windowed_model_has_it_and_a_full_attention_one_is_timed() -> None:
+    windowed = rule(None, on_gpu=False, quantized=False, windowed=True)
+    assert windowed is not None and windowed.flash
+    assert rule(None, on_gpu=False, quantized=False, windowed=False) is None
+
+
+def test_a_gpu_or_a_quantized_cache_turns_it_on() -> None:
+    for fixed in (
+        rule(None, on_gpu=True, quantized=False, windowed=False),
+        rule(None, on_gpu=False, quantized=True, windowed=False),
+    ):
+        assert fixed is not None and fixed.flash
+
+
+def test_the_entry_forces_either_and_an_untimeable_model_keeps_it_off() -> None:
+    for option in (True, False):
+        forced = rule(option, on_gpu=True, quantized=True, windowed=True)
+        assert forced is not None and forced.flash is option
+        assert "flash_attn" in forced.why
+    hybrid = rule(None, on_gpu=False, quantized=False, windowed=False,
+                  timeable="a recurrent or hybrid model")  # fmt: skip
+    assert hybrid is not None and not hybrid.flash and "not timed" in hybrid.why
+
+
+def test_a_failed_pass_or_costs_that_cannot_be_read_leave_it_off() -> None:
+    def failing(key: str, take: Any, fresh: Any) -> dict[str, Any]:
+        return {"failed": "the timed pass did not end within 60 s", "at": 0.0}
+
+    failed = kernel_for(None, SHAPE, 30, 8192, failing)
+    assert not failed.flash and "did not end within 60 s" in failed.why
+    broken: list[dict[str, Any]] = [
+        {"off": vars(OFF)},
+        {"off": vars(OFF), "on": {"read": None}},
+        {"on": 1},
+    ]
+    for costs in broken:
+
+        def kept(key: str, take: Any, fresh: Any, costs: dict[str, Any] = costs) -> dict[str, Any]:
+            return costs
+
+        unread = kernel_for(None, SHAPE, 30, 8192, kept)
+        assert not unread.flash and "cannot be read" in unread.why
+
+
+def test_a_failure_is_kept_a_day_then_the_pass_is_tried_again(tmp_path: Path) -> None:
+    files = MachineFiles(tmp_path, key="k")
+    passes: list[str] = []
+
+    def fails(shape: Shape) -> dict[str, Costs]:
+        passes.append(shape.key)
         raise RuntimeError("the timed pass did not end within 60 s")
 
-    failed = choice(None, SHAPE, 30, 8192, failing)
-    assert not failed.flash and "did not end within 60 s" in failed.why
+    patch = pytest.MonkeyPatch()
+    patch.setattr(attention, "measure", fails)
+    try:
+        first = kernel_for(None, SHAPE, 30, 8192, lambda k, t, f: files.kept("attention", k, t, f))
+        again = kernel_for(None, SHAPE, 30, 8192, lambda k, t, f: files.kept("attention", k, t, f))
+        assert not first.flash and first == again and passes == [SHAPE.key]
+        path = tmp_path / "attention-k.json"
+        kept = json.loads(path.read_text())
+        kept[SHAPE.key]["at"] -= RETRY_SECONDS + 1
+        path.write_text(json.dumps(kept))
+        kernel_for(None, SHAPE, 30, 8192, lambda k, t, f: files.kept("attention", k, t, f))
+        assert passes == [SHAPE.key] * 2
+    finally:
+        patch.undo()
 
 
 def test_kept_costs_are_read_back_as_costs() -> None:
     kept = {"off": vars(OFF), "on": vars(ON)}
-    assert choice(None, SHAPE, 30, 32768, lambda key, take: kept) == choose(
+    assert kernel_for(None, SHAPE, 30, 32768, lambda k, t, f: kept) == choose(
         OFF, ON, Turn.of(32768), 30
     )
 
 
 def test_the_report_lists_each_loaded_model_until_its_last_instance_goes() -> None:
-    attention = Attention()
-    fixed = Choice(False, "a recurrent model: no attention layers to time")
+    chosen = Attention()
+    fixed = Choice(False, "a recurrent or hybrid model: not timed; off, the CPU's default")
     for _ in range(2):
-        attention.decide("m", fixed, SHAPE, 30, 8192, lambda key, take: {})
-    assert attention.report() == {"models": {"m": {"on": False, "why": fixed.why}}}
-    attention.released("m")
-    assert "m" in attention.report()["models"]
-    attention.released("m")
-    attention.released("never loaded")
-    assert attention.report() == {"models": {}}
+        chosen.loaded("m", fixed)
+    assert chosen.report() == {"models": {"m": {"on": False, "why": fixed.why}}}
+    chosen.released("m")
+    assert "m" in chosen.report()["models"]
+    chosen.released("m")
+    chosen.released("never loaded")
+    assert chosen.report() == {"models": {}}
 
 
 def test_the_machine_keeps_a_measure_once_taken(tmp_path: Path) -> None:
-    kernels = Kernels(folder=tmp_path, key="k")
+    files = MachineFiles(tmp_path, key="k")
     taken: list[str] = []
 
     def take() -> dict[str, Any]:
         taken.append("once")
         return {"off": vars(OFF), "on": vars(ON)}
 
-    first = kernels.kept("attention", SHAPE.key, take)
-    again = Kernels(folder=tmp_path, key="k").kept("attention", SHAPE.key, take)
+    first = files.kept("attention", SHAPE.key, take)
+    again = MachineFiles(tmp_path, key="k").kept("attention", SHAPE.key, take)
     assert first == again and taken == ["once"]
-    other = Shape(896, 14, 2, 64).key
-    Kernels(folder=tmp_path, key="k").kept("attention", other, take)
+    other = Shape(14, 2, 64).key
+    MachineFiles(tmp_path, key="k").kept("attention", other, take)
     assert set(json.loads((tmp_path / "attention-k.json").read_text())) == {SHAPE.key, other}
+    files.kept("attention", other, take, fresh=lambda value: False)
+    assert taken == ["once"] * 3  # what is not fresh is taken again
 
 
-def test_a_measure_that_fails_is_not_kept_and_a_broken_file_is_measured_again(
+def test_a_measure_that_raises_is_not_kept_and_a_broken_file_is_measured_again(
     tmp_path: Path,
 ) -> None:
-    kernels = Kernels(folder=tmp_path, key="k")
+    files = MachineFiles(tmp_path, key="k")
 
     def fails() -> dict[str, Any]:
         raise RuntimeError("the timed pass failed (exit 1)")
 
     with pytest.raises(RuntimeError):
-        kernels.kept("attention", SHAPE.key, fails)
+        files.kept("attention", SHAPE.key, fails)
     assert not (tmp_path / "attention-k.json").exists()
     (tmp_path / "attention-k.json").write_text("{not json")
-    assert kernels.kept("attention", SHAPE.key, lambda: {"off": 1}) == {"off": 1}
+    assert files.kept("attention", SHAPE.key, lambda: {"off": 1}) == {"off": 1}
+
+
+def test_the_pass_times_both_kernels_on_a_model_of_the_shape() -> None:
+    """The child process, for real: a shape whose head size is not its width over its
+    heads (the timed model's width is its own). Each kernel's reads and steps cost more
+    deeper, and something at depth 0."""
+    costs = measure(Shape(4, 2, 32))
+    assert set(costs) == {"off", "on"}
+    for kernel in costs.values():
+        assert kernel.read > 0 and kernel.step > 0
+        assert kernel.read_cell > 0 and kernel.step_cell >= 0

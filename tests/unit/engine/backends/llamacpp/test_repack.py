@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from coderai.engine.backends.llamacpp import probe
-from coderai.engine.backends.llamacpp.repack import Kernels, decide, machine_key
+from coderai.engine.backends.llamacpp.machine import machine_key
+from coderai.engine.backends.llamacpp.repack import Kernels, decide
 
 CPUINFO = "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx512f amx_tile\n"
 WORKS = {"works": True, "why": "a trial read a 512-token batch with them on"}
