@@ -110,11 +110,12 @@ class CacheManager:
         return True
 
     # -- prefix entries ----------------------------------------------------------------------
-    def lookup(self, tokens: list[int]) -> Hit | None:
-        """The entry whose state gives the most of a prompt, and how many tokens."""
+    def lookup(self, tokens: list[int], *, touch: bool = True) -> Hit | None:
+        """The entry whose state gives the most of a prompt, and how many tokens (made the
+        most recently used unless `touch` is False: prefix_cache.match)."""
         if self.policy.memory is Memory.FULL:
-            return self.prefixes.match(tokens)
-        return self.prefixes.match(tokens, self._usable)
+            return self.prefixes.match(tokens, touch=touch)
+        return self.prefixes.match(tokens, self._usable, touch=touch)
 
     def _usable(self, seq_id: int, common: int) -> int:
         taken = [c.tokens for c in self.checkpoints.get(seq_id, ())]

@@ -250,8 +250,9 @@ class Planner:
             parking.wait()
             return
         most = None if to_read else parking.step_bound(self.park_step)
-        busy = {hit.entry for s in self.waiting  # (a hit under MIN_CHUNK is not taken)
-                if (hit := self.cache.lookup(s.tokens)) and hit.tokens >= MIN_CHUNK}  # fmt: skip
+        # (a hit under MIN_CHUNK is not taken; looking does not reorder the entries)
+        hits = (self.cache.lookup(s.tokens, touch=False) for s in self.waiting)
+        busy = {hit.entry for hit in hits if hit and hit.tokens >= MIN_CHUNK}
         began = parking.clock()
         cells, more = self.host.park_idle(busy, most)
         parking.parked_now(cells, parking.clock() - began, more)

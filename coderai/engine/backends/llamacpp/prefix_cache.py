@@ -64,12 +64,18 @@ class PrefixCache:
         return self._size(seq_id) if self._size else len(self._entries[seq_id])
 
     def match(
-        self, tokens: list[int], usable: Callable[[int, int], int] | None = None
+        self,
+        tokens: list[int],
+        usable: Callable[[int, int], int] | None = None,
+        *,
+        touch: bool = True,
     ) -> Hit | None:
         """The entry sharing the longest prefix with `tokens` and that prefix's length,
         leaving at least the last token to be decoded (its logits are needed). `usable`
         says how much of n shared tokens an entry's state can give (checkpoints.py): less
-        on a model whose windowed or recurrent state cannot be cut back anywhere."""
+        on a model whose windowed or recurrent state cannot be cut back anywhere. The
+        entry found becomes the most recently used unless `touch` is False (a look that
+        uses nothing yet: which entries waiting prompts would start from)."""
         best: Hit | None = None
         for seq_id, cached in self._entries.items():
             shared = min(common_prefix(cached, tokens), len(tokens) - 1)
@@ -77,7 +83,7 @@ class PrefixCache:
                 shared = usable(seq_id, shared)
             if shared > 0 and (best is None or shared > best[1]):
                 best = Hit(seq_id, shared)
-        if best is not None:
+        if best is not None and touch:
             self._entries.move_to_end(best.entry)
         return best
 

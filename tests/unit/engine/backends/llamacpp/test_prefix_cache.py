@@ -62,3 +62,13 @@ def test_a_taken_entry_is_no_longer_kept_nor_matched() -> None:
     assert cache.match([1, 2, 3, 5]) == (1, 3)
     cache.take(1)
     assert cache.match([1, 2, 3, 5]) is None and cache.tokens == 0
+
+
+def test_a_look_that_touches_nothing_leaves_the_order_as_it_was() -> None:
+    """What the parking step asks (which entries waiting prompts would start from) is not a
+    use: the entry it finds is still the first to go."""
+    cache = PrefixCache(max_tokens=100, max_entries=4)
+    cache.add(1, [1, 1, 1])
+    cache.add(2, [2, 2, 2])
+    assert cache.match([1, 1, 1, 5], touch=False) == (1, 3)
+    assert cache.ids() == [1, 2] and cache.evict() == 1
