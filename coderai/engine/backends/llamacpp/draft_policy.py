@@ -112,7 +112,8 @@ class StepCosts:
         if len(sizes) == 1:
             return seconds[sizes[0]] * tokens / sizes[0]
         lo, hi = sizes[-2], sizes[-1]
-        per_token = (seconds[hi] - seconds[lo]) / (hi - lo)
+        # a larger step is never taken to cost less (two noisy sizes may say so)
+        per_token = max(0.0, (seconds[hi] - seconds[lo]) / (hi - lo))
         return seconds[hi] + per_token * (tokens - hi)
 
 
@@ -159,8 +160,11 @@ def best_lengths(accepted: list[float], rooms: list[int], costs: StepCosts) -> l
             (i for i in range(decoding) if lengths[i] < rooms[i]),
             key=lambda i: accepted[i] ** (lengths[i] + 1),
         )
+        gain = accepted[i] ** (lengths[i] + 1)
+        if gain <= 0:  # no further token would be accepted: it could only cost
+            break
         lengths[i] += 1
-        tokens += accepted[i] ** lengths[i]
+        tokens += gain
         seconds = costs.estimate(decoding + added)
         assert seconds is not None
         if tokens / seconds > rate:

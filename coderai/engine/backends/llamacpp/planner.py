@@ -250,7 +250,9 @@ class Planner:
             parking.wait()
             return
         most = None if to_read else parking.step_bound(self.park_step)
-        # (a hit under MIN_CHUNK is not taken; looking does not reorder the entries)
+        # (a hit under MIN_CHUNK is not taken; looking does not reorder the entries: the
+        # entries these prompts would start from are kept from parking by `busy`, not by
+        # being the most recently used)
         hits = (self.cache.lookup(s.tokens, touch=False) for s in self.waiting)
         busy = {hit.entry for hit in hits if hit and hit.tokens >= MIN_CHUNK}
         began = parking.clock()

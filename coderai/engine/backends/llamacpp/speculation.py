@@ -94,6 +94,13 @@ class Speculation:
         if not self.enabled or len(decoding) > DRAFT_SEQUENCES:
             return
         rooms = [self._room(slot, budget // len(decoding), promised) for slot in decoding]
+        # n-gram guesses are free: made first, so that a sequence without one (or with a
+        # short one) is not given a length it cannot draft, nor chosen to try one
+        guesses: dict[Slot, list[int]] = {}
+        if self.drafter is None:
+            for i, slot in enumerate(decoding):
+                guess = slot.ngrams.draft(slot.tokens, rooms[i]) if slot.ngrams and rooms[i] else []
+                guesses[slot], rooms[i] = guess, len(guess)
         if self.draft_length is not None:
             lengths = [min(room, self.draft_length) for room in rooms]
         elif reading:
@@ -104,13 +111,12 @@ class Speculation:
         drafted = [(slot, length) for slot, length in zip(decoding, lengths, strict=True)
                    if length > 0]  # fmt: skip
         if self.drafter is not None:
-            guesses = self.drafter.propose([(s.seq_id, s.tokens, n) for s, n in drafted])
+            proposed = self.drafter.propose([(s.seq_id, s.tokens, n) for s, n in drafted])
             for slot, _ in drafted:
-                slot.draft = guesses.get(slot.seq_id, [])
+                slot.draft = proposed.get(slot.seq_id, [])
             return
         for slot, length in drafted:
-            if slot.ngrams is not None:
-                slot.draft = slot.ngrams.draft(slot.tokens, length)
+            slot.draft = guesses[slot][:length]
         self._shadow(decoding, {slot for slot, _ in drafted})
 
     @staticmethod

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+
 import pytest
 
 from coderai.engine.backends.llamacpp.draft_policy import (
@@ -211,13 +214,36 @@ def test_draft_tokens_go_first_where_they_are_likeliest_accepted() -> None:
     assert best_lengths([0.95, 0.9], [0, 8], measured)[0] == 0  # no room, no draft
 
 
-def test_with_one_sequence_the_step_is_its_own() -> None:
-    for per_token in (0.001, 0.004, 0.010):
-        measured = costs(0.012, per_token, range(1, 41))
-        for accepted in (0.3, 0.7, 0.95):
-            assert best_lengths([accepted], [8], measured) == [
-                best_length(accepted, measured, 1, 8)
-            ]
+def best_by_search(accepted: list[float], rooms: list[int], measured: StepCosts) -> float:
+    """The highest tokens per second of any lengths within the rooms (every one tried)."""
+    best = rate(accepted, [0] * len(rooms), measured)
+    for lengths in itertools.product(*(range(room + 1) for room in rooms)):
+        best = max(best, rate(accepted, list(lengths), measured))
+    return best
+
+
+def test_the_lengths_chosen_are_the_best_of_all_lengths() -> None:
+    """Against every allocation, on step costs from nearly free to dearer than a token
+    yields, for one to three sequences (a fixed seed: the same cases every run)."""
+    rng = random.Random(46)
+    for _ in range(150):
+        decoding = rng.randint(1, 3)
+        measured = costs(rng.uniform(0.005, 0.05), rng.uniform(0.0005, 0.02), range(1, 30))
+        accepted = [rng.choice([0.0, rng.random(), 0.95]) for _ in range(decoding)]
+        rooms = [rng.randint(0, 4) for _ in range(decoding)]
+        chosen = best_lengths(accepted, rooms, measured)
+        assert all(0 <= n <= room for n, room in zip(chosen, rooms, strict=True))
+        assert rate(accepted, chosen, measured) == pytest.approx(
+            best_by_search(accepted, rooms, measured)
+        )
+
+
+def test_tokens_no_draft_would_have_accepted_are_not_bought_where_steps_seem_cheaper() -> None:
+    measured = StepCosts()
+    for size, seconds in ((1, 0.02), (2, 0.03), (3, 0.05), (4, 0.04)):
+        measured.observe(size, seconds)
+    assert best_lengths([0.0, 0.0], [2, 2], measured) == [0, 0]
+    assert measured.estimate(6) == pytest.approx(0.04)  # never less past the largest
 
 
 def test_an_unmeasured_length_is_tried_by_the_likeliest_sequence_alone() -> None:

@@ -656,6 +656,23 @@ def test_drafts_the_policy_chooses_wait_for_a_step_that_reads_no_prompt() -> Non
     assert a.draft  # no prompt in this step: the policy drafts again
 
 
+def test_a_length_is_tried_by_a_sequence_that_has_a_guess() -> None:
+    """The likeliest sequence has nothing to guess from (no n-gram of its own repeats):
+    the unmeasured length is tried by the one that has a guess, not left untried while
+    the likeliest drafts nothing every step."""
+    world = World(speculative=True)
+    world.planner.speculation.costs.observe(2, 0.02)
+    world.planner.speculation.costs.observe(3, 0.03)
+    a = world.start(list(range(300, 312)), max_tokens=40)
+    b = world.start([1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3], max_tokens=40)
+    a.ngrams, a.accept_rate = NgramIndex(), 0.95
+    b.ngrams, b.accept_rate = NgramIndex(), 0.5
+    world.step(a, b)
+    b.tokens[-1] = 1  # it sampled what began its pattern: a guess follows it
+    world.step(a, b)
+    assert a.draft == [] and b.draft[:2] == [2, 3]
+
+
 def test_a_sequence_that_holds_what_a_running_one_shares_with_it_follows_nobody() -> None:
     world = World()
     finished(world, list(range(60)))
