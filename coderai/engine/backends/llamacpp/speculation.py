@@ -103,9 +103,9 @@ class Speculation:
         guesses: dict[Slot, list[int]] = {}
         if self.drafter is None:
             for i, slot in enumerate(decoding):
-                guess = slot.ngrams.draft(slot.tokens, rooms[i]) if slot.ngrams and rooms[i] else []
-                guesses[slot] = guess
-                rooms[i] = rooms[i] if guess else 0
+                index = slot.ngrams
+                guesses[slot] = index.draft(slot.tokens, rooms[i]) if index is not None else []
+                rooms[i] = rooms[i] if guesses[slot] else 0
         if self.draft_length is not None:
             lengths = [min(room, self.draft_length) for room in rooms]
         elif reading:
