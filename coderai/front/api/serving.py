@@ -52,7 +52,8 @@ class Serving:
         message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
         capability = self.directory.capability_of(entry)
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
-                       structured=structured, wake=wake or asyncio.Event())  # fmt: skip
+                       structured=structured, wake=wake or asyncio.Event(),
+                       tenant=activity.tenant())  # fmt: skip
         self.dispatcher.submit(job)
         activity.attach(job)
         return job

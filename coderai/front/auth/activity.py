@@ -163,6 +163,17 @@ def streaming() -> None:
         ticket.stream = True
 
 
+def tenant() -> str:
+    """Who the current request's jobs are queued for, in fair share (dispatch/queue.py):
+    its API key, else its caller (the admin key, a console user); "" outside a request."""
+    ticket = CURRENT.get()
+    if ticket is None:
+        return ""
+    if ticket.key is not None:
+        return f"key:{ticket.key.id}"
+    return ticket.caller or ""
+
+
 def attach(job: FrontJob) -> None:
     """Count a submitted job in its request's ticket (jobs submitted outside an API
     request, e.g. by tests driving the dispatcher, have none)."""

@@ -381,7 +381,8 @@ class Dispatcher:
         self._send_frames(engine, job.frames)
 
     def _pump(self) -> None:
-        """Dispatch queued jobs to free credit, in arrival order per model."""
+        """Dispatch queued jobs to free credit, in the queue's fair-share order (each
+        tenant's in arrival order) per model."""
         if self.stopping:
             return
         blocked: set[str] = set()
@@ -394,7 +395,7 @@ class Dispatcher:
             if engine is None:
                 blocked.add(job.entry.id)
                 continue
-            self.queue.remove(job)
+            self.queue.dispatched(job)
             self._dispatch(job, engine)
 
     def _send(self, engine: EngineRecord, msg: Message) -> None:

@@ -37,6 +37,9 @@ class FrontJob:
     #: the JOB encoded once, at admission: what cannot be encoded is refused up front
     frames: list[bytes] = field(default_factory=list)
     enqueued_at: float = field(default_factory=time.monotonic)
+    #: who it is queued for (an API key, a console user; activity.tenant): the queue
+    #: shares admission fairly between them
+    tenant: str = ""
     #: the engine that produced the first output, or that the job ended on: it names the
     #: response's engine in the X-CoderAI-Engine header
     served_by: str | None = None

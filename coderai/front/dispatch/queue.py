@@ -1,4 +1,12 @@
-"""Jobs waiting for an engine's credit, in arrival order.
+"""Jobs waiting for an engine's credit, in fair-share order between the tenants they are
+queued for (API keys, console users), each tenant's in arrival order.
+
+Fair share is start-time fair queueing: a job is tagged, as it is queued, one turn past
+the later of its tenant's last tag and the queue's virtual time (the tag of the job last
+dispatched), and the queue is walked by tag. So a tenant with 64 jobs queued holds tags
+1..64 ahead, and another's single job, queued later, is tagged one turn past the present:
+it is dispatched after at most one job of each other tenant, not after all 64. A tenant
+alone in the queue is served in arrival order, as before. Weights are equal (a turn is 1).
 
 A count per model answers "is a job of this model already waiting?" in constant time:
 every request asks it (a newcomer must queue behind its model's earlier jobs), and with
@@ -7,48 +15,85 @@ thousands queued a scan per request would make admission quadratic.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import Counter, deque
 from collections.abc import Iterator
 
 from coderai.front.dispatch.jobs import FrontJob
 
 
+def tag(virtual: float, last: float | None, turn: float = 1.0) -> float:
+    """A newly queued job's tag: one turn past the later of the queue's virtual time and
+    its tenant's last tag (pure)."""
+    return max(virtual, last if last is not None else virtual) + turn
+
+
 class JobQueue:
     def __init__(self) -> None:
-        self._jobs: deque[FrontJob] = deque()
+        #: (tag, arrival, job), kept sorted: the fair order
+        self._jobs: list[tuple[float, int, FrontJob]] = []
+        #: jobs put back at the head (dispatched, and must run elsewhere): before all
+        self._head: deque[FrontJob] = deque()
+        self._tags: dict[int, tuple[float, int]] = {}
         self._per_model: Counter[str] = Counter()
+        #: each tenant's last tag, and the tag of the job last dispatched
+        self._last: dict[str, float] = {}
+        self._virtual = 0.0
+        self._arrivals = itertools.count()
 
     def __len__(self) -> int:
-        return len(self._jobs)
+        return len(self._head) + len(self._jobs)
 
     def __iter__(self) -> Iterator[FrontJob]:
-        """A snapshot, so callers may remove jobs while they walk it."""
-        return iter(list(self._jobs))
+        """A snapshot in fair order, so callers may remove jobs while they walk it."""
+        return iter([*self._head, *(job for _, _, job in self._jobs)])
 
     def append(self, job: FrontJob) -> None:
-        self._jobs.append(job)
+        key = (tag(self._virtual, self._last.get(job.tenant)), next(self._arrivals))
+        self._last[job.tenant] = key[0]
+        self._tags[id(job)] = key
+        bisect.insort(self._jobs, (*key, job), key=lambda item: item[:2])
         self._per_model[job.entry.id] += 1
 
     def appendleft(self, job: FrontJob) -> None:
         """Back to the head: a job that was dispatched and must run elsewhere."""
-        self._jobs.appendleft(job)
+        self._head.appendleft(job)
         self._per_model[job.entry.id] += 1
 
     def remove(self, job: FrontJob) -> bool:
-        try:
-            self._jobs.remove(job)
-        except ValueError:
-            return False
+        """Take a job out (cancelled, expired, or about to be dispatched: `dispatched`)."""
+        key = self._tags.pop(id(job), None)
+        if key is not None:
+            i = bisect.bisect_left(self._jobs, key, key=lambda item: item[:2])
+            del self._jobs[i]
+        else:
+            try:
+                self._head.remove(job)
+            except ValueError:
+                return False
         self._per_model[job.entry.id] -= 1
         if not self._per_model[job.entry.id]:
             del self._per_model[job.entry.id]
+        return True
+
+    def dispatched(self, job: FrontJob) -> bool:
+        """Take out a job that goes to an engine now: the queue's virtual time moves to
+        its tag (the present, for the tags of jobs queued after)."""
+        key = self._tags.get(id(job))
+        if not self.remove(job):
+            return False
+        if key is not None:
+            self._virtual = max(self._virtual, key[0])
         return True
 
     def waiting_for(self, model_id: str) -> bool:
         return model_id in self._per_model
 
     def clear(self) -> list[FrontJob]:
-        jobs = list(self._jobs)
+        jobs = list(self)
         self._jobs.clear()
+        self._head.clear()
+        self._tags.clear()
         self._per_model.clear()
         return jobs

@@ -6,9 +6,20 @@ from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.queue import JobQueue
 
 
-def job(job_id: int, model: str) -> FrontJob:
+def job(job_id: int, model: str, tenant: str = "") -> FrontJob:
     entry = ModelEntry(id=model, format="fake")
-    return FrontJob(job_id, entry, "fake", Job(job_id, entry.spec("fake"), "completion", "p"))
+    message = Job(job_id, entry.spec("fake"), "completion", "p")
+    return FrontJob(job_id, entry, "fake", message, tenant=tenant)
+
+
+def serve(queue: JobQueue, times: int) -> list[FrontJob]:
+    """Dispatch the first `times` jobs in the queue's order, as the dispatcher's pump does."""
+    served = []
+    for _ in range(times):
+        first = next(iter(queue))
+        assert queue.dispatched(first)
+        served.append(first)
+    return served
 
 
 def test_arrival_order_with_requeued_jobs_first() -> None:
@@ -50,3 +61,41 @@ def test_clear_returns_what_was_waiting() -> None:
     queue.append(a)
     assert queue.clear() == [a]
     assert not queue.waiting_for("m")
+
+
+def test_a_tenant_with_many_jobs_queued_holds_another_back_by_one_turn_at_most() -> None:
+    """Key A queues 12, two of them are dispatched, then key B queues one: B's is next but
+    one (A's job of the same turn first), not after A's other ten."""
+    queue = JobQueue()
+    flood = [job(i, "m", "key:a") for i in range(12)]
+    for j in flood:
+        queue.append(j)
+    assert serve(queue, 2) == flood[:2]
+    single = job(100, "m", "key:b")
+    queue.append(single)
+    order = list(queue)
+    assert order.index(single) <= 1
+    assert [j for j in order if j is not single] == flood[2:]  # A's own in arrival order
+
+
+def test_tenants_take_turns_and_one_alone_keeps_arrival_order() -> None:
+    queue = JobQueue()
+    a = [job(i, "m", "key:a") for i in range(3)]
+    b = [job(10 + i, "m", "key:b") for i in range(3)]
+    for j in [*a, *b]:
+        queue.append(j)
+    assert serve(queue, 6) == [a[0], b[0], a[1], b[1], a[2], b[2]]
+    alone = [job(20 + i, "m", "user") for i in range(4)]
+    for j in alone:
+        queue.append(j)
+    assert list(queue) == alone
+
+
+def test_a_cancelled_job_leaves_the_order_of_the_rest() -> None:
+    queue = JobQueue()
+    jobs = [job(i, "m", f"key:{i % 2}") for i in range(6)]
+    for j in jobs:
+        queue.append(j)
+    before = list(queue)
+    assert queue.remove(jobs[2]) and not queue.dispatched(jobs[2])
+    assert list(queue) == [j for j in before if j is not jobs[2]]
