@@ -5,8 +5,10 @@ Fair share is start-time fair queueing: a job is tagged, as it is queued, one tu
 the later of its tenant's last tag and the queue's virtual time (the tag of the job last
 dispatched), and the queue is walked by tag. So a tenant with 64 jobs queued holds tags
 1..64 ahead, and another's single job, queued later, is tagged one turn past the present:
-it is dispatched after at most one job of each other tenant, not after all 64. A tenant
-alone in the queue is served in arrival order, as before. Weights are equal (a turn is 1).
+it is dispatched after at most one job of each other tenant, not after all 64; of jobs
+with one tag, the one whose tenant had fewer waiting goes first, so a tenant with nothing
+queued comes before the flooding one's job of the same turn. A tenant alone in the queue
+is served in arrival order, as before. Weights are equal (a turn is 1).
 
 A count per model answers "is a job of this model already waiting?" in constant time:
 every request asks it (a newcomer must queue behind its model's earlier jobs), and with
@@ -31,12 +33,14 @@ def tag(virtual: float, last: float | None, turn: float = 1.0) -> float:
 
 class JobQueue:
     def __init__(self) -> None:
-        #: (tag, arrival, job), kept sorted: the fair order
-        self._jobs: list[tuple[float, int, FrontJob]] = []
+        #: (tag, its tenant's jobs waiting when it came, arrival, job), kept sorted: the
+        #: fair order
+        self._jobs: list[tuple[float, int, int, FrontJob]] = []
         #: jobs put back at the head (dispatched, and must run elsewhere): before all
         self._head: deque[FrontJob] = deque()
-        self._tags: dict[int, tuple[float, int]] = {}
+        self._tags: dict[int, tuple[float, int, int]] = {}
         self._per_model: Counter[str] = Counter()
+        self._per_tenant: Counter[str] = Counter()
         #: each tenant's last tag, and the tag of the job last dispatched
         self._last: dict[str, float] = {}
         self._virtual = 0.0
@@ -47,14 +51,16 @@ class JobQueue:
 
     def __iter__(self) -> Iterator[FrontJob]:
         """A snapshot in fair order, so callers may remove jobs while they walk it."""
-        return iter([*self._head, *(job for _, _, job in self._jobs)])
+        return iter([*self._head, *(item[-1] for item in self._jobs)])
 
     def append(self, job: FrontJob) -> None:
-        key = (tag(self._virtual, self._last.get(job.tenant)), next(self._arrivals))
-        self._last[job.tenant] = key[0]
+        tagged = tag(self._virtual, self._last.get(job.tenant))
+        key = (tagged, self._per_tenant[job.tenant], next(self._arrivals))
+        self._last[job.tenant] = tagged
         self._tags[id(job)] = key
-        bisect.insort(self._jobs, (*key, job), key=lambda item: item[:2])
+        bisect.insort(self._jobs, (*key, job), key=lambda item: item[:3])
         self._per_model[job.entry.id] += 1
+        self._per_tenant[job.tenant] += 1
 
     def appendleft(self, job: FrontJob) -> None:
         """Back to the head: a job that was dispatched and must run elsewhere."""
@@ -65,8 +71,11 @@ class JobQueue:
         """Take a job out (cancelled, expired, or about to be dispatched: `dispatched`)."""
         key = self._tags.pop(id(job), None)
         if key is not None:
-            i = bisect.bisect_left(self._jobs, key, key=lambda item: item[:2])
+            i = bisect.bisect_left(self._jobs, key, key=lambda item: item[:3])
             del self._jobs[i]
+            self._per_tenant[job.tenant] -= 1
+            if not self._per_tenant[job.tenant]:
+                del self._per_tenant[job.tenant]
         else:
             try:
                 self._head.remove(job)
@@ -96,4 +105,5 @@ class JobQueue:
         self._head.clear()
         self._tags.clear()
         self._per_model.clear()
+        self._per_tenant.clear()
         return jobs
