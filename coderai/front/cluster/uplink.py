@@ -332,7 +332,9 @@ class NodeUplink:
         entry, model, capability, owner = self._resolve(msg.model)
         local_id = self.dispatcher.next_job_id()
         message = dataclasses.replace(msg, job_id=local_id, model=model)
-        return FrontJob(local_id, entry, capability, message, owner, raw=True)
+        # a head shares its own admission fairly before it sends: its jobs are one tenant here
+        return FrontJob(local_id, entry, capability, message, owner, raw=True,
+                        tenant=f"head:{self.head}")  # fmt: skip
 
     def _resolve(self, model: object) -> tuple[ModelEntry, dict[str, Any], str, str | None]:
         """A model the head names: the entry this node runs, the spec its engines get,

@@ -2,13 +2,18 @@
 queued for (API keys, console users), each tenant's in arrival order.
 
 Fair share is start-time fair queueing: a job is tagged, as it is queued, one turn past
-the later of its tenant's last tag and the queue's virtual time (the tag of the job last
-dispatched), and the queue is walked by tag. So a tenant with 64 jobs queued holds tags
-1..64 ahead, and another's single job, queued later, is tagged one turn past the present:
-it is dispatched after at most one job of each other tenant, not after all 64; of jobs
-with one tag, the one whose tenant had fewer waiting goes first, so a tenant with nothing
-queued comes before the flooding one's job of the same turn. A tenant alone in the queue
-is served in arrival order, as before. Weights are equal (a turn is 1).
+the later of its tenant's last tag (while it has jobs queued) and the present, and the
+queue is walked by tag. The present is the queue's virtual time (the tag of the job last
+dispatched), or the tag at the head of the job's model's line where that is earlier: the
+pump skips a model no engine can take now while others' jobs dispatch and move the
+virtual time on, and a newcomer to that model's line is placed by its line, not behind it.
+
+So a tenant with 64 jobs queued holds tags 1..64 ahead, and another's single job, queued
+later, is tagged one turn past the present: it is dispatched after at most one job of
+each other tenant, not after all 64. Of jobs with one tag, the one whose tenant had fewer
+waiting goes first, so a tenant with nothing queued comes before the flooding one's job
+of the same turn. A tenant alone in the queue is served in arrival order, as before.
+Weights are equal (a turn is 1).
 
 A count per model answers "is a job of this model already waiting?" in constant time:
 every request asks it (a newcomer must queue behind its model's earlier jobs), and with
@@ -41,7 +46,11 @@ class JobQueue:
         self._tags: dict[int, tuple[float, int, int]] = {}
         self._per_model: Counter[str] = Counter()
         self._per_tenant: Counter[str] = Counter()
-        #: each tenant's last tag, and the tag of the job last dispatched
+        #: the tags queued for each model, in order
+        self._model_tags: dict[str, list[float]] = {}
+        #: each tenant's last tag while it has jobs queued (a tenant whose jobs all went,
+        #: dispatched or cancelled, starts again at the present), and the tag of the job
+        #: last dispatched
         self._last: dict[str, float] = {}
         self._virtual = 0.0
         self._arrivals = itertools.count()
@@ -54,11 +63,14 @@ class JobQueue:
         return iter([*self._head, *(item[-1] for item in self._jobs)])
 
     def append(self, job: FrontJob) -> None:
-        tagged = tag(self._virtual, self._last.get(job.tenant))
+        line = self._model_tags.setdefault(job.entry.id, [])
+        present = min(self._virtual, line[0]) if line else self._virtual
+        tagged = tag(present, self._last.get(job.tenant))
         key = (tagged, self._per_tenant[job.tenant], next(self._arrivals))
         self._last[job.tenant] = tagged
         self._tags[id(job)] = key
         bisect.insort(self._jobs, (*key, job), key=lambda item: item[:3])
+        bisect.insort(line, tagged)
         self._per_model[job.entry.id] += 1
         self._per_tenant[job.tenant] += 1
 
@@ -72,10 +84,16 @@ class JobQueue:
         key = self._tags.pop(id(job), None)
         if key is not None:
             i = bisect.bisect_left(self._jobs, key, key=lambda item: item[:3])
+            assert self._jobs[i][-1] is job, "the fair order lost a job"
             del self._jobs[i]
+            line = self._model_tags[job.entry.id]
+            del line[bisect.bisect_left(line, key[0])]
+            if not line:
+                del self._model_tags[job.entry.id]
             self._per_tenant[job.tenant] -= 1
             if not self._per_tenant[job.tenant]:
                 del self._per_tenant[job.tenant]
+                del self._last[job.tenant]
         else:
             try:
                 self._head.remove(job)
@@ -106,4 +124,6 @@ class JobQueue:
         self._tags.clear()
         self._per_model.clear()
         self._per_tenant.clear()
+        self._model_tags.clear()
+        self._last.clear()
         return jobs

@@ -24,9 +24,9 @@ def key(srv: Server, name: str) -> str:
 def test_a_single_request_waits_one_turn_behind_a_key_that_floods_the_queue(
     start_server: StartServer,
 ) -> None:
-    # one sequence at a time, each answer 10 tokens at 50 a second (0.2 s)
+    # one sequence at a time, each answer 10 tokens at 25 a second (0.4 s)
     model = {"id": "solo", "format": "fake",
-             "options": {"capacity": 1, "tokens_per_second": 50}}  # fmt: skip
+             "options": {"capacity": 1, "tokens_per_second": 25}}  # fmt: skip
     server = {"heartbeat_interval": 0.2, "max_parallel_requests": 1}  # the front queues
     srv = start_server(server, [model],
                        extra_config={"auth": {"admin_key": ADMIN}})  # fmt: skip
@@ -46,12 +46,13 @@ def test_a_single_request_waits_one_turn_behind_a_key_that_floods_the_queue(
     for t in threads:
         t.start()
     wait_for(lambda: srv.health()["queued"] >= 10, 30)  # one runs, the rest wait
-    with lock:
-        before = len(ended)
+    queued = srv.health()["queued"]  # no more of the flood's than this wait when B comes
     late = threading.Thread(target=ask, args=(single, "b"))
     late.start()
     for t in [*threads, late]:
         t.join(60)
     assert len(ended) == 13
-    # behind it: the flood's running request and, at most, the one of the same turn
-    assert ended.index("b") - before <= 2, ended
+    # B went ahead of the flood's waiting requests but (at most) the one of its turn, and
+    # the two that may have gone to the engine while B's request was on its way
+    after = len(ended) - 1 - ended.index("b")
+    assert queued >= 10 and after >= queued - 3, (queued, ended)

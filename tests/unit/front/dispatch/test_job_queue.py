@@ -99,3 +99,37 @@ def test_a_cancelled_job_leaves_the_order_of_the_rest() -> None:
     before = list(queue)
     assert queue.remove(jobs[2]) and not queue.dispatched(jobs[2])
     assert list(queue) == [j for j in before if j is not jobs[2]]
+
+
+def test_a_tenant_whose_jobs_went_starts_again_at_the_present() -> None:
+    """Key A's 50 queued jobs are cancelled (its client went away): its next job is not
+    tagged behind them, after 50 turns of everyone else."""
+    queue = JobQueue()
+    gone = [job(i, "m", "key:a") for i in range(50)]
+    for j in gone:
+        queue.append(j)
+    for j in gone:
+        assert queue.remove(j)
+    others = [job(100 + i, "m", "key:b") for i in range(5)]
+    for j in others:
+        queue.append(j)
+    again = job(200, "m", "key:a")
+    queue.append(again)
+    assert list(queue).index(again) <= 1
+
+
+def test_a_newcomer_to_a_model_no_engine_takes_now_is_placed_by_that_models_line() -> None:
+    """Key A floods model x, which no engine can take; key B's jobs on model y dispatch
+    meanwhile and move the queue's virtual time on. Key C's job on x is one turn behind
+    the head of x's line, not behind all of A's."""
+    queue = JobQueue()
+    flood = [job(i, "x", "key:a") for i in range(10)]
+    for j in flood:
+        queue.append(j)
+    for i in range(20):
+        other = job(100 + i, "y", "key:b")
+        queue.append(other)
+        assert queue.dispatched(other)
+    late = job(200, "x", "key:c")
+    queue.append(late)
+    assert [j for j in queue if j.entry.id == "x"].index(late) <= 1
