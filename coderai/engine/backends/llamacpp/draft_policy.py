@@ -117,13 +117,6 @@ class StepCosts:
         return seconds[hi] + per_token * (tokens - hi)
 
 
-def best_length(accepted: float, costs: StepCosts, decoding: int, most: int) -> int:
-    """The draft length for one sequence of the `decoding` in a step, the others decoding
-    one token each (best_lengths)."""
-    others = decoding - 1
-    return best_lengths([accepted, *[0.0] * others], [most, *[0] * others], costs)[0]
-
-
 def best_lengths(accepted: list[float], rooms: list[int], costs: StepCosts) -> list[int]:
     """Draft lengths for the sequences decoding in a step (each given the chance its draft
     tokens are accepted, and the most it may decode) that yield the most tokens per second

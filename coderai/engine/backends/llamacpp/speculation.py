@@ -101,15 +101,15 @@ class Speculation:
         # against 1.44x and 1.47x with each guess's length as its room; acceptance comes in
         # runs, which the mean rate the prices use undervalues at short guesses)
         guesses: dict[Slot, list[int]] = {}
-        if self.drafter is None:
+        if reading and self.draft_length is None:
+            rooms = [0] * len(decoding)  # nothing is drafted: no guess to make (shadows are)
+        elif self.drafter is None:
             for i, slot in enumerate(decoding):
                 index = slot.ngrams
                 guesses[slot] = index.draft(slot.tokens, rooms[i]) if index is not None else []
                 rooms[i] = rooms[i] if guesses[slot] else 0
         if self.draft_length is not None:
             lengths = [min(room, self.draft_length) for room in rooms]
-        elif reading:
-            lengths = [0] * len(decoding)
         else:
             accepted = [slot.accept_rate for slot in decoding]
             lengths = best_lengths(accepted, rooms, self.costs)

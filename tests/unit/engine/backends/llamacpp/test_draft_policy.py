@@ -11,11 +11,16 @@ from coderai.engine.backends.llamacpp.draft_policy import (
     STALE,
     Shadow,
     StepCosts,
-    best_length,
     best_lengths,
     expected_tokens,
     updated_acceptance,
 )
+
+
+def best_length(accepted: float, measured: StepCosts, decoding: int, most: int) -> int:
+    """One sequence's length among `decoding`, the others drafting nothing."""
+    others = decoding - 1
+    return best_lengths([accepted, *[0.0] * others], [most, *[0] * others], measured)[0]
 
 
 def costs(per_step: float, per_token: float, sizes: range) -> StepCosts:
