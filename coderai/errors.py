@@ -148,6 +148,14 @@ class LoginLocked(TooManyRequests):
     code = "login_locked"
 
 
+class BudgetExhausted(TooManyRequests):
+    """An API key has used its tokens for the day or month. OpenAI answers a spent quota
+    with this type and code, which agents (Codex) read as "do not retry"."""
+
+    error_type = "insufficient_quota"
+    code = "insufficient_quota"
+
+
 class NoEngine(CoderaiError):
     """No running engine can serve the request (none compatible, or none alive in time)."""
 

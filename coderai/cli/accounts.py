@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from coderai.cli.config_file import config_file
 from coderai.config import StateFiles, load_config
@@ -43,14 +44,57 @@ def add_key_arguments(keys: argparse.ArgumentParser) -> None:
     create.add_argument("name")
     create.add_argument("--models", help="comma-separated model ids it may use (default: all)")
     create.add_argument("--expires-days", type=float, help="valid for this many days")
-    create.add_argument("--rpm", type=int, help="requests per minute")
-    create.add_argument("--tpm", type=int, help="tokens per minute")
-    create.add_argument("--max-concurrent", type=int, help="requests at once")
+    _limit_arguments(create, int, float)
+    change = keys_sub.add_parser(
+        "set", help="change a key's limits, budgets or weight ('none' lifts one)"
+    )
+    change.add_argument("id")
+    _limit_arguments(change, _or_none(int), _or_none(float))
     keys_sub.add_parser("list", help="list keys (never their secrets)")
     revoke = keys_sub.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("id")
     for parser in keys_sub.choices.values():
         parser.add_argument("--config", type=Path, help="config.json (as for `coderai run`)")
+
+
+def _limit_arguments(parser: argparse.ArgumentParser, whole: Any, real: Any) -> None:
+    parser.add_argument("--rpm", type=whole, help="requests per minute")
+    parser.add_argument("--tpm", type=whole, help="tokens per minute")
+    parser.add_argument("--max-concurrent", type=whole, help="requests at once")
+    parser.add_argument("--tokens-per-day", type=whole, help="token budget per UTC day")
+    parser.add_argument("--tokens-per-month", type=whole, help="token budget per UTC month")
+    parser.add_argument("--weight", type=real, help="share of the queue (fair share; default 1)")
+
+
+#: the value that lifts a limit in `keys set`
+_NONE = object()
+
+
+def _or_none(kind: Any) -> Any:
+    def parse(text: str) -> Any:
+        return _NONE if text.lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its errors
+    return parse
+
+
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The limits given on the command line, checked as the console checks them."""
+    out: dict[str, Any] = {}
+    for name in api_keys.LIMITS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if value is _NONE:
+            out[name] = 1.0 if name == "weight" else None
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name == "weight" and not 0.01 <= value <= 100:
+            raise SystemExit(f"coderai: {flag} must be from 0.01 to 100")
+        if name != "weight" and value < 1:
+            raise SystemExit(f"coderai: {flag} must be at least 1")
+        out[name] = value
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,15 +152,16 @@ def _keys(db: Database, args: argparse.Namespace) -> int:
         if not db.revoke_key(args.id):
             raise SystemExit(f"coderai: no active key with id {args.id!r}")
         return 0
-    for limit in ("rpm", "tpm", "max_concurrent"):
-        value = getattr(args, limit)
-        if value is not None and value < 1:
-            raise SystemExit(f"coderai: --{limit.replace('_', '-')} must be at least 1")
+    limits = _limits(args)
+    if args.action == "set":
+        changed = db.update_key(args.id, limits)
+        if changed is None:
+            raise SystemExit(f"coderai: no key with id {args.id!r}")
+        print(json.dumps(changed.public()))  # a running server reads it within seconds
+        return 0
     models = tuple(m for m in args.models.split(",") if m) if args.models else None
     expires = time.time() + args.expires_days * 86400 if args.expires_days else None
-    record, token = api_keys.create(
-        args.name, models, expires, args.rpm, args.tpm, args.max_concurrent
-    )
+    record, token = api_keys.create(args.name, models, expires, **limits)
     db.add_key(record)
     until = (
         datetime.datetime.fromtimestamp(expires, datetime.UTC).isoformat() if expires else "never"

@@ -143,7 +143,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
     config = front.config
     store = StateStore(front.files.state_dir)
     activity = Activity(front.feed)
-    usage = UsageLedger(store)
+    usage = UsageLedger(store, (front.metrics.key_requests, front.metrics.key_tokens))
     require_key = requires_api_key(config.auth.require_api_key, config.server.host)
     refusals = {ANTHROPIC_PREFIX: refuse_as_anthropic}
     auth = Auth(admin_key, store, activity, usage, require_key, refusals)
@@ -203,7 +203,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await store.open()
-        usage.start()
+        await usage.start()
         await dispatcher.start()  # and its engine host
         interval = config.server.heartbeat_interval
         loop = asyncio.get_running_loop()

@@ -182,6 +182,19 @@ class Metrics:
             ["route", "status"],
             registry=self.registry,
         )
+        #: usage per API key (its id; "" without one) and model, as usage.py counts it
+        self.key_requests = Counter(
+            "coderai_key_requests",
+            "API requests that named a model, by API key id and model",
+            ["key", "model"],
+            registry=self.registry,
+        )
+        self.key_tokens = Counter(
+            "coderai_key_tokens",
+            "Prompt and completion tokens by API key id and model",
+            ["key", "model", "kind"],
+            registry=self.registry,
+        )
         self.ttft = Histogram(
             "coderai_time_to_first_token_seconds",
             "Request received to first content written, streamed requests",

@@ -11,6 +11,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 PREFIX = "cai-"
 _SHAPE = re.compile(r"cai-([0-9a-f]{12})-([A-Za-z0-9_-]{43})")
@@ -29,6 +30,11 @@ class ApiKey:
     rpm: int | None = None
     tpm: int | None = None
     max_concurrent: int | None = None
+    #: budgets: tokens (prompt and completion) per UTC day and per UTC month; None: none
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+    #: its share of the queue against other keys' (fair share, front/dispatch/queue.py)
+    weight: float = 1.0
     created_at: float = 0.0
     last_used_at: float | None = None
     revoked_at: float | None = None
@@ -54,26 +60,33 @@ class ApiKey:
             "rpm": self.rpm,
             "tpm": self.tpm,
             "max_concurrent": self.max_concurrent,
+            "tokens_per_day": self.tokens_per_day,
+            "tokens_per_month": self.tokens_per_month,
+            "weight": self.weight,
             "created_at": self.created_at,
             "last_used_at": self.last_used_at,
             "revoked": self.revoked_at is not None,
         }
 
 
+#: what may be changed on a key after it is made (its limits, budgets and weight)
+LIMITS = ("rpm", "tpm", "max_concurrent", "tokens_per_day", "tokens_per_month", "weight")
+
+
 def create(
     name: str,
     models: tuple[str, ...] | None = None,
     expires_at: float | None = None,
-    rpm: int | None = None,
-    tpm: int | None = None,
-    max_concurrent: int | None = None,
+    **limits: Any,
 ) -> tuple[ApiKey, str]:
-    """A new key's record (to store) and the key itself (to show once, then forget)."""
+    """A new key's record (to store) and the key itself (to show once, then forget);
+    `limits` are fields named in LIMITS."""
+    unknown = set(limits) - set(LIMITS)
+    assert not unknown, f"not a key's limit: {unknown}"
     key_id, secret, token = new_key()
     record = ApiKey(
-        key_id, name, secret_hash(secret), models, expires_at, rpm, tpm, max_concurrent,
-        created_at=time.time(),
-    )  # fmt: skip
+        key_id, name, secret_hash(secret), models, expires_at, created_at=time.time(), **limits
+    )
     return record, token
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coderai.state import api_keys
 from coderai.state.api_keys import ApiKey
 
 FILENAME = "coderai.db"
@@ -58,6 +59,11 @@ _MIGRATIONS = [
         completion_tokens INTEGER NOT NULL,
         PRIMARY KEY (day, key_id, model)
     );
+    """,
+    """
+    ALTER TABLE api_keys ADD COLUMN tokens_per_day INTEGER;
+    ALTER TABLE api_keys ADD COLUMN tokens_per_month INTEGER;
+    ALTER TABLE api_keys ADD COLUMN weight REAL NOT NULL DEFAULT 1.0
     """,
 ]
 
@@ -182,12 +188,25 @@ class Database:
         models = json.dumps(list(key.models)) if key.models is not None else None
         with self._transaction():
             self._db.execute(
-                "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                 (
                     key.id, key.name, key.secret_hash, models, key.expires_at, key.rpm,
-                    key.tpm, key.max_concurrent, key.created_at, None, None,
+                    key.tpm, key.max_concurrent, key.tokens_per_day, key.tokens_per_month,
+                    key.weight, key.created_at, None, None,
                 ),
             )  # fmt: skip
+
+    def update_key(self, key_id: str, limits: dict[str, Any]) -> ApiKey | None:
+        """Change a key's limits (fields named in api_keys.LIMITS; None lifts one); the
+        key as it now is, or None if there is no key with this id."""
+        assert set(limits) <= set(api_keys.LIMITS), f"not a key's limit: {set(limits)}"
+        with self._transaction():
+            if limits:
+                sets = ", ".join(f"{name} = ?" for name in limits)
+                self._db.execute(
+                    f"UPDATE api_keys SET {sets} WHERE id = ?", (*limits.values(), key_id)
+                )
+            return self.key(key_id)
 
     def key(self, key_id: str) -> ApiKey | None:
         row = self._db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,))
@@ -227,6 +246,15 @@ class Database:
                 [(at, key_id) for key_id, at in last_used.items()],
             )
 
+    def tokens_by_day(self, since_day: str) -> list[tuple[str, str, int]]:
+        """(key id, day, prompt and completion tokens) of each key's days since then."""
+        rows = self._db.execute(
+            """SELECT key_id, day, sum(prompt_tokens + completion_tokens) FROM usage
+               WHERE day >= ? AND key_id != '' GROUP BY key_id, day""",
+            (since_day,),
+        )
+        return [(key_id, day, int(tokens)) for key_id, day, tokens in rows]
+
     def usage(self, since_day: str) -> list[UsageRow]:
         rows = self._db.execute(
             "SELECT * FROM usage WHERE day >= ? ORDER BY day DESC, key_id, model", (since_day,)
@@ -239,13 +267,14 @@ class LastUser(Exception):
 
 
 _KEY_COLUMNS = (
-    "id, name, secret_hash, models, expires_at, rpm, tpm, max_concurrent, created_at, "
-    "last_used_at, revoked_at"
+    "id, name, secret_hash, models, expires_at, rpm, tpm, max_concurrent, tokens_per_day, "
+    "tokens_per_month, weight, created_at, last_used_at, revoked_at"
 )
 
 
 def _key_from(row: Any) -> ApiKey:
-    key_id, name, secret, models, expires, rpm, tpm, concurrent, created, used, revoked = row
+    key_id, name, secret, models, expires, rpm, tpm, concurrent, *rest = row
+    per_day, per_month, weight, created, used, revoked = rest
     return ApiKey(
         id=key_id,
         name=name,
@@ -255,6 +284,9 @@ def _key_from(row: Any) -> ApiKey:
         rpm=rpm,
         tpm=tpm,
         max_concurrent=concurrent,
+        tokens_per_day=per_day,
+        tokens_per_month=per_month,
+        weight=weight,
         created_at=created,
         last_used_at=used,
         revoked_at=revoked,

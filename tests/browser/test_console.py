@@ -231,6 +231,7 @@ def test_a_new_api_key_is_shown_once_works_and_its_usage_appears(
     form = console.get_by_test_id("key-form")
     form.get_by_label("Name").fill("ci-client")
     form.get_by_label("chat").check()
+    form.get_by_label("Tokens a day").fill("100000")
     form.get_by_role("button", name="Create key").click()
     secret = console.get_by_test_id("secret-value")
     expect(secret).to_have_value(re.compile(r"\S{20,}"))
@@ -250,7 +251,10 @@ def test_a_new_api_key_is_shown_once_works_and_its_usage_appears(
     expect(cells.nth(3)).to_have_text("1")
     expect(cells.nth(4)).to_have_text(str(reply.usage.prompt_tokens))
     expect(cells.nth(5)).to_have_text(str(reply.usage.completion_tokens))
-    expect(keys.locator("tr[data-key=ci-client] td").nth(6)).not_to_have_text("—")
+    made = keys.locator("tr[data-key=ci-client] td")
+    expect(made.nth(7)).not_to_have_text("—")  # last used
+    spent = f"{reply.usage.total_tokens} of 100,000 today"
+    expect(made.nth(4)).to_have_text(spent)  # the budget
     screenshot(console, "keys")
 
 

@@ -51,9 +51,10 @@ class Serving:
         job_id = self.dispatcher.next_job_id()
         message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
         capability = self.directory.capability_of(entry)
+        tenant, weight = activity.share()
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
                        structured=structured, wake=wake or asyncio.Event(),
-                       tenant=activity.tenant())  # fmt: skip
+                       tenant=tenant, weight=weight)  # fmt: skip
         self.dispatcher.submit(job)
         activity.attach(job)
         return job

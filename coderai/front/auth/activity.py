@@ -163,15 +163,16 @@ def streaming() -> None:
         ticket.stream = True
 
 
-def tenant() -> str:
-    """Who the current request's jobs are queued for, in fair share (dispatch/queue.py):
-    its API key, else its caller (the admin key, a console user); "" outside a request."""
+def share() -> tuple[str, float]:
+    """Who the current request's jobs are queued for, in fair share (dispatch/queue.py),
+    and with what weight: its API key and the key's weight, else its caller (the admin
+    key, a console user) at weight 1; "" outside a request."""
     ticket = CURRENT.get()
     if ticket is None:
-        return ""
+        return "", 1.0
     if ticket.key is not None:
-        return f"key:{ticket.key.id}"
-    return ticket.caller or ""
+        return f"key:{ticket.key.id}", ticket.key.weight
+    return ticket.caller or "", 1.0
 
 
 def attach(job: FrontJob) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from coderai.errors import CoderaiError, Forbidden, InvalidApiKey, Unauthorized
+from coderai.front.auth import budgets
 from coderai.front.auth.activity import STREAMING, Activity, Ticket
 from coderai.front.auth.limits import KeyLimits
 from coderai.front.auth.state_store import StateStore
@@ -183,6 +184,11 @@ class Auth:
     async def _gate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         key, caller = await self._caller(request)
         if key is not None:
+            now = time.time()
+            today, this_month = self.usage.spending.spent(key.id, now)
+            refused = budgets.refusal(key, today, this_month, now)
+            if refused is not None:
+                raise refused
             self.limits.admit(key, time.monotonic())
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else request.path

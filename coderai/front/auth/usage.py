@@ -1,16 +1,19 @@
 """API usage per key, model and day (UTC): counted in memory as requests end, written to
 the database in one transaction every few seconds and at shutdown, so the request path
-never waits for a disk write."""
+never waits for a disk write. The ledger also keeps what each key spent this month, which
+its budgets are checked against (budgets.py), and counts usage in /metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import time
 
+from prometheus_client import Counter
+
 from coderai.front.auth.activity import Ticket
+from coderai.front.auth.budgets import Spending, day_of, month_start
 from coderai.front.auth.state_store import StateStore
 from coderai.state.database import UsageRow
 
@@ -20,13 +23,12 @@ log = logging.getLogger("coderai.front")
 FLUSH_SECONDS = 2.0
 
 
-def day_of(unix: float) -> str:
-    return datetime.datetime.fromtimestamp(unix, datetime.UTC).date().isoformat()
-
-
 class UsageLedger:
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, counters: tuple[Counter, Counter] | None = None) -> None:
         self.store = store
+        #: /metrics: requests by key id and model, tokens by key id, model and kind
+        self.counters = counters
+        self.spending = Spending()
         self._pending: dict[tuple[str, str, str], list[int]] = {}
         self._last_used: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
@@ -42,8 +44,14 @@ class UsageLedger:
         counts[0] += 1
         counts[1] += prompt
         counts[2] += completion
+        self.spending.add(key_id, day_of(ticket.started_at), prompt + completion)
         if key_id:
             self._last_used[key_id] = time.time()
+        if self.counters is not None:
+            requests, tokens = self.counters
+            requests.labels(key_id, ticket.model).inc()
+            tokens.labels(key_id, ticket.model, "prompt").inc(prompt)
+            tokens.labels(key_id, ticket.model, "completion").inc(completion)
 
     async def flush(self) -> None:
         if not self._pending and not self._last_used:
@@ -73,7 +81,11 @@ class UsageLedger:
         since = day_of(time.time() - (days - 1) * 86400)
         return await self.store.run(lambda db: db.usage(since))
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Read what keys spent this month (before any request is counted), then write
+        counts every FLUSH_SECONDS."""
+        since = month_start(time.time())
+        self.spending.load(await self.store.run(lambda db: db.tokens_by_day(since)))
         self._task = asyncio.get_running_loop().create_task(self._flushing())
 
     async def stop(self) -> None:

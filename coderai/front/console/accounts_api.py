@@ -20,6 +20,7 @@ from coderai.front.auth.usage import UsageLedger
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.http import ADMIN_PREFIX, read_body
 from coderai.state import api_keys
+from coderai.state.api_keys import ApiKey
 from coderai.state.database import LastUser
 from coderai.state.passwords import hash_password, verify_password
 
@@ -59,13 +60,29 @@ class NewPassword(Strict):
     password: str = Field(min_length=8, max_length=1024)
 
 
-class NewKey(Strict):
-    name: str = Field(min_length=1, max_length=100)
-    models: list[str] | None = None
-    expires_at: float | None = Field(None, gt=0)
+class KeyLimitsBody(Strict):
+    """A key's limits, budgets and weight; null (or left out, on create) lifts one."""
+
     rpm: int | None = Field(None, ge=1)
     tpm: int | None = Field(None, ge=1)
     max_concurrent: int | None = Field(None, ge=1)
+    tokens_per_day: int | None = Field(None, ge=1)
+    tokens_per_month: int | None = Field(None, ge=1)
+    #: its share of the queue against other keys' (fair share); null: the default, 1
+    weight: float | None = Field(None, ge=0.01, le=100)
+
+    def limits(self, only_sent: bool) -> dict[str, Any]:
+        """The fields as a key's (api_keys.LIMITS); with only_sent, those the body named."""
+        sent = self.model_dump(include=set(api_keys.LIMITS), exclude_unset=only_sent)
+        if "weight" in sent and sent["weight"] is None:
+            sent["weight"] = 1.0
+        return sent
+
+
+class NewKey(KeyLimitsBody):
+    name: str = Field(min_length=1, max_length=100)
+    models: list[str] | None = None
+    expires_at: float | None = Field(None, gt=0)
 
 
 class AccountRoutes:
@@ -96,6 +113,7 @@ class AccountRoutes:
         app.router.add_delete(PREFIX + "users/{username}", self.delete_user)
         app.router.add_get(PREFIX + "keys", self.keys)
         app.router.add_post(PREFIX + "keys", self.create_key)
+        app.router.add_patch(PREFIX + "keys/{id}", self.change_key)
         app.router.add_delete(PREFIX + "keys/{id}", self.revoke_key)
         app.router.add_get(PREFIX + "usage", self.usage_rows)
 
@@ -185,7 +203,12 @@ class AccountRoutes:
 
     async def keys(self, request: web.Request) -> web.Response:
         keys = await self.store.run(lambda db: db.api_keys())
-        return web.json_response({"keys": [k.public() for k in keys]})
+        return web.json_response({"keys": [self._shown(k) for k in keys]})
+
+    def _shown(self, key: ApiKey) -> dict[str, Any]:
+        """A key as the console shows it: with the tokens it spent against its budgets."""
+        today, this_month = self.usage.spending.spent(key.id, time.time())
+        return {**key.public(), "tokens_today": today, "tokens_this_month": this_month}
 
     async def create_key(self, request: web.Request) -> web.Response:
         body = await read_body(request, NewKey)
@@ -196,10 +219,21 @@ class AccountRoutes:
                 raise InvalidRequest(f"models: there is no model {name!r}", param="models")
         models = tuple(body.models) if body.models is not None else None
         record, token = api_keys.create(
-            body.name, models, body.expires_at, body.rpm, body.tpm, body.max_concurrent
+            body.name, models, body.expires_at, **body.limits(only_sent=False)
         )
         await self.store.run(lambda db: db.add_key(record))
-        return web.json_response({**record.public(), "key": token}, status=201)
+        return web.json_response({**self._shown(record), "key": token}, status=201)
+
+    async def change_key(self, request: web.Request) -> web.Response:
+        """Change a key's limits, budgets or weight: the fields sent, null lifting one.
+        They apply to its next request."""
+        key_id = request.match_info["id"]
+        limits = (await read_body(request, KeyLimitsBody)).limits(only_sent=True)
+        key = await self.store.run(lambda db: db.update_key(key_id, limits))
+        if key is None:
+            raise NotFound(f"no API key with id {key_id!r}")
+        self.auth.forget_key(key_id)
+        return web.json_response(self._shown(key))
 
     async def revoke_key(self, request: web.Request) -> web.Response:
         key_id = request.match_info["id"]

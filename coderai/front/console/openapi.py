@@ -23,7 +23,13 @@ from coderai.front.api.openai.schemas import (
     TokenizeRequest,
 )
 from coderai.front.api.responses.request import ResponsesRequest
-from coderai.front.console.accounts_api import Login, NewKey, NewPassword, NewUser
+from coderai.front.console.accounts_api import (
+    KeyLimitsBody,
+    Login,
+    NewKey,
+    NewPassword,
+    NewUser,
+)
 from coderai.front.console.pulls_api import PullBody
 from coderai.front.http import ADMIN_PREFIX
 
@@ -87,6 +93,8 @@ OPERATIONS = (
     Op("GET", A + "keys", "API keys (never their secrets)"),
     Op("POST", A + "keys", "Create an API key; the secret is in this answer only", NewKey,
        status=201),
+    Op("PATCH", A + "keys/{id}", "Change an API key's limits, budgets or weight",
+       KeyLimitsBody),
     Op("DELETE", A + "keys/{id}", "Revoke an API key", status=204),
     Op("GET", A + "usage", "Requests and tokens per day, key and model",
        query=(("days", "integer"),)),

@@ -40,6 +40,8 @@ class FrontJob:
     #: who it is queued for (an API key, a console user; activity.tenant): the queue
     #: shares admission fairly between them
     tenant: str = ""
+    #: its tenant's share against others' (an API key's weight; 1 otherwise)
+    weight: float = 1.0
     #: the engine that produced the first output, or that the job ended on: it names the
     #: response's engine in the X-CoderAI-Engine header
     served_by: str | None = None

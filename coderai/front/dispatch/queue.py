@@ -13,7 +13,10 @@ later, is tagged one turn past the present: it is dispatched after at most one j
 each other tenant, not after all 64. Of jobs with one tag, the one whose tenant had fewer
 waiting goes first, so a tenant with nothing queued comes before the flooding one's job
 of the same turn. A tenant alone in the queue is served in arrival order, as before.
-Weights are equal (a turn is 1).
+
+A tenant's turn is 1 / its weight (an API key's `weight`, 1 by default): a key of weight 2
+is tagged half a turn apart, so while both keep jobs queued it is dispatched two jobs for
+each one of a key of weight 1.
 
 A count per model answers "is a job of this model already waiting?" in constant time:
 every request asks it (a newcomer must queue behind its model's earlier jobs), and with
@@ -65,7 +68,7 @@ class JobQueue:
     def append(self, job: FrontJob) -> None:
         line = self._model_tags.setdefault(job.entry.id, [])
         present = min(self._virtual, line[0]) if line else self._virtual
-        tagged = tag(present, self._last.get(job.tenant))
+        tagged = tag(present, self._last.get(job.tenant), 1.0 / job.weight)
         key = (tagged, self._per_tenant[job.tenant], next(self._arrivals))
         self._last[job.tenant] = tagged
         self._tags[id(job)] = key

@@ -97,10 +97,14 @@ function keyForm(created, message) {
   const name = h('input', { name: 'name', required: true, maxLength: 100, placeholder: 'who or what uses it' });
   const models = h('div', { class: 'checks', 'data-testid': 'key-models' });
   const expires = h('input', { name: 'expires', type: 'date' });
-  const limit = (label) => h('input', { type: 'number', min: 1, step: 1, placeholder: 'no limit', name: label, 'aria-label': label });
+  // named by the field's visible label, which wraps them
+  const limit = (name) => h('input', { type: 'number', min: 1, step: 1, placeholder: 'no limit', name });
   const rpm = limit('rpm');
   const tpm = limit('tpm');
   const concurrent = limit('max_concurrent');
+  const perDay = limit('tokens_per_day');
+  const perMonth = limit('tokens_per_month');
+  const weight = h('input', { type: 'number', min: 0.01, max: 100, step: 'any', placeholder: '1', name: 'weight' });
   const el = h(
     'form',
     { class: 'card editor', 'data-testid': 'key-form', onsubmit: submit },
@@ -113,6 +117,9 @@ function keyForm(created, message) {
       field('Requests a minute', rpm),
       field('Tokens a minute', tpm),
       field('Requests at once', concurrent),
+      field('Tokens a day', perDay, 'a budget, UTC days'),
+      field('Tokens a month', perMonth, 'a budget, UTC months'),
+      field('Weight', weight, 'its share of the queue against other keys'),
     ),
     field('Models it may use', models, 'none ticked: every model'),
     h('div', { class: 'buttons' }, h('button', { type: 'submit', class: 'primary' }, 'Create key')),
@@ -126,7 +133,8 @@ function keyForm(created, message) {
     if (allowed.length) body.models = allowed;
     // the end of the chosen day, local time
     if (expires.value) body.expires_at = new Date(`${expires.value}T23:59:59`).getTime() / 1000;
-    for (const [key, input] of [['rpm', rpm], ['tpm', tpm], ['max_concurrent', concurrent]]) {
+    const limits = [['rpm', rpm], ['tpm', tpm], ['max_concurrent', concurrent], ['tokens_per_day', perDay], ['tokens_per_month', perMonth], ['weight', weight]];
+    for (const [key, input] of limits) {
       if (input.value !== '') body[key] = Number(input.value);
     }
     try {
@@ -152,13 +160,16 @@ function keyForm(created, message) {
 function keyTable(keys, revoke) {
   const now = Date.now() / 1000;
   const status = (k) => (k.revoked ? 'revoked' : k.expires_at && k.expires_at <= now ? 'expired' : 'active');
-  const limits = (k) => [['rpm', k.rpm], ['tpm', k.tpm], ['at once', k.max_concurrent]].filter(([, v]) => v).map(([l, v]) => `${count(v)} ${l}`).join(' · ') || 'none';
+  const limits = (k) => [['rpm', k.rpm], ['tpm', k.tpm], ['at once', k.max_concurrent]].filter(([, v]) => v).map(([l, v]) => `${count(v)} ${l}`).concat(k.weight !== 1 ? [`weight ${k.weight}`] : []).join(' · ') || 'none';
+  // tokens spent against each budget, or this month's alone where it has none
+  const budget = (k) => [['today', k.tokens_today, k.tokens_per_day], ['this month', k.tokens_this_month, k.tokens_per_month]].filter(([, , cap]) => cap).map(([period, used, cap]) => h('div', { class: used >= cap ? 'spent' : null }, `${count(used)} of ${count(cap)} ${period}`));
   return table(
     [
       { label: 'Name', cell: (k) => h('strong', {}, k.name) },
       { label: 'Key', cell: (k) => h('code', {}, `${k.prefix}…`) },
       { label: 'Models', cell: (k) => (k.models?.length ? k.models.join(', ') : 'all') },
       { label: 'Limits', cell: limits },
+      { label: 'Budget', cell: (k) => { const rows = budget(k); return rows.length ? rows : h('span', { class: 'muted' }, `${count(k.tokens_this_month)} this month`); } },
       { label: 'Expires', cell: (k) => (k.expires_at ? when(k.expires_at) : 'never') },
       { label: 'Created', cell: (k) => when(k.created_at) },
       { label: 'Last used', cell: (k) => when(k.last_used_at) },

@@ -133,3 +133,19 @@ def test_a_newcomer_to_a_model_no_engine_takes_now_is_placed_by_that_models_line
     late = job(200, "x", "key:c")
     queue.append(late)
     assert [j for j in queue if j.entry.id == "x"].index(late) <= 1
+
+
+def test_a_tenant_of_weight_two_is_dispatched_twice_as_often_while_both_wait() -> None:
+    queue = JobQueue()
+    heavy = [job(i, "m", "key:heavy") for i in range(20)]
+    light = [job(100 + i, "m", "key:light") for i in range(20)]
+    for j in heavy:
+        j.weight = 2.0
+    for a, b in zip(heavy, light, strict=True):
+        queue.append(a)
+        queue.append(b)
+    served = serve(queue, 15)
+    assert sum(j.tenant == "key:heavy" for j in served) == 10
+    assert sum(j.tenant == "key:light" for j in served) == 5
+    # each tenant's own jobs stay in arrival order
+    assert [j for j in served if j.tenant == "key:heavy"] == heavy[:10]
