@@ -196,6 +196,16 @@ class ModelsConfig(Strict):
     max_model_instances_overrides: dict[str, Instances] = Field(default_factory=dict)
     #: memory an engine may fill with models before unloading idle ones (0 = what is free)
     memory_budget_mb: int = Field(0, ge=0)
+    #: seconds a model may stay idle before it is unloaded (an entry's keep_alive
+    #: overrides it); -1: never, only to make room for another
+    keep_alive: float = -1.0
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive_known(cls, seconds: float) -> float:
+        if seconds < 0 and seconds != -1:
+            raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
+        return seconds
 
 
 class AuthConfig(Strict):

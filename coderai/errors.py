@@ -155,6 +155,10 @@ class BudgetExhausted(TooManyRequests):
     error_type = "insufficient_quota"
     code = "insufficient_quota"
 
+    def headers(self) -> dict[str, str]:
+        # the official SDKs retry a 429 unless told not to; this one lasts until the reset
+        return {**super().headers(), "x-should-retry": "false"}
+
 
 class NoEngine(CoderaiError):
     """No running engine can serve the request (none compatible, or none alive in time)."""

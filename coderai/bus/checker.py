@@ -96,7 +96,7 @@ def residents_of(residents: object) -> list[dict[str, Any]]:
         # its facts (catalogue/model_facts.py), from engines that report them
         and type(r.get("context", 0)) is int
         and r.get("context", 0) >= 0
-        and all(isinstance(r.get(k, False), bool) for k in ("tools", "reasoning", "vision"))
+        and all(isinstance(r.get(k, False), bool) for k in ("tools", "reasoning", "vision", "kept"))
         for r in residents
     ):
         raise BusProtocolError(f"HEARTBEAT.residents {residents!r} is malformed")

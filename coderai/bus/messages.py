@@ -180,6 +180,9 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     #: an instance made for embeddings (llama.cpp computes them only in such a context)
     embedding: bool = False
+    #: never unloaded to make room (the catalogue's keep_loaded); not part of its key: the
+    #: same model, kept or not
+    keep_loaded: bool = False
 
     @classmethod
     def parse(cls, data: object) -> ModelSpec:
@@ -189,11 +192,16 @@ class ModelSpec:
         for name, kind in fields.items():
             if not isinstance(data.get(name), kind):
                 raise BusProtocolError(f"model spec field {name!r} is not a {kind.__name__}")
-        return cls(data["id"], data["path"], data["format"], data["options"])
+        kept = data.get("keep_loaded", False)
+        if not isinstance(kept, bool):
+            raise BusProtocolError("model spec field 'keep_loaded' is not a bool")
+        return cls(data["id"], data["path"], data["format"], data["options"], keep_loaded=kept)
 
     def key(self) -> str:
         """Two specs that differ in any option are two different models."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=str)
+        fields = dataclasses.asdict(self)
+        del fields["keep_loaded"]
+        return json.dumps(fields, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,19 @@ class ModelEntry(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     #: "load" loads the model as soon as its engine starts; "on-request" at first use
     load_mode: Literal["on-request", "load"] = "on-request"
+    #: seconds idle before it is unloaded (front/dispatch/idle.py); -1: never; None:
+    #: models.keep_alive
+    keep_alive: float | None = None
+    #: never unloaded for idleness nor to make room for another model (an operator's
+    #: Unload still takes it)
+    keep_loaded: bool = False
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _keep_alive_known(cls, seconds: float | None) -> float | None:
+        if seconds is not None and seconds < 0 and seconds != -1:
+            raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
+        return seconds
 
     @model_validator(mode="after")
     def _format_known(self) -> ModelEntry:
@@ -62,12 +75,15 @@ class ModelEntry(Strict):
         options = self.options
         if chat_template is not None:
             options = {**options, TEMPLATE_OPTION: chat_template}
-        return {
+        spec: dict[str, Any] = {
             "id": self.id,
             "path": self.path,
             "format": resolved_format,
             "options": options,
         }
+        if self.keep_loaded:
+            spec["keep_loaded"] = True
+        return spec
 
 
 class Catalogue:

@@ -91,8 +91,8 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
         flag = "--" + name.replace("_", "-")
         if name == "weight" and not 0.01 <= value <= 100:
             raise SystemExit(f"coderai: {flag} must be from 0.01 to 100")
-        if name != "weight" and value < 1:
-            raise SystemExit(f"coderai: {flag} must be at least 1")
+        if name != "weight" and not 1 <= value <= api_keys.MOST:
+            raise SystemExit(f"coderai: {flag} must be from 1 to {api_keys.MOST}")
         out[name] = value
     return out
 

@@ -134,6 +134,8 @@ class ModelPool:
         self.vram_meter: Callable[[], int | None] | None = None
         self.resident: dict[str, list[Resident]] = {}
         self.loading: dict[str, _Loading] = {}
+        #: keys of the models the catalogue keeps loaded (never unloaded to make room)
+        self._kept: set[str] = set()
         #: replaced (never changed) after every change above; read from other threads
         self.snapshot = PoolSnapshot()
 
@@ -153,9 +155,17 @@ class ModelPool:
             raise JobError(f"model {spec.id}: {why}", kind="bad_model")
         return backend
 
+    def _keep(self, key: str, spec: ModelSpec) -> None:
+        """Whether the catalogue keeps this model loaded, as its latest spec says."""
+        if spec.keep_loaded:
+            self._kept.add(key)
+        else:
+            self._kept.discard(key)
+
     def acquire(self, spec: ModelSpec) -> ModelInstance | None:
         """An instance with room for one more sequence, or None (a load may be under way)."""
         key = spec.key()
+        self._keep(key, spec)
         instances = self.resident.get(key, [])
         roomy = [r for r in instances if r.active < r.instance.capacity]
         if roomy:
@@ -169,6 +179,7 @@ class ModelPool:
 
     def preload(self, spec: ModelSpec) -> None:
         key = spec.key()
+        self._keep(key, spec)
         if not self.resident.get(key) and key not in self.loading:
             self._start_load(key, spec)
 
@@ -243,7 +254,9 @@ class ModelPool:
 
     def _evict(self, needed: int, free: int) -> None:
         everyone = [r for rs in self.resident.values() for r in rs]
-        views = [ResidentView(str(id(r)), r.size, r.active > 0, r.last_used) for r in everyone]
+        # a model kept loaded is never a candidate, as one that runs is not
+        views = [ResidentView(str(id(r)), r.size, r.active > 0 or r.key in self._kept, r.last_used)
+                 for r in everyone]  # fmt: skip
         doomed = set(plan_evictions(views, needed, free))
         for resident in everyone:
             if str(id(resident)) in doomed:
@@ -323,7 +336,8 @@ class ModelPool:
         now = time.monotonic()
         return [
             {"model": r.model_id, "mb": r.size / MIB, "busy": r.active > 0,
-             "idle_for": 0.0 if r.active else now - r.last_used, **r.instance.facts()}
+             "idle_for": 0.0 if r.active else now - r.last_used, "kept": r.key in self._kept,
+             **r.instance.facts()}
             for rs in self.resident.values()
             for r in rs
         ]  # fmt: skip

@@ -98,7 +98,9 @@ class Scheduler:
         self.stats: dict[str, dict[str, int]] = {}
         #: the same for the RAM cap: resident models (size, busy, idle for); what loads
         #: wait for and what is loading, the pool publishes itself (pool.room_state)
-        self.residents: list[dict[str, object]] = []
+        #: when the resident report was made (monotonic), and the report: replaced whole,
+        #: read by the heartbeat on another thread (residents_now)
+        self._residents: tuple[float, list[dict[str, object]]] = (time.monotonic(), [])
         self._stats_at = 0.0
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
@@ -183,7 +185,15 @@ class Scheduler:
                 model = stats.setdefault(waiting[0][1].id, {})
                 model["queued"] = model.get("queued", 0) + len(waiting)
         self.stats = stats
-        self.residents = self.pool.residents_report()
+        self._residents = (time.monotonic(), self.pool.residents_report())
+
+    def residents_now(self) -> list[dict[str, object]]:
+        """The resident report with idle times as of now: an idle engine's loop does not
+        run to make a new one, and the front dates each model's last use from them."""
+        at, report = self._residents
+        waited = time.monotonic() - at
+        return [r if r["busy"] else {**r, "idle_for": float(r["idle_for"]) + waited}  # type: ignore[arg-type]
+                for r in report]  # fmt: skip
 
     def _admit_freed(self) -> None:
         while self._freed:

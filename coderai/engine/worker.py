@@ -413,7 +413,7 @@ class EngineWorker:
             models=self.scheduler.stats,
             cooldown=self._cooldown.public() if self._cooldown is not None else None,
             gpus={card: reading.public() for card, reading in self._readings.gpus.items()},
-            residents=self.scheduler.residents,
+            residents=self.scheduler.residents_now(),
             wants_mb=0.0 if self._room is None else self._room.wants_mb,
             room_mb=None if self._room is None else self._room.room_mb,
             coming_mb=0.0 if self._room is None else self._room.coming_mb,

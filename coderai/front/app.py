@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -106,8 +107,9 @@ class Front:
         dispatcher = self.dispatcher
         statuses = dispatcher.host.statuses()
         return engine_views(
-            self.directory.plans, dispatcher.registry.all(), statuses, dispatcher.deaths
-        )
+            self.directory.plans, dispatcher.registry.all(), statuses, dispatcher.deaths,
+            dispatcher.idle.unloads_at(time.time(), time.monotonic()),
+        )  # fmt: skip
 
     def engines_body(self) -> dict[str, Any]:
         """The engines as the console's Engines panel shows them."""
@@ -223,6 +225,7 @@ def build_app(front: Front, admin_key: str) -> web.Application:
         for watcher in watchers:
             watcher.cancel()
         await dispatcher.stop()
+        await auth.settled(timeout=2.0)  # streams whose clients left, ending with the jobs
         await usage.stop()
         await store.close()
 

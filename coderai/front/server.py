@@ -149,9 +149,14 @@ def assemble(
         from coderai.front.cluster.router import ClusterRouter
 
         cluster = ClusterRouter(files.state_dir, config.cluster.bind)
+
+    def keep_alive_of(model_id: str) -> float:
+        return directory.keep_alive_of(model_id, front.config.models.keep_alive)
+
     dispatcher = Dispatcher(
         config.server, endpoint, token, host, settings, preloads, context=context,
         cluster=cluster, remote_engines_changed=directory.set_remote_engines,
+        keep_alive_of=keep_alive_of,
     )  # fmt: skip
     front = Front(config, files, directory, dispatcher, Metrics(), feed, logbook)
     return front

@@ -71,6 +71,15 @@ class ApiKey:
 
 #: what may be changed on a key after it is made (its limits, budgets and weight)
 LIMITS = ("rpm", "tpm", "max_concurrent", "tokens_per_day", "tokens_per_month", "weight")
+#: the largest whole limit (SQLite holds 64-bit integers; this is ample and exact in JSON)
+MOST = 2**53
+
+
+def check_limits(limits: dict[str, Any]) -> None:
+    """Only LIMITS may be set: their names become SQL (database.update_key)."""
+    unknown = set(limits) - set(LIMITS)
+    if unknown:
+        raise ValueError(f"not a key's limit: {sorted(unknown)}")
 
 
 def create(
@@ -81,8 +90,7 @@ def create(
 ) -> tuple[ApiKey, str]:
     """A new key's record (to store) and the key itself (to show once, then forget);
     `limits` are fields named in LIMITS."""
-    unknown = set(limits) - set(LIMITS)
-    assert not unknown, f"not a key's limit: {unknown}"
+    check_limits(limits)
     key_id, secret, token = new_key()
     record = ApiKey(
         key_id, name, secret_hash(secret), models, expires_at, created_at=time.time(), **limits

@@ -199,7 +199,7 @@ class Database:
     def update_key(self, key_id: str, limits: dict[str, Any]) -> ApiKey | None:
         """Change a key's limits (fields named in api_keys.LIMITS; None lifts one); the
         key as it now is, or None if there is no key with this id."""
-        assert set(limits) <= set(api_keys.LIMITS), f"not a key's limit: {set(limits)}"
+        api_keys.check_limits(limits)
         with self._transaction():
             if limits:
                 sets = ", ".join(f"{name} = ?" for name in limits)

@@ -184,11 +184,12 @@ class Auth:
     async def _gate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         key, caller = await self._caller(request)
         if key is not None:
-            now = time.time()
-            today, this_month = self.usage.spending.spent(key.id, now)
-            refused = budgets.refusal(key, today, this_month, now)
-            if refused is not None:
-                raise refused
+            if request.method == "POST":  # reading (the model list) spends no tokens
+                now = time.time()
+                today, this_month = self.usage.spending.spent(key.id, now)
+                refused = budgets.refusal(key, today, this_month, now)
+                if refused is not None:
+                    raise refused
             self.limits.admit(key, time.monotonic())
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else request.path
@@ -223,6 +224,12 @@ class Auth:
                 settling.add_done_callback(self._settling.discard)
             else:
                 self._count(ticket)
+
+    async def settled(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) for the counts of requests whose jobs are still
+        ending: at shutdown, before usage is written for the last time."""
+        if self._settling:
+            await asyncio.wait(set(self._settling), timeout=timeout)
 
     async def _settle(self, ticket: Ticket, jobs: list[FrontJob]) -> None:
         with contextlib.suppress(TimeoutError):

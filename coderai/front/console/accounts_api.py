@@ -63,11 +63,11 @@ class NewPassword(Strict):
 class KeyLimitsBody(Strict):
     """A key's limits, budgets and weight; null (or left out, on create) lifts one."""
 
-    rpm: int | None = Field(None, ge=1)
-    tpm: int | None = Field(None, ge=1)
-    max_concurrent: int | None = Field(None, ge=1)
-    tokens_per_day: int | None = Field(None, ge=1)
-    tokens_per_month: int | None = Field(None, ge=1)
+    rpm: int | None = Field(None, ge=1, le=api_keys.MOST)
+    tpm: int | None = Field(None, ge=1, le=api_keys.MOST)
+    max_concurrent: int | None = Field(None, ge=1, le=api_keys.MOST)
+    tokens_per_day: int | None = Field(None, ge=1, le=api_keys.MOST)
+    tokens_per_month: int | None = Field(None, ge=1, le=api_keys.MOST)
     #: its share of the queue against other keys' (fair share); null: the default, 1
     weight: float | None = Field(None, ge=0.01, le=100)
 

@@ -62,6 +62,7 @@ ENGINE_SETTINGS = frozenset(
 #: settings the running front and engines take at once; the rest wait for a restart
 LIVE = ENGINE_SETTINGS | {
     "server.default_engine",
+    "models.keep_alive",
     "server.max_queue",
     "server.queue_timeout",
     "server.stream_keepalive_seconds",

@@ -152,6 +152,14 @@ class ModelDirectory:
         except ModelFileError:
             return None
 
+    def keep_alive_of(self, model_id: str, default: float) -> float:
+        """Seconds a resident model may stay idle (-1: never): its entry's keep_alive, else
+        the default. A node's own models are its own front's to unload."""
+        entry = self.catalogue.resolve(model_id)
+        if entry is None:
+            return default if model_id not in self.offered else -1.0
+        return entry.keep_alive if entry.keep_alive is not None else default
+
     def owner_of(self, entry: ModelEntry) -> str | None:
         if self.is_offered(entry):
             return entry.engine  # the node that offers it
@@ -170,6 +178,8 @@ class ModelDirectory:
                     "pin": entry.engine,
                     "owner": self.owner_of(entry),
                     "load_mode": entry.load_mode,
+                    "keep_alive": entry.keep_alive,
+                    "keep_loaded": entry.keep_loaded,
                     "options": entry.options,
                     "warning": self.assignment.warnings.get(entry.id),
                     "offered_by": None,
@@ -179,7 +189,8 @@ class ModelDirectory:
             out.append(
                 {"id": entry.id, "alias": entry.alias, "path": "", "format": entry.format,
                  "pin": entry.engine, "owner": entry.engine, "load_mode": "on-request",
-                 "options": {}, "warning": None, "offered_by": entry.engine}
+                 "keep_alive": None, "keep_loaded": False, "options": {}, "warning": None,
+                 "offered_by": entry.engine}
             )  # fmt: skip
         return out
 

@@ -63,6 +63,7 @@ from coderai.errors import (
 )
 from coderai.front.dispatch import admission, output
 from coderai.front.dispatch.deaths import Death, asked_to_load, down, engine_doing, job_doing
+from coderai.front.dispatch.idle import NEVER, IdleKeeper
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
 from coderai.front.dispatch.queue import JobQueue
@@ -92,6 +93,7 @@ class Dispatcher:
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
         cluster: ClusterRouter | None = None,
         remote_engines_changed: Callable[[dict[str, RemoteEngine]], None] = lambda e: None,
+        keep_alive_of: Callable[[str], float] = lambda model: NEVER,
     ) -> None:
         #: read at each use: a live change of the settings (Front.config) replaces it
         self.settings = settings
@@ -108,6 +110,10 @@ class Dispatcher:
         self._pin_noted: set[tuple[str, str]] = set()
         #: decides the unloads that make room under the fleet's RAM cap
         self._room = RoomKeeper()
+        #: decides the unloads of models idle past their keep_alive (seconds, by model
+        #: id; read at each pass, so a live change applies at once)
+        self.idle = IdleKeeper()
+        self.keep_alive_of = keep_alive_of
         self.dropped_frames = 0
         self._drop_log = ThrottledLog(log)
         #: cleared at shutdown: new requests are refused, those admitted may still finish
@@ -789,6 +795,10 @@ class Dispatcher:
                 self._make_room()
             except Exception:  # the reaper must outlive any one decision's defect
                 log.exception("deciding room under the RAM cap failed")
+            try:
+                self._unload_idle(now, interval)
+            except Exception:  # the reaper must outlive any one decision's defect
+                log.exception("deciding idle unloads failed")
             if self.cluster is not None:
                 try:
                     self.cluster.refresh()  # a stat; the small file is read only on change
@@ -801,6 +811,17 @@ class Dispatcher:
         fleet's least recently used idle models go, on whichever engines hold them."""
         for record, model in self._room.sweep(self.registry.all()):
             log.info("unloading idle %s on %s to make room under the RAM cap", model, record.name)
+            self.control(record, ControlAction.UNLOAD, {"model": model})
+
+    def _unload_idle(self, now: float, interval: float) -> None:
+        """Models idle past their keep_alive go. One not seen gone after a few heartbeats
+        (its engine found it busy) is asked again."""
+        engines = [r for r in self.registry.all() if not r.draining]
+        for record, model in self.idle.sweep(
+            engines, self.keep_alive_of, self.queue.waiting_for, now, again_after=3 * interval
+        ):
+            log.info("unloading %s on %s: idle for its keep_alive (%g s)",
+                     model, record.name, self.keep_alive_of(model))  # fmt: skip
             self.control(record, ControlAction.UNLOAD, {"model": model})
 
     def _expire_queue(self, now: float) -> None:

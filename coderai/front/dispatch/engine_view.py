@@ -51,6 +51,9 @@ class EngineView:
     #: what its backends decided about the machine (llama.cpp's extra buffer types: the
     #: machine's verdict and each model's, with why), from its last heartbeat
     kernels: dict[str, Any] = field(default_factory=dict)
+    #: each resident model's idle unload (front/dispatch/idle.py): unix time, None for
+    #: none (kept loaded, keep_alive -1, or in use)
+    unloads: dict[str, float | None] = field(default_factory=dict)
 
     def vram(self) -> dict[str, Any] | None:
         """VRAM per card and summed, in MiB; None for an engine that reports no card."""
@@ -93,6 +96,7 @@ class EngineView:
             "remote": self.remote,
             "last_exit": self.last_exit.public() if self.last_exit is not None else None,
             "kernels": self.kernels,
+            "unloads": self.unloads,
         }
         if self.pid is not None:
             out["pid"], out["epoch"] = self.pid, self.epoch
@@ -118,8 +122,10 @@ def engine_views(
     records: list[EngineRecord],
     statuses: dict[str, EngineStatus],
     deaths: dict[str, Death] | None = None,
+    unloads: dict[str, dict[str, float | None]] | None = None,
 ) -> list[EngineView]:
     deaths = deaths or {}
+    unloads = unloads or {}
     by_name = {r.name: r for r in records}
     views = []
     for plan in plans:
@@ -137,12 +143,13 @@ def engine_views(
             views.append(EngineView(backend=plan.backend, gpus=tuple(plan.gpus),
                                     slots=plan.slots, **common))  # fmt: skip
             continue
-        views.append(_on_the_bus(record, common))
+        views.append(_on_the_bus(record, {**common, "unloads": unloads.get(plan.name, {})}))
     planned = {plan.name for plan in plans}
     for record in records:
         if record.name not in planned:  # joined from elsewhere: a remote engine
             common = {"name": record.name, "state": engine_state(record, None),
-                      "last_exit": deaths.get(record.name)}  # fmt: skip
+                      "last_exit": deaths.get(record.name),
+                      "unloads": unloads.get(record.name, {})}  # fmt: skip
             views.append(_on_the_bus(record, common))
     return views
 

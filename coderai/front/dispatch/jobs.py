@@ -37,7 +37,7 @@ class FrontJob:
     #: the JOB encoded once, at admission: what cannot be encoded is refused up front
     frames: list[bytes] = field(default_factory=list)
     enqueued_at: float = field(default_factory=time.monotonic)
-    #: who it is queued for (an API key, a console user; activity.tenant): the queue
+    #: who it is queued for (an API key, a console user; activity.share): the queue
     #: shares admission fairly between them
     tenant: str = ""
     #: its tenant's share against others' (an API key's weight; 1 otherwise)

@@ -16,7 +16,8 @@ of the same turn. A tenant alone in the queue is served in arrival order, as bef
 
 A tenant's turn is 1 / its weight (an API key's `weight`, 1 by default): a key of weight 2
 is tagged half a turn apart, so while both keep jobs queued it is dispatched two jobs for
-each one of a key of weight 1.
+each one of a key of weight 1. So a newcomer of weight w waits about 1/w turns: a key of
+weight 0.1 waits behind some ten jobs of each busy key of weight 1.
 
 A count per model answers "is a job of this model already waiting?" in constant time:
 every request asks it (a newcomer must queue behind its model's earlier jobs), and with
@@ -68,7 +69,8 @@ class JobQueue:
     def append(self, job: FrontJob) -> None:
         line = self._model_tags.setdefault(job.entry.id, [])
         present = min(self._virtual, line[0]) if line else self._virtual
-        tagged = tag(present, self._last.get(job.tenant), 1.0 / job.weight)
+        # weights are 0.01..100 where they are set; the floor keeps a tag finite anyway
+        tagged = tag(present, self._last.get(job.tenant), 1.0 / max(job.weight, 0.01))
         key = (tagged, self._per_tenant[job.tenant], next(self._arrivals))
         self._last[job.tenant] = tagged
         self._tags[id(job)] = key

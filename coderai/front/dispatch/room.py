@@ -56,7 +56,8 @@ def room_evictions(engines: list[EngineRecord]) -> list[tuple[EngineRecord, str]
             # model was last used at the heartbeat's arrival less it (heartbeats arrive at
             # different times, so raw idle_for values of two engines do not compare)
             last_used = engine.residents_at - float(r["idle_for"])
-            busy = bool(r["busy"]) or r["model"] in running  # a job may be on its way
+            # a job may be on its way; a model kept loaded is never unloaded for room
+            busy = bool(r["busy"]) or r["model"] in running or bool(r.get("kept"))
             size = int(r["mb"] * MIB)
             if key in views:  # several instances of one model: one unload takes them all
                 _, _, seen = views[key]

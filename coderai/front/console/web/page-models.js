@@ -5,7 +5,7 @@
 
 import { del, get, patch, post, seg } from './api.js';
 import { confirmButton, field, fill, h, notice, table } from './dom.js';
-import { bytes, count, percent } from './format.js';
+import { bytes, clock, count, percent } from './format.js';
 import { on, state } from './live.js';
 import { found, pulls } from './models-sources.js';
 
@@ -75,7 +75,7 @@ export function mount(root) {
       { label: 'Format', cell: (m) => m.format ?? '—' },
       pinnable && { label: 'Pinned to', cell: (m) => pinSelect(m) },
       { label: 'Served by', cell: (m) => m.owner ?? '—' },
-      { label: 'Loads', cell: (m) => m.load_mode },
+      { label: 'Loads', cell: (m) => (m.keep_loaded ? `${m.load_mode} · kept loaded` : m.load_mode) },
       { label: 'Memory', cell: (m) => h('span', { class: 'model-memory', 'data-model': m.id }, memoryOf(m.id)) },
       { label: 'State', cell: (m) => h('span', { class: 'model-state', 'data-model': m.id }, modelState(m.id)) },
       { label: 'Warning', cell: (m) => (m.warning ? h('span', { class: 'warning-text' }, m.warning) : '') },
@@ -169,7 +169,10 @@ export function mount(root) {
 function modelState(id) {
   const parts = [];
   for (const engine of state.engines) {
-    if (engine.loaded_models?.includes(id)) parts.push(h('span', { class: 'chip' }, `loaded on ${engine.name}`));
+    // when it unloads if nothing uses it (keep_alive), by the front's schedule
+    const unloads = engine.unloads?.[id];
+    const until = unloads ? ` · unloads ${clock(unloads)}` : '';
+    if (engine.loaded_models?.includes(id)) parts.push(h('span', { class: 'chip', 'data-unloads': unloads ?? '' }, `loaded on ${engine.name}${until}`));
     const progress = engine.loading?.[id];
     if (progress !== undefined) parts.push(h('span', { class: 'chip loading' }, `loading on ${engine.name} ${percent(progress)}`));
   }
@@ -185,6 +188,8 @@ function modelForm(model, engines, { saved, cancel }) {
     format: model?.format ?? '',
     engine: model?.pin ?? '',
     load_mode: model?.load_mode ?? 'on-request',
+    keep_alive: model?.keep_alive === null || model?.keep_alive === undefined ? '' : String(model.keep_alive),
+    keep_loaded: model?.keep_loaded ?? false,
     options: JSON.stringify(model?.options ?? {}, null, 2),
   };
   const inputs = {
@@ -194,6 +199,8 @@ function modelForm(model, engines, { saved, cancel }) {
     format: select('format', FORMATS, before.format, (f) => f || 'detect from the file'),
     engine: select('engine', ['', ...engines], before.engine, (e) => e || 'any engine'),
     load_mode: select('load_mode', LOAD_MODES, before.load_mode, (m) => (m === 'load' ? 'when its engine starts' : 'at first request')),
+    keep_alive: h('input', { name: 'keep_alive', type: 'number', min: -1, step: 'any', value: before.keep_alive, placeholder: 'the default (Settings)' }),
+    keep_loaded: h('input', { name: 'keep_loaded', type: 'checkbox', checked: before.keep_loaded }),
     options: h('textarea', { name: 'options', rows: 4, value: before.options }),
   };
   const message = notice();
@@ -210,6 +217,8 @@ function modelForm(model, engines, { saved, cancel }) {
       field('Format', inputs.format),
       engines.length >= 2 && field('Pinned to', inputs.engine),
       field('Loads', inputs.load_mode),
+      field('Unload after idle (s)', inputs.keep_alive, '-1: never'),
+      field('Keep loaded', inputs.keep_loaded, 'never unloaded for idleness or room'),
     ),
     field('Options (JSON)', inputs.options, 'backend options, e.g. {"n_ctx": 8192}'),
     message.el,
@@ -226,7 +235,7 @@ function modelForm(model, engines, { saved, cancel }) {
       message.error('Options must be JSON, e.g. {"n_ctx": 8192}');
       return;
     }
-    const now = Object.fromEntries(Object.keys(before).map((k) => [k, inputs[k].value]));
+    const now = Object.fromEntries(Object.keys(before).map((k) => [k, k === 'keep_loaded' ? inputs[k].checked : inputs[k].value]));
     const entry = {
       id: now.id,
       alias: now.alias || null,
@@ -234,6 +243,8 @@ function modelForm(model, engines, { saved, cancel }) {
       format: now.format || null,
       engine: now.engine || null,
       load_mode: now.load_mode,
+      keep_alive: now.keep_alive === '' ? null : Number(now.keep_alive),
+      keep_loaded: now.keep_loaded,
       options,
     };
     try {

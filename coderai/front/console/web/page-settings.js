@@ -15,6 +15,7 @@ const LABELS = {
   'server.max_queue': ['Queue length', 'requests held while every engine is busy; beyond it, 429'],
   'server.queue_timeout': ['Queue timeout (s)', 'longest wait in the queue before a 503'],
   'models.memory_budget_mb': ['Model memory budget (MiB)', '0: what is free'],
+  'models.keep_alive': ['Unload idle models after (s)', '-1: never; a model\'s keep_alive overrides it'],
   'thermal.cpu_high': ['CPU pause at (°C)', 'a hot CPU pauses every engine'],
   'thermal.cpu_resume': ['CPU go on below (°C)', ''],
   'thermal.gpu_high': ['GPU pause at (°C)', 'a hot GPU pauses the engine that owns it'],

@@ -88,6 +88,17 @@ def test_a_spent_daily_budget_is_refused_in_each_apis_shape_until_midnight(
     until_midnight = day_reset(now) - now
     assert until_midnight - 5 <= int(error.response.headers["Retry-After"]) <= until_midnight + 5
     assert "tokens today (UTC)" in error.message and "T00:00:00Z" in error.message
+    assert error.response.headers["x-should-retry"] == "false"
+    # an SDK left to retry (its default) does not: the refusal lasts until the reset
+    refusals = 'coderai_requests_total{route="/v1/chat/completions",status="429"}'
+    before = srv.metric(refusals)
+    retrying = openai.OpenAI(base_url=srv.url + "/v1", api_key=key["key"])
+    clients.append(retrying)
+    with pytest.raises(openai.RateLimitError):
+        retrying.chat.completions.create(model="small", messages=ASK)  # type: ignore[arg-type]
+    assert srv.metric(refusals) == before + 1
+    # reading the model list spends nothing, and is not refused
+    assert [m.id for m in client.models.list()]
     claude = anthropic.Anthropic(base_url=srv.url, api_key=key["key"], max_retries=0)
     clients.append(claude)
     with pytest.raises(anthropic.RateLimitError) as also:

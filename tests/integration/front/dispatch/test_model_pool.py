@@ -129,3 +129,44 @@ def test_load_mode_load_loads_at_start_and_reports_progress(start_server: StartS
     wait_for(lambda: loaded(srv) == ["eager"])
     assert "lazy" not in loaded(srv)
     assert "loading model eager" in srv.log()
+
+
+def test_a_model_idle_past_its_keep_alive_is_unloaded_and_healthz_says_when(
+    start_server: StartServer,
+) -> None:
+    models = [
+        fake("brief"),  # the default, models.keep_alive: 1 s
+        {**fake("stays"), "keep_alive": -1},
+        {**fake("kept"), "keep_loaded": True},
+    ]
+    srv = start_server(QUICK, models, models_config={"keep_alive": 1})
+    before = time.time()
+    for name in ("brief", "stays", "kept"):
+        assert ask(srv, name).status_code == 200
+
+    def unloads() -> dict[str, Any]:
+        shown: dict[str, Any] = srv.health()["engines"][0]["unloads"]
+        return shown
+
+    wait_for(lambda: set(unloads()) == {"brief", "stays", "kept"})
+    shown = unloads()
+    assert shown["stays"] is None and shown["kept"] is None
+    assert before + 1 <= shown["brief"] <= time.time() + 1
+    # gone after its keep_alive (and a heartbeat or two); the others stay
+    wait_for(lambda: loaded(srv) == ["kept", "stays"], timeout=15)
+    assert "unloading brief on" in srv.log()
+
+
+def test_a_model_kept_loaded_is_never_unloaded_to_make_room(start_server: StartServer) -> None:
+    models = [
+        {**fake("kept", memory_mb=40), "keep_loaded": True},
+        fake("b", memory_mb=40),
+        fake("c", memory_mb=40),
+    ]
+    # a budget for two of the three: the least recently used idle model goes, never "kept"
+    srv = start_server(QUICK, models, models_config={"memory_budget_mb": 100})
+    for name in ("kept", "b"):
+        assert ask(srv, name).status_code == 200
+    wait_for(lambda: loaded(srv) == ["b", "kept"])
+    assert ask(srv, "c").status_code == 200
+    wait_for(lambda: loaded(srv) == ["c", "kept"])

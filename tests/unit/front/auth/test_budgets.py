@@ -35,7 +35,7 @@ def test_a_key_under_its_budgets_may_start_and_one_at_a_budget_is_refused_until_
     assert daily.status == 429
     assert (daily.error_type, daily.code) == ("insufficient_quota", "insufficient_quota")
     assert daily.retry_after == 5 * 3600 + 30 * 60  # to midnight, UTC
-    assert daily.headers() == {"Retry-After": str(daily.retry_after)}
+    assert daily.headers() == {"Retry-After": str(daily.retry_after), "x-should-retry": "false"}
     assert "100 of its 100 tokens today (UTC)" in daily.message
     assert "resets at 2026-12-07T00:00:00Z" in daily.message
     # the month's, which lasts longer, is named when both are spent

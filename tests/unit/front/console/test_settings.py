@@ -65,6 +65,7 @@ def test_live_and_restart_settings_split_every_name() -> None:
         "models.max_model_instances",
         "models.max_model_instances_overrides",
         "models.memory_budget_mb",
+        "models.keep_alive",
         "thermal.cpu_high",
         "thermal.cpu_resume",
         "thermal.gpu_high",
