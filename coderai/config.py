@@ -7,6 +7,7 @@ The front owns the file; engines receive what they need over the bus.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,6 +50,11 @@ class ServerConfig(Strict):
     max_parallel_requests: Parallel = 8
     #: per engine name, e.g. {"nvidia": 16, "radeon": 2}
     max_parallel_requests_overrides: dict[str, Parallel] = Field(default_factory=dict)
+    #: how requests for a model with replicas choose one (front/dispatch/replicas.py)
+    routing: Literal["cache_aware", "round_robin", "least_loaded"] = "cache_aware"
+    #: cache_aware: jobs a conversation's replica may carry beyond the least loaded one's
+    #: before the conversation moves there
+    routing_load_bound: int = Field(4, ge=0)
     #: requests the front holds while every engine is busy; beyond it, 429
     max_queue: int = Field(1024, ge=0)
     #: longest a request may wait in the queue before it is answered 503
@@ -203,7 +209,7 @@ class ModelsConfig(Strict):
     @field_validator("keep_alive")
     @classmethod
     def _keep_alive_known(cls, seconds: float) -> float:
-        if seconds < 0 and seconds != -1:
+        if not math.isfinite(seconds) or (seconds < 0 and seconds != -1):
             raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
         return seconds
 

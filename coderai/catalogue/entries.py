@@ -4,6 +4,7 @@ sent each entry's spec with a job."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,11 @@ class ModelEntry(Strict):
     alias: str | None = None
     #: pin: the engine name that must serve this model
     engine: str | None = None
+    #: run on this many engines, each a whole copy (on its own engine, its own card);
+    #: requests are routed between them (front/dispatch/replicas.py)
+    replicas: int | None = Field(None, ge=1, le=64)
+    #: or run on exactly these engines, by name
+    engines: list[str] | None = Field(None, min_length=1)
     format: ModelFormat | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     #: "load" loads the model as soon as its engine starts; "on-request" at first use
@@ -39,9 +45,17 @@ class ModelEntry(Strict):
     @field_validator("keep_alive")
     @classmethod
     def _keep_alive_known(cls, seconds: float | None) -> float | None:
-        if seconds is not None and seconds < 0 and seconds != -1:
+        if seconds is not None and (not math.isfinite(seconds) or (seconds < 0 and seconds != -1)):
             raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
         return seconds
+
+    @model_validator(mode="after")
+    def _one_placement(self) -> ModelEntry:
+        if self.engines is not None and (self.replicas is not None or self.engine is not None):
+            raise ValueError("engines names every engine it runs on: not with replicas or engine")
+        if self.engines is not None and len(set(self.engines)) != len(self.engines):
+            raise ValueError("engines lists an engine twice")
+        return self
 
     @model_validator(mode="after")
     def _format_known(self) -> ModelEntry:

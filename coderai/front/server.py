@@ -156,7 +156,7 @@ def assemble(
     dispatcher = Dispatcher(
         config.server, endpoint, token, host, settings, preloads, context=context,
         cluster=cluster, remote_engines_changed=directory.set_remote_engines,
-        keep_alive_of=keep_alive_of,
+        keep_alive_of=keep_alive_of, kept_loaded=directory.kept_loaded,
     )  # fmt: skip
     front = Front(config, files, directory, dispatcher, Metrics(), feed, logbook)
     return front

@@ -13,6 +13,7 @@ from coderai.bus.kinds import JobKind
 from coderai.bus.messages import Job
 from coderai.catalogue.entries import ModelEntry
 from coderai.config import MediaConfig
+from coderai.front.api import affinity
 from coderai.front.auth import activity
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
@@ -52,9 +53,11 @@ class Serving:
         message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
         capability = self.directory.capability_of(entry)
         tenant, weight = activity.share()
+        replicas = self.directory.replicas_of(entry)
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
-                       structured=structured, wake=wake or asyncio.Event(),
-                       tenant=tenant, weight=weight)  # fmt: skip
+                       replicas=replicas, affinity=affinity.of(fields) if replicas else "",
+                       structured=structured,
+                       wake=wake or asyncio.Event(), tenant=tenant, weight=weight)  # fmt: skip
         self.dispatcher.submit(job)
         activity.attach(job)
         return job

@@ -13,7 +13,15 @@ from coderai.bus.kinds import ControlAction
 from coderai.catalogue import entry_estimate
 from coderai.catalogue.entries import Catalogue, ModelEntry, catalogue_from
 from coderai.common.json_files import write_json_atomically
-from coderai.errors import ConfigError, Conflict, InvalidRequest, ModelFileError, NoEngine, NotFound
+from coderai.errors import (
+    CoderaiError,
+    ConfigError,
+    Conflict,
+    InvalidRequest,
+    ModelFileError,
+    NoEngine,
+    NotFound,
+)
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.engine_view import EngineView
@@ -153,7 +161,24 @@ class AdminRoutes:
             edited = validate(ModelEntry, {**current.model_dump(exclude_defaults=True), **changes})
             return [edited if e is current else e for e in entries]
 
-        return web.json_response(await self._change(edit))
+        saved = await self._change(edit)
+        if "keep_loaded" in changes:
+            self._tell_kept(model_id)
+        return web.json_response(saved)
+
+    def _tell_kept(self, model_id: str) -> None:
+        """Engines holding the model learn whether it is kept loaded now (their own
+        unloads for room read it): its spec again, which loads nothing already loaded."""
+        entry = self.directory.catalogue.resolve(model_id)
+        if entry is None:
+            return
+        try:
+            spec = self.directory.spec_of(entry)
+        except CoderaiError:  # its file cannot be used: no engine holds it
+            return
+        for record in self.dispatcher.registry.all():
+            if entry.id in record.loaded:
+                self.dispatcher.control(record, ControlAction.LOAD, {"model": spec})
 
     async def remove_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]

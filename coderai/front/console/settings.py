@@ -62,6 +62,8 @@ ENGINE_SETTINGS = frozenset(
 #: settings the running front and engines take at once; the rest wait for a restart
 LIVE = ENGINE_SETTINGS | {
     "server.default_engine",
+    "server.routing",
+    "server.routing_load_bound",
     "models.keep_alive",
     "server.max_queue",
     "server.queue_timeout",

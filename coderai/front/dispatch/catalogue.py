@@ -59,7 +59,14 @@ class ModelDirectory:
             log.warning("model %s offered by node %s: the name is taken; not listed", model, node)
         self._told |= taken
         views = [
-            ModelView(e.id, route_key(e), self._capability_or_none(e), e.engine)
+            ModelView(
+                e.id,
+                route_key(e),
+                self._capability_or_none(e),
+                e.engine,
+                e.replicas or 1,
+                tuple(e.engines) if e.engines is not None else None,
+            )
             for e in catalogue.entries
         ]
         engines = [EngineAbility(p.name, frozenset(p.capabilities)) for p in self.plans]
@@ -154,16 +161,31 @@ class ModelDirectory:
 
     def keep_alive_of(self, model_id: str, default: float) -> float:
         """Seconds a resident model may stay idle (-1: never): its entry's keep_alive, else
-        the default. A node's own models are its own front's to unload."""
+        the default; never for one kept loaded. A node's own models are its own front's to
+        unload."""
         entry = self.catalogue.resolve(model_id)
         if entry is None:
             return default if model_id not in self.offered else -1.0
+        if entry.keep_loaded:
+            return -1.0
         return entry.keep_alive if entry.keep_alive is not None else default
+
+    def kept_loaded(self, model_id: str) -> bool:
+        """Whether the catalogue keeps this model loaded (never unloaded for room)."""
+        entry = self.catalogue.resolve(model_id)
+        return entry is not None and entry.keep_loaded
 
     def owner_of(self, entry: ModelEntry) -> str | None:
         if self.is_offered(entry):
             return entry.engine  # the node that offers it
         return self.assignment.owners.get(route_key(entry))
+
+    def replicas_of(self, entry: ModelEntry) -> tuple[str, ...]:
+        """The engines of a model with replicas, its owner first; () for one that has
+        one owner."""
+        if self.is_offered(entry):
+            return ()
+        return self.assignment.replicas.get(route_key(entry), ())
 
     def describe(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
@@ -177,6 +199,7 @@ class ModelDirectory:
                     "format": None if isinstance(result, ModelFileError) else result,
                     "pin": entry.engine,
                     "owner": self.owner_of(entry),
+                    "replicas": list(self.replicas_of(entry)),
                     "load_mode": entry.load_mode,
                     "keep_alive": entry.keep_alive,
                     "keep_loaded": entry.keep_loaded,
@@ -188,18 +211,21 @@ class ModelDirectory:
         for entry in self.entries()[len(self.catalogue.entries) :]:
             out.append(
                 {"id": entry.id, "alias": entry.alias, "path": "", "format": entry.format,
-                 "pin": entry.engine, "owner": entry.engine, "load_mode": "on-request",
+                 "pin": entry.engine, "owner": entry.engine, "replicas": [],
+                 "load_mode": "on-request",
                  "keep_alive": None, "keep_loaded": False, "options": {}, "warning": None,
                  "offered_by": entry.engine}
             )  # fmt: skip
         return out
 
     def preloads_for(self, engine: EngineRecord) -> list[ModelEntry]:
-        """Entries with load_mode "load" that this newly joined engine owns."""
+        """Entries with load_mode "load" that this newly joined engine owns, or holds a
+        replica of."""
         return [
             e
             for e in self.catalogue.entries
-            if e.load_mode == "load" and self.owner_of(e) == engine.name
+            if e.load_mode == "load"
+            and (self.owner_of(e) == engine.name or engine.name in self.replicas_of(e))
         ]
 
 

@@ -68,6 +68,7 @@ from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
 from coderai.front.dispatch.queue import JobQueue
 from coderai.front.dispatch.registry import EngineRecord, Offered, Registry, RemoteEngine
+from coderai.front.dispatch.replicas import Replica, ReplicaRouter
 from coderai.front.dispatch.room import RoomKeeper
 from coderai.front.engines.host import EngineHost, Unhosted
 
@@ -94,6 +95,7 @@ class Dispatcher:
         cluster: ClusterRouter | None = None,
         remote_engines_changed: Callable[[dict[str, RemoteEngine]], None] = lambda e: None,
         keep_alive_of: Callable[[str], float] = lambda model: NEVER,
+        kept_loaded: Callable[[str], bool] = lambda model: False,
     ) -> None:
         #: read at each use: a live change of the settings (Front.config) replaces it
         self.settings = settings
@@ -113,7 +115,11 @@ class Dispatcher:
         #: decides the unloads of models idle past their keep_alive (seconds, by model
         #: id; read at each pass, so a live change applies at once)
         self.idle = IdleKeeper()
+        #: where each conversation of a model with replicas went (cache-aware routing)
+        self.replicas = ReplicaRouter()
         self.keep_alive_of = keep_alive_of
+        #: whether the catalogue keeps a model loaded (never unloaded for room)
+        self.kept_loaded = kept_loaded
         self.dropped_frames = 0
         self._drop_log = ThrottledLog(log)
         #: cleared at shutdown: new requests are refused, those admitted may still finish
@@ -236,9 +242,9 @@ class Dispatcher:
         if not compatible(job.capability, engines) and not self._engines_starting():
             raise self._no_engine(job.capability, bool(engines))
         if not self.queue.waiting_for(job.entry.id):
-            engine = self._place(job)
+            engine, _ = self._place(job)
             if engine is not None:
-                self._dispatch(job, engine)
+                self._dispatch_placed(job, engine)
                 return
         if len(self.queue) >= self.settings.max_queue:
             raise QueueFull(
@@ -246,6 +252,9 @@ class Dispatcher:
                 retry_after=self.settings.retry_after,
             )
         self.queue.append(job)
+        if job.replicas:
+            # the jobs waiting for the model may wait for another replica than this one
+            self._pump()
 
     async def drain(self, name: str, grace: float) -> int:
         """Stop giving an engine jobs, let its running ones finish for `grace` seconds,
@@ -357,9 +366,25 @@ class Dispatcher:
         """Engines that take new jobs."""
         return [e for e in self.registry.all() if not e.draining]
 
-    def _place(self, job: FrontJob) -> EngineRecord | None:
-        """The engine to dispatch to now, or None to wait for one's credit."""
+    def _place(self, job: FrontJob) -> tuple[EngineRecord | None, str]:
+        """The engine to dispatch to now, or None to wait for one's credit; and what the
+        job waits for (jobs after it that wait for the same go after it)."""
         serving = {e.name: e for e in self.serving()}
+        able = [serving[n] for n in job.replicas
+                if n in serving and job.capability in serving[n].capabilities]  # fmt: skip
+        if len(able) > 1:
+            replicas = [Replica(e.name, len(e.jobs), e.free) for e in able]
+            settings = self.settings
+            chosen_replica = self.replicas.pick(
+                settings.routing, settings.routing_load_bound, job.entry.id, job.affinity, replicas
+            )
+            target = serving[chosen_replica.name]
+            return (target if target.free else None), f"{job.entry.id}\0{target.name}"
+        if able:  # one replica serves: it owns the model while the others are away
+            job.owner = able[0].name
+        return self._place_owned(job, serving), job.entry.id
+
+    def _place_owned(self, job: FrontJob, serving: dict[str, EngineRecord]) -> EngineRecord | None:
         chosen = route(
             job.capability,
             job.entry.id,
@@ -380,6 +405,12 @@ class Dispatcher:
             )  # fmt: skip
         return target if target.free else None
 
+    def _dispatch_placed(self, job: FrontJob, engine: EngineRecord) -> None:
+        """Dispatch a job where _place chose: a conversation's replica is remembered."""
+        if job.replicas:
+            self.replicas.dispatched(job.entry.id, job.affinity, engine.name)
+        self._dispatch(job, engine)
+
     def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
         engine.jobs[job.id] = job
         job.dispatched = True
@@ -397,12 +428,14 @@ class Dispatcher:
                 return
             if job.entry.id in blocked:
                 continue
-            engine = self._place(job)
+            engine, waits_for = self._place(job)
+            if waits_for in blocked:  # an earlier job waits for the same replica
+                continue
             if engine is None:
-                blocked.add(job.entry.id)
+                blocked.add(waits_for)
                 continue
             self.queue.dispatched(job)
-            self._dispatch(job, engine)
+            self._dispatch_placed(job, engine)
 
     def _send(self, engine: EngineRecord, msg: Message) -> None:
         self._send_frames(engine, encode(msg))
@@ -676,12 +709,14 @@ class Dispatcher:
     def _ended(self, record: EngineRecord, job_id: int, outcome: Done) -> None:
         job = record.jobs.pop(job_id, None)
         if job is not None:
+            self.idle.used(record, job.entry.id, time.monotonic())
             job.finish(outcome, record.name)
         self._pump()
 
     def _failed(self, record: EngineRecord, msg: Fail) -> None:
         job = record.jobs.pop(msg.job_id, None)
         if job is not None:
+            self.idle.used(record, job.entry.id, time.monotonic())
             kind = FailKind.of(msg.kind)
             if kind.retryable and not (job.started or job.abandoned or job.outcome is not None):
                 job.dispatched = False
@@ -809,7 +844,7 @@ class Dispatcher:
     def _make_room(self) -> None:
         """Loads held back for room under the fleet's RAM cap, or a fleet over it: the
         fleet's least recently used idle models go, on whichever engines hold them."""
-        for record, model in self._room.sweep(self.registry.all()):
+        for record, model in self._room.sweep(self.registry.all(), self.kept_loaded):
             log.info("unloading idle %s on %s to make room under the RAM cap", model, record.name)
             self.control(record, ControlAction.UNLOAD, {"model": model})
 

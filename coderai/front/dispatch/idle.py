@@ -1,7 +1,8 @@
 """Idle unload: a model idle on an engine for its `keep_alive` seconds is unloaded (the
 entry's, else `models.keep_alive`; -1: never, as Ollama names it). A model kept loaded
-(`keep_loaded`) is never unloaded for idleness nor for room (engines and room.py treat it
-as busy); only an operator's Unload takes it.
+(`keep_loaded`: its keep_alive is -1, ModelDirectory.keep_alive_of) is never unloaded for
+idleness nor for room (engines and room.py treat it as busy); only an operator's Unload
+takes it.
 
 Decided by the front, which alone knows the catalogue's keep_alive and which models have
 jobs queued: pure functions over the engines' resident reports, with the time passed in.
@@ -12,7 +13,8 @@ it (on the front's clock: the heartbeat's arrival less its `idle_for`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from coderai.front.dispatch.registry import EngineRecord
@@ -34,9 +36,13 @@ def schedule(
     engines: list[EngineRecord],
     keep_alive_of: Callable[[str], float],
     waiting: Callable[[str], bool],
+    ended: Mapping[tuple[bytes, str], float] | None = None,
 ) -> tuple[list[Due], dict[str, dict[str, float | None]]]:
     """(what is due to unload, soonest first; each engine's models with when each will
-    unload, None for one that will not: kept loaded, never, or in use)."""
+    unload, None for one that will not: kept loaded, never, or in use). `ended`: when a
+    job of each (engine identity, model) last ended, which a heartbeat sent before it
+    does not yet count as a use."""
+    ended = ended or {}
     due: list[Due] = []
     shown: dict[str, dict[str, float | None]] = {}
     for engine in engines:
@@ -46,10 +52,12 @@ def schedule(
             model = str(r["model"])
             keep = keep_alive_of(model)
             in_use = bool(r["busy"]) or model in running or waiting(model)
-            if keep < 0 or r.get("kept") or in_use or (model in when and when[model] is None):
+            if keep < 0 or in_use or (model in when and when[model] is None):
                 when[model] = None  # one instance in use keeps the model
                 continue
-            at = engine.residents_at - float(r["idle_for"]) + keep
+            used = max(engine.residents_at - float(r["idle_for"]),
+                       ended.get((engine.identity, model), -math.inf))  # fmt: skip
+            at = used + keep
             if model not in when or at > (when[model] or at):
                 when[model] = at  # the instance used last decides
         shown[engine.name] = when
@@ -66,6 +74,12 @@ class IdleKeeper:
     asked: dict[tuple[bytes, int, str], float] = field(default_factory=dict)
     #: each engine's models with when each unloads (monotonic; None: it does not)
     schedule: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    #: (engine identity, model) -> when a job of it last ended there (monotonic)
+    ended: dict[tuple[bytes, str], float] = field(default_factory=dict)
+
+    def used(self, engine: EngineRecord, model: str, now: float) -> None:
+        """A job of this model ended on this engine now: its idleness starts here."""
+        self.ended[(engine.identity, model)] = now
 
     def unloads_at(self, unix_now: float, now: float) -> dict[str, dict[str, float | None]]:
         """The schedule in unix time, as the console shows it."""
@@ -84,8 +98,10 @@ class IdleKeeper:
     ) -> list[tuple[EngineRecord, str]]:
         """What to unload now: due models not asked for within `again_after` seconds
         (an engine may have found the model busy, and keeps it)."""
-        due, self.schedule = schedule(engines, keep_alive_of, waiting)
+        due, self.schedule = schedule(engines, keep_alive_of, waiting, self.ended)
         live = {(e.identity, e.epoch) for e in engines}
+        identities = {e.identity for e in engines}
+        self.ended = {k: at for k, at in self.ended.items() if k[0] in identities}
         self.asked = {k: at for k, at in self.asked.items()
                       if k[:2] in live and now - at < again_after}  # fmt: skip
         out = []

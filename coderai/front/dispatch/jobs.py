@@ -34,6 +34,10 @@ class FrontJob:
     message: Job
     #: the engine that owns this model (placement), if any
     owner: str | None = None
+    #: the engines of a model with replicas (placement), routed among by replicas.py
+    replicas: tuple[str, ...] = ()
+    #: which conversation it belongs to, for cache-aware routing (front/api/affinity.py)
+    affinity: str = ""
     #: the JOB encoded once, at admission: what cannot be encoded is refused up front
     frames: list[bytes] = field(default_factory=list)
     enqueued_at: float = field(default_factory=time.monotonic)

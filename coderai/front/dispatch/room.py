@@ -15,6 +15,7 @@ unload a second model for room already made."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coderai.common.eviction import ResidentView, plan_evictions
@@ -30,7 +31,9 @@ def _incarnation(engine: EngineRecord) -> Incarnation:
     return (engine.identity, engine.epoch)
 
 
-def room_evictions(engines: list[EngineRecord]) -> list[tuple[EngineRecord, str]]:
+def room_evictions(
+    engines: list[EngineRecord], kept: Callable[[str], bool] = lambda model: False
+) -> list[tuple[EngineRecord, str]]:
     """(engine, model) to unload, the fleet's least recently used idle models first, until
     the loads held back fit and the fleet is under its cap. Loads that could not fit even
     were every idle model gone are left to their wait (it ends in a 503): emptying the
@@ -57,7 +60,7 @@ def room_evictions(engines: list[EngineRecord]) -> list[tuple[EngineRecord, str]
             # different times, so raw idle_for values of two engines do not compare)
             last_used = engine.residents_at - float(r["idle_for"])
             # a job may be on its way; a model kept loaded is never unloaded for room
-            busy = bool(r["busy"]) or r["model"] in running or bool(r.get("kept"))
+            busy = bool(r["busy"]) or r["model"] in running or kept(r["model"])
             size = int(r["mb"] * MIB)
             if key in views:  # several instances of one model: one unload takes them all
                 _, _, seen = views[key]
@@ -85,7 +88,9 @@ class RoomKeeper:
     #: every engine under the cap has measured twice more
     settled_from: dict[Incarnation, int] | None = None
 
-    def sweep(self, engines: list[EngineRecord]) -> list[tuple[EngineRecord, str]]:
+    def sweep(
+        self, engines: list[EngineRecord], kept: Callable[[str], bool] = lambda model: False
+    ) -> list[tuple[EngineRecord, str]]:
         """What to unload now (nothing while earlier unloads are still settling)."""
         by_incarnation = {_incarnation(e): e for e in engines}
         for (who, model), asked_at in list(self.pending.items()):
@@ -103,7 +108,7 @@ class RoomKeeper:
             self.settled_from = {_incarnation(e): e.measures for e in capped}
         if any(e.measures < self.settled_from.get(_incarnation(e), 0) + 2 for e in capped):
             return []
-        asked = room_evictions(engines)
+        asked = room_evictions(engines, kept)
         if asked:
             self.pending = {(_incarnation(e), model): e.measures for e, model in asked}
             self.settled_from = None

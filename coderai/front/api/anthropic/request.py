@@ -7,7 +7,8 @@ prompt and text blocks become OpenAI-shape messages, `tool_use` blocks an assist
 Anthropic's own parameters are honoured or refused with a 400 naming them; keys it does
 not define are ignored. Accepted as asking nothing of this server: `cache_control`
 anywhere (the engines' prefix cache keeps every prompt's prefix anyway),
-`metadata.user_id`, `user_profile_id` and `workspace_id` (one tenant here),
+`user_profile_id` and `workspace_id` (one tenant here; `metadata.user_id` keeps a
+conversation on one replica of a model that has several),
 `service_tier`, `eager_input_streaming` (a tool's arguments stream in increments anyway).
 A `tool_result` marked `is_error` reaches the model with its content prefixed "Error: "
 (chat templates have no place for the flag).

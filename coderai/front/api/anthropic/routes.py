@@ -17,7 +17,7 @@ from coderai.bus.kinds import JobKind
 from coderai.catalogue.model_facts import sees_images
 from coderai.config import SearchConfig
 from coderai.errors import CoderaiError
-from coderai.front.api import event_relay
+from coderai.front.api import affinity, event_relay
 from coderai.front.api.anthropic import reply as anthropic_reply
 from coderai.front.api.anthropic.reply import MessageStream, message_id, refuse
 from coderai.front.api.anthropic.request import (
@@ -68,6 +68,7 @@ class AnthropicRoutes:
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         req = validate(MessagesRequest, await read_json(request), NOT_BUILT)
+        affinity.claim(req.metadata.user_id if req.metadata is not None else None)
         # Anthropic allows more stop sequences than chat completions' 4; the engine takes
         # any number, so they join the request after its checks
         chat = chat_request(req.chat_body(), RENAMES).model_copy(

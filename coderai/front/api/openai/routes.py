@@ -17,6 +17,7 @@ from coderai.bus.messages import Done
 from coderai.catalogue.entries import ModelEntry
 from coderai.catalogue.model_facts import ModelFacts, from_file, sees_images
 from coderai.errors import CoderaiError, ModelFileError
+from coderai.front.api import affinity
 from coderai.front.api.openai import choices, text_relay
 from coderai.front.api.openai.choices import ChoiceStream
 from coderai.front.api.openai.model_listing import Placement, model_object, placements
@@ -120,6 +121,7 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         req: ChatRequest = parse(ChatRequest, await read_json(request))
+        affinity.claim(req.prompt_cache_key, req.user)
         entry = await self.serving.resolve(req.model)
         await req.read_media(sees_images(entry), self.serving.media())
         notify(request, req.notices)

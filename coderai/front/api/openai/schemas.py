@@ -107,8 +107,10 @@ class _Sampling(_Body):
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
-    #: an end-user id, for abuse monitoring at OpenAI: accepted, and used for nothing yet
+    #: an end-user id (for abuse monitoring at OpenAI), and a conversation's key for its
+    #: prompt cache: here both keep a conversation on one replica (front/api/affinity.py)
     user: Text | None = None
+    prompt_cache_key: Text | None = None
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
 
     @field_validator("logit_bias")

@@ -6,8 +6,9 @@ chat's function tools and `text.format` a `response_format`.
 
 Nothing is stored, so nothing refers back to an earlier response: `previous_response_id`,
 `conversation`, `store: true` and `background` are refused with a 400 naming them, as is
-every other parameter this server does not build. Accepted as asking nothing:
-`user`, `safety_identifier`, `prompt_cache_key` (the prefix cache needs no key),
+every other parameter this server does not build. `prompt_cache_key`, `safety_identifier`
+and `user` keep a conversation on one replica of a model that has several (the prefix
+cache itself needs no key). Accepted as asking nothing:
 `stream_options` (deltas are not padded), `service_tier` `auto`/`default`; `metadata`
 is sent back on the response, as OpenAI does.
 
@@ -420,6 +421,10 @@ class ResponsesRequest(Body):
     stream: bool = False
     metadata: dict[str, Text] | None = Field(None, max_length=16)
     user: Text | None = None
+    #: keys of the conversation and of its end user: they keep a conversation on one
+    #: replica of its model (front/api/affinity.py)
+    prompt_cache_key: Text | None = None
+    safety_identifier: Text | None = None
     reasoning: Reasoning | None = None
     include: list[Literal["reasoning.encrypted_content"]] = Field(default_factory=list)
 

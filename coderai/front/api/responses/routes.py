@@ -11,7 +11,7 @@ from aiohttp import web
 
 from coderai.catalogue.model_facts import sees_images
 from coderai.errors import CoderaiError, InvalidRequest
-from coderai.front.api import event_relay
+from coderai.front.api import affinity, event_relay
 from coderai.front.api.responses import compaction
 from coderai.front.api.responses import reply as responses_reply
 from coderai.front.api.responses.reply import ResponseStream
@@ -75,6 +75,7 @@ class ResponsesRoutes:
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         req = validate(ResponsesRequest, await read_json(request), NOT_BUILT)
+        affinity.claim(req.prompt_cache_key, req.safety_identifier, req.user)
         chat = chat_request(req.chat_body(), RENAMES)
         entry = await self.serving.resolve(chat.model)
         await chat.read_media(sees_images(entry), self.serving.media())

@@ -8,6 +8,8 @@ import { on, state } from './live.js';
 /** What the console calls the settings it knows; others show their dotted name. */
 const LABELS = {
   'server.default_engine': ['Default engine', 'models without a pin go to it when it can run them'],
+  'server.routing': ['Replica routing', 'how requests for a model on several engines choose one'],
+  'server.routing_load_bound': ['Cache-aware load bound', 'jobs a conversation\'s replica may carry beyond the least loaded before it moves'],
   'server.max_parallel_requests': ['Concurrent requests per engine', 'an override per engine below'],
   'server.max_parallel_requests_overrides': ['Per engine', 'empty: the default above'],
   'models.max_model_instances': ['Copies of one model per engine', 'an override per engine below'],
@@ -28,7 +30,7 @@ const LABELS = {
 };
 /** Shown first, in this order, when the API offers them. */
 const FIRST = [
-  ['Routing', ['server.default_engine']],
+  ['Routing', ['server.default_engine', 'server.routing', 'server.routing_load_bound']],
   [
     'Concurrency',
     [
@@ -139,6 +141,10 @@ function makeControl(name, value, engines, vendors) {
       ? h('div', { class: 'overrides' }, rows.map(([vendor, high, resume]) => h('label', { class: 'override', 'data-vendor': vendor }, h('span', {}, vendor), 'pause at', high, 'go on below', resume)))
       : h('span', { class: 'muted' }, 'no GPU on this machine');
     return wrap(el, () => Object.fromEntries(rows.filter(([, high, resume]) => high.value !== '' && resume.value !== '').map(([vendor, high, resume]) => [vendor, { high: Number(high.value), resume: Number(resume.value) }])));
+  }
+  if (name === 'server.routing') {
+    const el = h('select', { name, 'aria-label': name }, ['cache_aware', 'round_robin', 'least_loaded'].map((n) => h('option', { value: n, selected: n === value }, n.replace('_', ' '))));
+    return wrap(el, () => el.value);
   }
   if (name === 'server.default_engine') {
     const names = ['', ...engines, ...(value && !engines.includes(value) ? [value] : [])];

@@ -57,6 +57,8 @@ def test_values_are_json_by_dotted_name_and_never_show_the_admin_key() -> None:
 def test_live_and_restart_settings_split_every_name() -> None:
     assert set(settings.LIVE_NAMES) == {
         "server.default_engine",
+        "server.routing",
+        "server.routing_load_bound",
         "server.max_parallel_requests",
         "server.max_parallel_requests_overrides",
         "server.max_queue",

@@ -12,7 +12,8 @@ from coderai.front.dispatch.idle import IdleKeeper, schedule
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.registry import EngineRecord
 
-KEEP = {"a": 10.0, "b": 10.0, "never": -1.0, "kept": 10.0, "queued": 10.0, "sent": 10.0}
+# a model kept loaded has keep_alive -1 (ModelDirectory.keep_alive_of)
+KEEP = {"a": 10.0, "b": 10.0, "never": -1.0, "kept": -1.0, "queued": 10.0, "sent": 10.0}
 
 
 def engine(name: str, residents: list[dict[str, Any]], at: float = 100.0) -> EngineRecord:
@@ -66,3 +67,14 @@ def test_an_unload_is_asked_once_then_again_only_if_the_model_stayed() -> None:
     # an engine that left: what was asked of it is forgotten
     assert keeper.sweep([], keep_alive, lambda m: False, 106.0, 3.0) == []
     assert keeper.asked == {}
+
+
+def test_a_job_that_ended_after_the_last_heartbeat_counts_as_a_use() -> None:
+    keeper = IdleKeeper()
+    e = engine("e", [resident("a", 9.5)])  # last used at 90.5 by this report: due at 100.5
+    keeper.used(e, "a", 99.0)  # a short job ended since, before the next report
+    assert keeper.sweep([e], keep_alive, lambda m: False, 100.6, 3.0) == []
+    assert keeper.schedule == {"e": {"a": 109.0}}
+    # an engine that left takes what was known of it along
+    keeper.sweep([], keep_alive, lambda m: False, 101.0, 3.0)
+    assert keeper.ended == {}

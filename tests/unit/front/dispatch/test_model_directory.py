@@ -96,3 +96,30 @@ def test_a_draft_model_is_sent_with_its_file_and_one_not_listed_is_refused(
         Catalogue(
             [ModelEntry(id="big", path=str(main), options={"speculative": {"draft": "tiny"}})]
         )
+
+
+def test_keep_alive_is_the_entrys_else_the_default_and_never_for_one_kept_loaded() -> None:
+    directory = directory_for([
+        ModelEntry(id="own", format="fake", alias="mine", keep_alive=30),
+        ModelEntry(id="plain", format="fake"),
+        ModelEntry(id="kept", format="fake", keep_alive=30, keep_loaded=True),
+    ])  # fmt: skip
+    assert directory.keep_alive_of("own", 300) == 30
+    assert directory.keep_alive_of("plain", 300) == 300
+    assert directory.keep_alive_of("kept", 300) == -1
+    assert directory.keep_alive_of("unknown", 300) == 300
+    assert directory.kept_loaded("kept") and not directory.kept_loaded("own")
+    for bad in (-2, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="keep_alive"):
+            ModelEntry(id="x", format="fake", keep_alive=bad)
+
+
+def test_an_entry_names_its_engines_or_a_count_of_replicas_not_both() -> None:
+    with pytest.raises(ValueError, match="not with replicas or engine"):
+        ModelEntry(id="x", format="fake", engines=["a"], replicas=2)
+    with pytest.raises(ValueError, match="twice"):
+        ModelEntry(id="x", format="fake", engines=["a", "a"])
+    replicated = directory_for([ModelEntry(id="r", format="fake", replicas=2)])
+    # one engine: a replica set of one is no set, and it is said
+    assert replicated.replicas_of(replicated.entry("r")) == ()
+    assert replicated.describe()[0]["warning"] == "asks for 2 replicas; 1 engine can run it"

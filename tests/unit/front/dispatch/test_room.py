@@ -91,6 +91,11 @@ def test_a_busy_model_never_goes_nor_one_with_a_job_on_its_way() -> None:
     assert names(room_evictions([a])) == [("a", "m")]
 
 
+def test_a_model_the_catalogue_keeps_loaded_never_goes() -> None:
+    a = engine("a", [idle("kept", 9), idle("m", 1)], room=-500)
+    assert names(room_evictions([a], kept=lambda model: model == "kept")) == [("a", "m")]
+
+
 def test_several_instances_of_one_model_are_one_unload() -> None:
     a = engine("a", [idle("m", 1, mb=100), idle("m", 3, mb=100)], room=-150)
     assert names(room_evictions([a])) == [("a", "m")]
