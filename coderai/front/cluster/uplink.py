@@ -54,6 +54,7 @@ from coderai.catalogue.file_format import required_capability
 from coderai.common.logthrottle import ThrottledLog
 from coderai.config import ClusterConfig
 from coderai.errors import BusProtocolError, CoderaiError, ConfigError
+from coderai.front.api import affinity
 from coderai.front.cluster import node
 from coderai.front.dispatch.catalogue import ModelDirectory
 from coderai.front.dispatch.dispatcher import Dispatcher
@@ -333,8 +334,11 @@ class NodeUplink:
         local_id = self.dispatcher.next_job_id()
         message = dataclasses.replace(msg, job_id=local_id, model=model)
         # a head shares its own admission fairly before it sends: its jobs are one tenant here
+        replicas = self.directory.replicas_of(entry) if owner is not None else ()
+        lead = affinity.leading_hash(message.messages, message.tools, message.prompt,
+                                     message.prompt_ids) if replicas else ""  # fmt: skip
         return FrontJob(local_id, entry, capability, message, owner, raw=True,
-                        tenant=f"head:{self.head}")  # fmt: skip
+                        tenant=f"head:{self.head}", replicas=replicas, affinity=lead)  # fmt: skip
 
     def _resolve(self, model: object) -> tuple[ModelEntry, dict[str, Any], str, str | None]:
         """A model the head names: the entry this node runs, the spec its engines get,

@@ -204,15 +204,19 @@ class AdminRoutes:
         return await asyncio.shield(self._save(self.catalogue_file, make))
 
     async def load_model(self, request: web.Request) -> web.Response:
-        """Its owner engine loads it now (as load_mode "load" does at start)."""
+        """Its owner engine loads it now (as load_mode "load" does at start); each of its
+        replicas' engines, for a model with replicas."""
         entry = self._entry_at(request)
         spec = self.directory.spec_of(entry)  # a file that cannot be used answers its 503
         owner = self.directory.owner_of(entry)
-        record = self.dispatcher.registry.by_name(owner) if owner else None
-        if record is None:
+        names = self.directory.replicas_of(entry) or ((owner,) if owner else ())
+        records = [r for n in names if (r := self.dispatcher.registry.by_name(n)) is not None]
+        if not records:
             raise NoEngine(f"no engine on the bus can run {entry.id!r} now")
-        self.dispatcher.control(record, ControlAction.LOAD, {"model": spec})
-        return web.json_response({"model": entry.id, "engine": record.name}, status=202)
+        for record in records:
+            self.dispatcher.control(record, ControlAction.LOAD, {"model": spec})
+        body = {"model": entry.id, "engine": records[0].name, "engines": [r.name for r in records]}
+        return web.json_response(body, status=202)
 
     async def unload_model(self, request: web.Request) -> web.Response:
         """Every engine unloads the model's idle instances (busy ones finish first)."""

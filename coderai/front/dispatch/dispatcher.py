@@ -241,6 +241,8 @@ class Dispatcher:
         engines = self.serving()
         if not compatible(job.capability, engines) and not self._engines_starting():
             raise self._no_engine(job.capability, bool(engines))
+        if job.replicas and self.queue.waiting_for(job.entry.id):
+            self._pump()  # earlier jobs of the model first, where a replica has room
         if not self.queue.waiting_for(job.entry.id):
             engine, _ = self._place(job)
             if engine is not None:
@@ -252,9 +254,6 @@ class Dispatcher:
                 retry_after=self.settings.retry_after,
             )
         self.queue.append(job)
-        if job.replicas:
-            # the jobs waiting for the model may wait for another replica than this one
-            self._pump()
 
     async def drain(self, name: str, grace: float) -> int:
         """Stop giving an engine jobs, let its running ones finish for `grace` seconds,
@@ -373,12 +372,16 @@ class Dispatcher:
         able = [serving[n] for n in job.replicas
                 if n in serving and job.capability in serving[n].capabilities]  # fmt: skip
         if len(able) > 1:
+            if not any(e.free for e in able):
+                return None, job.entry.id  # every replica is full: nothing to choose yet
             replicas = [Replica(e.name, len(e.jobs), e.free) for e in able]
             settings = self.settings
             chosen_replica = self.replicas.pick(
                 settings.routing, settings.routing_load_bound, job.entry.id, job.affinity, replicas
             )
             target = serving[chosen_replica.name]
+            # a conversation that waits for its full replica: later jobs of the model that
+            # would go to another may (they wait for another replica)
             return (target if target.free else None), f"{job.entry.id}\0{target.name}"
         if able:  # one replica serves: it owns the model while the others are away
             job.owner = able[0].name

@@ -52,7 +52,10 @@ def schedule(
             model = str(r["model"])
             keep = keep_alive_of(model)
             in_use = bool(r["busy"]) or model in running or waiting(model)
-            if keep < 0 or in_use or (model in when and when[model] is None):
+            # kept: by this front's catalogue (keep_alive_of), or by the spec the engine
+            # was sent (a head's model on a node)
+            kept = keep < 0 or bool(r.get("kept"))
+            if kept or in_use or (model in when and when[model] is None):
                 when[model] = None  # one instance in use keeps the model
                 continue
             used = max(engine.residents_at - float(r["idle_for"]),

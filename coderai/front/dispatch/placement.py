@@ -110,7 +110,8 @@ def _place_listed(
         _own(out, load, model, chosen[0])
         for name in chosen[1:]:
             load[name] += 1
-        out.replicas[model.route_key] = tuple(chosen)
+        if len(chosen) > 1:  # one engine: it owns the model, as a pin would
+            out.replicas[model.route_key] = tuple(chosen)
 
 
 def _add_replicas(

@@ -5,11 +5,14 @@ The policy is `server.routing`:
   affinity (the client's own key where it sends one, else a hash of the prompt's leading
   block: front/api/affinity.py) is remembered with the replica it last went to, and goes
   there again, unless that replica carries more than `server.routing_load_bound` jobs more
-  than the least loaded one: then it moves there (and is remembered there). An affinity
-  seen first goes to the least loaded replica, of those the one home to the fewest
-  conversations, so conversations spread evenly before they are busy.
+  than the least loaded one, or has no free slot while another has: then it moves to the
+  least loaded (and is remembered there). An affinity seen first goes to the least loaded
+  replica, of those the one home to the fewest conversations, so conversations spread
+  evenly before they are busy.
 - `round_robin`: each replica in turn, passing over one without free credit.
 - `least_loaded`: the replica with the fewest jobs.
+"Least loaded" is of the replicas with a free slot where any has one (replicas may have
+different slots), then by jobs.
 
 A replica's load is the jobs the front has sent it that have not ended. The decision is a
 pure function (`choose`); `ReplicaRouter` owns what it remembers.
@@ -53,7 +56,7 @@ def choose(
     `home`: where its affinity last went; `homes`: how many conversations each replica is
     home to; `turn`: the model's round-robin counter."""
     assert replicas, "a model with replicas routes among those serving"
-    least = min(replicas, key=lambda r: (r.load, homes.get(r.name, 0)))
+    least = min(replicas, key=lambda r: (r.free == 0, r.load, homes.get(r.name, 0)))
     if policy == "least_loaded":
         return least
     if policy == "round_robin":
@@ -61,7 +64,7 @@ def choose(
         ring = [replicas[(turn + i) % n] for i in range(n)]
         return next((r for r in ring if r.free), ring[0])
     current = next((r for r in replicas if r.name == home), None)
-    if current is None or current.load - least.load > bound:
+    if current is None or current.load - least.load > bound or (not current.free and least.free):
         return least
     return current
 

@@ -60,7 +60,8 @@ def room_evictions(
             # different times, so raw idle_for values of two engines do not compare)
             last_used = engine.residents_at - float(r["idle_for"])
             # a job may be on its way; a model kept loaded is never unloaded for room
-            busy = bool(r["busy"]) or r["model"] in running or kept(r["model"])
+            busy = (bool(r["busy"]) or r["model"] in running or kept(r["model"])
+                    or bool(r.get("kept")))  # a head's model on a node: its spec says  # fmt: skip
             size = int(r["mb"] * MIB)
             if key in views:  # several instances of one model: one unload takes them all
                 _, _, seen = views[key]

@@ -62,9 +62,18 @@ def test_cache_aware_keeps_a_conversation_home_until_its_load_passes_the_bound()
     replicas = [r("a", load=6, free=2), r("b", load=1, free=7)]
     pick = choose("cache_aware", replicas, home="a", homes={}, turn=0, bound=4)
     assert pick.name == "b"  # 6 - 1 > 4: it moves
-    # a full home within the bound is waited for: its cache is worth more than the wait
+    # a full home is left for a replica with room, within the bound too
     replicas = [r("a", load=8, free=0), r("b", load=5, free=3)]
+    assert choose("cache_aware", replicas, home="a", homes={}, turn=0, bound=4).name == "b"
+    # every replica full: the home is waited for
+    replicas = [r("a", load=8, free=0), r("b", load=8, free=0)]
     assert choose("cache_aware", replicas, home="a", homes={}, turn=0, bound=4).name == "a"
+
+
+def test_the_least_loaded_is_one_with_room_where_slots_differ() -> None:
+    replicas = [r("radeon", load=2, free=0), r("nvidia", load=3, free=13)]
+    for policy in ("least_loaded", "cache_aware"):
+        assert choose(policy, replicas, home=None, homes={}, turn=0, bound=4).name == "nvidia"
 
 
 def test_a_new_conversation_goes_to_the_least_loaded_then_the_least_homed() -> None:
