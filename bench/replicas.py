@@ -2,7 +2,7 @@
 long system prompt, under each routing policy.
 
     python -m bench.replicas [--agents 8] [--turns 4] [--system-tokens 2048]
-                             [--max-tokens 32] [--setups one_1t,one_2t,cache_aware,...]
+                             [--max-tokens 32] [--think 0] [--setups one_1t,one_2t,...]
                              [--out PATH]
 
 Setups, each a fresh `coderai run` on the embedded SmolLM2 (8 slots, one unified cache
@@ -13,7 +13,9 @@ large enough for every agent's conversation, weight repacking off), run one afte
   each, `server.routing` set to that policy.
 `--agents` agents start together; each sends a turn (its system prompt, its conversation so
 far and a new user message, streamed, greedy, `--max-tokens`), and its next as soon as the
-answer ends, `--turns` times. The work, prompts and pacing are the same in every setup.
+answer ends (or after a pause of up to `--think` seconds, drawn per agent and turn from a
+seeded generator: the same pauses in every setup), `--turns` times. The work, prompts and
+pacing are the same in every setup.
 
 Reported per setup: wall seconds, aggregate output tokens per second and turns per minute,
 the prefix-cache hit rate of the warm turns (every turn after an agent's first: cached
@@ -78,11 +80,14 @@ def start(setup: str, context: int) -> BenchServer:
 
 
 async def agent(
-    url: str, session: aiohttp.ClientSession, system: str, turns: int, max_tokens: int
-) -> list[dict[str, Any]]:
+    url: str, session: aiohttp.ClientSession, system: str, turns: int, max_tokens: int,
+    pauses: list[float],
+) -> list[dict[str, Any]]:  # fmt: skip
     messages = [{"role": "system", "content": system}]
     out = []
     for turn in range(turns):
+        if turn and pauses[turn]:
+            await asyncio.sleep(pauses[turn])
         ask = f"Turn {turn}: continue the numbered list of tasks, one per line."
         messages.append({"role": "user", "content": ask})
         body = {"model": "smol", "messages": messages, "max_tokens": max_tokens,
@@ -102,11 +107,16 @@ async def agent(
     return out
 
 
-async def run(url: str, systems: list[str], turns: int, max_tokens: int) -> dict[str, Any]:
+async def run(
+    url: str, systems: list[str], turns: int, max_tokens: int, think: float
+) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=3600)
+    rng = random.Random(47)
+    pauses = [[rng.uniform(0, think) for _ in range(turns)] for _ in systems]
     async with aiohttp.ClientSession(timeout=timeout) as session:
         began = time.perf_counter()
-        done = await asyncio.gather(*(agent(url, session, s, turns, max_tokens) for s in systems))
+        done = await asyncio.gather(*(agent(url, session, s, turns, max_tokens, p)
+                                      for s, p in zip(systems, pauses, strict=True)))  # fmt: skip
         wall = time.perf_counter() - began
     turns_all = [t for agent_turns in done for t in agent_turns]
     warm = [t for t in turns_all if t["turn"] > 0]
@@ -132,6 +142,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--system-tokens", type=int, default=2048)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--think", type=float, default=0.0)
     parser.add_argument("--setups", default=",".join(SETUPS))
     parser.add_argument("--out", type=Path, default=RESULTS / "replicas.json")
     args = parser.parse_args()
@@ -146,7 +157,9 @@ def main() -> None:
     for setup in args.setups.split(","):
         server = start(setup, context)
         try:
-            results[setup] = asyncio.run(run(server.url, systems, args.turns, args.max_tokens))
+            results[setup] = asyncio.run(
+                run(server.url, systems, args.turns, args.max_tokens, args.think)
+            )
         finally:
             server.stop()
         print(setup, results[setup], flush=True)
@@ -169,7 +182,8 @@ def main() -> None:
         ratios[setup] = mine
     result = {
         "agents": args.agents, "turns": args.turns, "system_tokens": args.system_tokens,
-        "max_tokens": args.max_tokens, "context": context, "slots": SLOTS,
+        "max_tokens": args.max_tokens, "think_s": args.think, "context": context,
+        "slots": SLOTS,
         "setups": results, "ratios": ratios,
     }  # fmt: skip
     save(result, args.out)

@@ -202,16 +202,24 @@ def test_a_pull_shows_its_progress_and_the_machines_models_are_found_and_added(
     )
 
 
-def test_a_model_added_in_the_console_loads_in_view_then_unloads_and_goes(console: Page) -> None:
+def add_fake_model(console: Page, model_id: str, **fields: str) -> Locator:
+    """Add a fake model pinned to alpha from the Models page, the form's other fields
+    filled by label; its row."""
     console.goto("/#/models")
     console.get_by_role("button", name="Add model").click()
     form = console.get_by_test_id("model-form")
-    form.get_by_label("ID", exact=True).fill("added")
+    form.get_by_label("ID", exact=True).fill(model_id)
     form.get_by_label("Format").select_option("fake")
     form.get_by_label("Pinned to").select_option("alpha")
-    form.get_by_label("Options (JSON)").fill('{"load_seconds": 3, "output_tokens": 4}')
+    for label, value in fields.items():
+        form.get_by_label(label).fill(value)
     form.get_by_role("button", name="Add").click()
-    row = console.locator("tr[data-model=added]")
+    return console.locator(f"tr[data-model={model_id}]")
+
+
+def test_a_model_added_in_the_console_loads_in_view_then_unloads_and_goes(console: Page) -> None:
+    options = '{"load_seconds": 3, "output_tokens": 4}'
+    row = add_fake_model(console, "added", **{"Options (JSON)": options})
     expect(row).to_contain_text("not loaded")
     row.get_by_role("button", name="Load", exact=True).click()
     # the load runs on the engine; the page shows its progress as the feed brings it
@@ -225,15 +233,7 @@ def test_a_model_added_in_the_console_loads_in_view_then_unloads_and_goes(consol
 
 
 def test_a_model_with_a_keep_alive_shows_when_it_unloads_then_unloads(console: Page) -> None:
-    console.goto("/#/models")
-    console.get_by_role("button", name="Add model").click()
-    form = console.get_by_test_id("model-form")
-    form.get_by_label("ID", exact=True).fill("brief")
-    form.get_by_label("Format").select_option("fake")
-    form.get_by_label("Pinned to").select_option("alpha")
-    form.get_by_label("Unload after idle (s)").fill("4")
-    form.get_by_role("button", name="Add").click()
-    row = console.locator("tr[data-model=brief]")
+    row = add_fake_model(console, "brief", **{"Unload after idle (s)": "4"})
     row.get_by_role("button", name="Load", exact=True).click()
     # idle from its load: the front's schedule names the time, then the unload comes
     expect(row).to_contain_text(re.compile(r"loaded on alpha · unloads \S"))

@@ -12,15 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
 from coderai.front.auth.budgets import day_reset
-from tests.integration.front.console.test_console_auth import MODELS, coderai
+from tests.integration.front.console.test_console_auth import (
+    KEY,
+    MODELS,
+    admin,
+    coderai,
+    new_key,
+)
 from tests.support.server import Server
 
-KEY = "admin-key-for-budgets"
 ASK = [{"role": "user", "content": "x"}]
 
 
@@ -38,18 +42,6 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
     finally:
         server.stop()
-
-
-def admin(srv: Server) -> httpx.Client:
-    return httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {KEY}"})
-
-
-def new_key(srv: Server, **fields: Any) -> dict[str, Any]:
-    with admin(srv) as client:
-        answer = client.post("/admin/api/keys", json={"name": "team", **fields})
-    assert answer.status_code == 201, answer.text
-    body: dict[str, Any] = answer.json()
-    return body
 
 
 @pytest.fixture
