@@ -26,7 +26,7 @@ BY_BACKEND: Mapping[str, frozenset[str]] = {
         "n_ctx", "n_batch", "parallel", "reserve_tokens", "prefix_cache_tokens",
         "prefill_step_ms", "n_threads", "n_threads_batch", "n_gpu_layers", "kv_cache",
         "flash_attn", "extra_buffer_types", "swa_full", "checkpoints", "checkpoint_every",
-        "prompt_cache_ram_mb", "speculative", "draft_length", "mmproj",
+        "prompt_cache_ram_mb", "prompt_cache_disk_mb", "speculative", "draft_length", "mmproj",
     }),
     "transformers": frozenset({"dtype", "max_gpu_percent", "balanced_gpu_percent", "max_vram"}),
     "fake": frozenset({

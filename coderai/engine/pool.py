@@ -376,4 +376,11 @@ class ModelPool:
         return bool(self.resident.get(key))
 
     def close(self) -> None:
+        """The engine stops (on the scheduler thread): each model keeps what it would lose
+        where it can (persist), then the loader goes."""
+        for resident in [r for rs in self.resident.values() for r in rs]:
+            try:
+                resident.instance.persist()
+            except Exception:  # one model's failure must not keep the others from theirs
+                log.exception("model %s could not keep its state", resident.model_id)
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -38,6 +38,8 @@ _MODEL_GAUGES = {
     "checkpoint_bytes": ("coderai_checkpoint_bytes", "Bytes of the checkpoints kept"),
     "ram_cache_entries": ("coderai_ram_cache_entries", "Prompt states saved in host RAM"),
     "ram_cache_bytes": ("coderai_ram_cache_bytes", "Bytes of prompt state saved in host RAM"),
+    "disk_cache_entries": ("coderai_disk_cache_entries", "Prompt states kept on disk"),
+    "disk_cache_bytes": ("coderai_disk_cache_bytes", "Bytes of prompt state kept on disk"),
 }
 _MODEL_COUNTERS = {
     "preempted": ("coderai_sequences_preempted", "Sequences whose KV cells were taken back"),
@@ -53,6 +55,8 @@ _MODEL_COUNTERS = {
     "ram_cache_saves": ("coderai_ram_cache_saves", "Prompt states saved to host RAM"),
     "ram_cache_hits": ("coderai_ram_cache_hits", "Sequences started from a state in host RAM"),
     "ram_cache_tokens": ("coderai_ram_cache_tokens", "Prompt tokens restored from host RAM"),
+    "disk_cache_writes": ("coderai_disk_cache_writes", "Prompt states written to disk"),
+    "disk_cache_loads": ("coderai_disk_cache_loads", "Prompt states read back from disk"),
     "ram_cache_restore_ms": (
         "coderai_ram_cache_restore_milliseconds",
         "Time spent restoring prompt state from host RAM",

@@ -228,6 +228,10 @@ class ModelInstance(abc.ABC):
     def unloaded(self) -> None:  # noqa: B027 - optional hook
         """The pool let the instance go (its memory goes with the last reference)."""
 
+    def persist(self) -> None:  # noqa: B027 - optional hook
+        """The engine stops: keep what would be lost where it outlives the process (the
+        llama.cpp backend's prompt cache on disk). On the scheduler thread."""
+
     #: the model's tool-call format (tool_parse.FORMATS) for tool_choice "auto"
     tool_format: str = "hermes"
     #: how it writes its reasoning (reasoning.REASONING_FORMATS), for chat jobs

@@ -40,11 +40,12 @@ from coderai.engine.backends.base import (
     check_input_lengths,
     input_ids,
 )
-from coderai.engine.backends.llamacpp import attention
+from coderai.engine.backends.llamacpp import attention, disk_cache
 from coderai.engine.backends.llamacpp.attention import ATTENTION
 from coderai.engine.backends.llamacpp.batch import LlamaCppBatchInstance
+from coderai.engine.backends.llamacpp.disk_cache import DiskCache
 from coderai.engine.backends.llamacpp.draft import Drafter
-from coderai.engine.backends.llamacpp.machine import FILES
+from coderai.engine.backends.llamacpp.machine import FILES, STATE_VARIABLE
 from coderai.engine.backends.llamacpp.repack import KERNELS
 from coderai.engine.backends.llamacpp.settings import BatchSettings
 from coderai.engine.backends.llamacpp.vision import Projector
@@ -206,8 +207,18 @@ class LlamaCppBackend(Backend):
             else int(options["draft_length"]),
         )
         drafter = Drafter(draft, model, params) if draft is not None else None
+        compat = {"model": str(path.resolve()), "size": path.stat().st_size,
+                  "mtime_ns": path.stat().st_mtime_ns, "build": llama_cpp.__version__,
+                  "kv": kv, "flash": flash, "swa_full": swa_full}  # fmt: skip
+        disk = _disk_cache(compat, options.get("prompt_cache_disk_mb"))
         instance = LlamaCppBatchInstance(
-            model, context, settings, drafter=drafter, projector=projector, options=options
+            model,
+            context,
+            settings,
+            drafter=drafter,
+            projector=projector,
+            options=options,
+            disk=disk,
         )
         instance.attention = chosen
         return instance
@@ -342,6 +353,17 @@ def _speculative(option: object) -> tuple[bool, Path | None]:
         f'speculative must be "ngram" or {{"draft": "<model id>"}}, not {option!r}',
         kind="bad_model",
     )
+
+
+def _disk_cache(compat: dict[str, Any], megabytes: object) -> DiskCache | None:
+    """A model's prompt cache on disk, in its front's state folder: the entry's
+    `prompt_cache_disk_mb` bounds it (0 turns it off), else disk_cache.DEFAULT_MB. None
+    for an engine no front's state folder was given (an instance made outside a server)."""
+    state = os.environ.get(STATE_VARIABLE)
+    size = disk_cache.DEFAULT_MB if megabytes is None else int(cast(Any, megabytes))
+    if not state or size <= 0:
+        return None
+    return DiskCache(Path(state) / "prompt-cache", compat, size << 20)
 
 
 def _ram_cache_bytes(megabytes: object) -> int:

@@ -41,6 +41,7 @@ from coderai.engine.backends.base import (
 from coderai.engine.backends.llamacpp.attention import ATTENTION, Choice
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Memory
+from coderai.engine.backends.llamacpp.disk_cache import DiskCache
 from coderai.engine.backends.llamacpp.draft import Drafter
 from coderai.engine.backends.llamacpp.host_tier import HostTier
 from coderai.engine.backends.llamacpp.kv import cells_needed
@@ -71,6 +72,7 @@ class LlamaCppBatchInstance(ModelInstance):
         drafter: Drafter | None = None,
         projector: Projector | None = None,
         options: dict[str, Any] | None = None,
+        disk: DiskCache | None = None,
     ) -> None:
         import llama_cpp
 
@@ -121,7 +123,9 @@ class LlamaCppBatchInstance(ModelInstance):
         # what parks and restores cost, measured as it runs (the runner's prompt tokens)
         parking = Parking(share, lambda: self.runner.per_token)
         ram = RamCache(settings.ram_bytes) if settings.ram_bytes > 0 else None
-        self.host = HostTier(ram, self.cache, parking) if ram is not None else None
+        self.host = HostTier(ram, self.cache, parking, disk) if ram is not None else None
+        if disk is not None and self.host is not None:
+            disk.open()
         # a recurrent state cannot drop the drafts it rejects
         speculative = settings.speculative or drafter is not None
         self.speculation = Speculation(
@@ -214,7 +218,12 @@ class LlamaCppBatchInstance(ModelInstance):
         self._free_images(slot.images)
         self.planner.release(slot)
 
+    def persist(self) -> None:
+        if self.host is not None:
+            self.host.persist()
+
     def unloaded(self) -> None:
+        self.persist()  # a model swapped out: its prefixes wait on disk for its return
         KERNELS.released(self.model_id)
         ATTENTION.released(self.model_id)
         if self.projector is not None:

@@ -21,6 +21,7 @@ import time
 
 from coderai.engine.backends.llamacpp.cache_manager import CacheManager
 from coderai.engine.backends.llamacpp.checkpoints import Held, Memory, reusable
+from coderai.engine.backends.llamacpp.disk_cache import DiskCache
 from coderai.engine.backends.llamacpp.llama_memory import WHOLE
 from coderai.engine.backends.llamacpp.parking import Parking
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
@@ -48,8 +49,13 @@ def worth_taking(
 
 
 class HostTier:
-    def __init__(self, ram: RamCache, cache: CacheManager, parking: Parking) -> None:
+    def __init__(
+        self, ram: RamCache, cache: CacheManager, parking: Parking, disk: DiskCache | None = None
+    ) -> None:
         self.ram = ram
+        #: every state RAM takes is written here too, and read back into RAM for a prompt
+        #: it goes on (disk_cache.py); None: off
+        self.disk = disk
         self.cache = cache
         #: what a prompt token and a cell's save cost, as measured (parking.py)
         self.parking = parking
@@ -97,7 +103,11 @@ class HostTier:
         if self.policy.memory is Memory.WINDOW:  # llama.cpp writes the cells the window sees
             held = Held(max(held.first, held.end - self.policy.sliding_window), held.end)
         saved = Saved(list(tokens), data, held, points, start)
-        return saved.size if self.ram.put(saved) else 0
+        if not self.ram.put(saved):
+            return 0
+        if self.disk is not None:
+            self.disk.save(saved)
+        return saved.size
 
     def _entry_let_go(self, entry: int, tokens: list[int], shared: int) -> None:
         """An entry a sequence started from goes: where it held many more tokens than are
@@ -140,11 +150,33 @@ class HostTier:
     def recall(self, seq_id: int, tokens: list[int], have: int) -> int:
         """Go on from a state saved here where that gives more of a sequence's `tokens`
         than the `have` its cells hold; the tokens its cells hold then."""
+        if self.disk is not None:
+            self._from_disk(tokens, have)
         if self.policy.saves_tails:
             while (more := self._recall_tail(seq_id, tokens, have)) > have:
                 have = more  # a conversation's turns, saved one by one
             return have
         return self._recall_whole(seq_id, tokens, have)
+
+    def _from_disk(self, tokens: list[int], have: int) -> None:
+        """States on disk that hold more of these tokens than the sequence has, and RAM
+        does not hold, are read into RAM (recall then restores them as RAM hits)."""
+        assert self.disk is not None
+        for entry in self.disk.candidates(tokens, have):
+            if not self.ram.holds(list(entry.tokens), entry.start):
+                saved = self.disk.load(entry)
+                if saved is not None:
+                    self.ram.put(saved)
+
+    def persist(self) -> None:
+        """Before the instance goes (an unload, a shutdown): the prefixes the cache holds
+        are saved, so that they reach the disk, and the disk's writes are waited for."""
+        if self.disk is None:
+            return
+        self.new_round()
+        self.park_idle(set())
+        self.disk.flush()
+        self.disk.close()
 
     def _gives(self, saved: Saved, common: int) -> int:
         taken = [c.tokens for c in saved.checkpoints]
@@ -225,4 +257,5 @@ class HostTier:
             "ram_cache_hits": ram.hits,
             "ram_cache_tokens": ram.restored_tokens,
             "ram_cache_restore_ms": ram.restore_ms,
+            **(self.disk.stats() if self.disk is not None else {}),
         }

@@ -116,6 +116,10 @@ class RamCache:
         """Of two states that give as many tokens, the smaller is restored sooner."""
         return gives, -self._entries[key].size
 
+    def holds(self, tokens: list[int], start: int) -> bool:
+        """Whether this very state (these tokens, from `start`) is kept."""
+        return any(s.start == start and s.tokens == tokens for s in self._entries.values())
+
     def covers(self, tokens: list[int], most: int) -> bool:
         """Whether a saved state from the start, of no more than `most` tokens, holds all
         of `tokens` (a sequence that has none of their cells can be given them at little

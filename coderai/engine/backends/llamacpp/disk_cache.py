@@ -1,0 +1,285 @@
+"""Prompt state on disk, below host RAM: each state the RAM cache keeps is also written
+here, by a thread of its own (never on the step path), so that a conversation's prefix
+outlives the engine: after a server or engine restart, or a model swap, its next turn
+restores the state from disk (into RAM, then as a RAM hit: host_tier.py) instead of
+reading its prompt again.
+
+Files live in the state folder, `prompt-cache/<compat>/`, one per saved state, named by
+a digest of what it holds. A file's header names what it belongs to (`compat`: the model
+file's path, size and modification time, the llama.cpp build, the KV cache's types and
+layout), the tokens it holds, and a digest of its bytes. A file whose header names
+something else (a foreign file), that cannot be read, or whose bytes do not match their
+digest (a corrupt one) is named in the log and deleted. The folder is bounded in bytes;
+the least recently used files go first (a file's modification time is touched when it is
+restored).
+
+Format: MAGIC, the header's length (4 bytes, little-endian), the header (JSON), the
+state's bytes, then each checkpoint's bytes in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import queue
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
+from coderai.engine.backends.llamacpp.prefix_cache import common_prefix
+from coderai.engine.backends.llamacpp.ram_cache import Saved
+
+log = logging.getLogger("coderai.engine")
+
+MAGIC = b"CAIPC1\n\0"
+SUFFIX = ".state"
+#: a header larger than this is no header of ours
+MOST_HEADER = 64 << 20
+
+
+#: the folder's bound where the entry sets none
+DEFAULT_MB = 4096
+
+
+class Unreadable(Exception):
+    """A file that is not a state of this cache: why, for the log."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A state on disk, as the index knows it (its bytes stay in the file)."""
+
+    name: str
+    tokens: tuple[int, ...]
+    start: int
+    size: int
+
+
+def compat_key(compat: dict[str, Any]) -> str:
+    """The folder a compat's files live in (pure)."""
+    text = json.dumps(compat, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def file_name(tokens: list[int], start: int) -> str:
+    """A state's file, named by what it holds (pure): the same state is one file."""
+    digest = hashlib.blake2b(struct.pack(f"<q{len(tokens)}i", start, *tokens), digest_size=16)
+    return digest.hexdigest() + SUFFIX
+
+
+def encode(saved: Saved, compat: dict[str, Any]) -> bytes:
+    """A saved state as its file's bytes (pure)."""
+    blobs = [bytes(saved.data), *(bytes(c.data) for c in saved.checkpoints)]
+    digest = hashlib.blake2b(digest_size=16)
+    for blob in blobs:
+        digest.update(blob)
+    header = json.dumps({
+        "compat": compat,
+        "tokens": saved.tokens,
+        "start": saved.start,
+        "held": [saved.held.first, saved.held.end],
+        "sizes": [len(b) for b in blobs],
+        "checkpoints": [c.tokens for c in saved.checkpoints],
+        "digest": digest.hexdigest(),
+    }).encode()  # fmt: skip
+    return b"".join([MAGIC, struct.pack("<I", len(header)), header, *blobs])
+
+
+def read_header(raw: bytes, compat: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A file's header, checked against this cache's compat, and where its bytes begin
+    (pure); raises Unreadable."""
+    if raw[: len(MAGIC)] != MAGIC:
+        raise Unreadable("not a prompt-cache file")
+    begin = len(MAGIC) + 4
+    (length,) = struct.unpack_from("<I", raw, len(MAGIC)) if len(raw) >= begin else (-1,)
+    if not 0 < length <= MOST_HEADER or len(raw) < begin + length:
+        raise Unreadable("its header is cut short")
+    try:
+        header = json.loads(raw[begin : begin + length])
+        tokens, start, sizes = header["tokens"], header["start"], header["sizes"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Unreadable(f"its header cannot be read ({exc})") from None
+    if header.get("compat") != compat:
+        raise Unreadable("it belongs to another model file, llama.cpp build or cache layout")
+    if not (isinstance(tokens, list) and all(type(t) is int for t in tokens)
+            and type(start) is int and 0 <= start < len(tokens)
+            and isinstance(sizes, list) and all(type(s) is int and s >= 0 for s in sizes)
+            and len(sizes) == 1 + len(header.get("checkpoints", []))):  # fmt: skip
+        raise Unreadable("its header holds values out of shape")
+    return header, begin + length
+
+
+def decode(raw: bytes, compat: dict[str, Any]) -> Saved:
+    """A file's bytes as a saved state, its digest checked (pure); raises Unreadable."""
+    header, at = read_header(raw, compat)
+    sizes = header["sizes"]
+    if len(raw) != at + sum(sizes):
+        raise Unreadable(f"it holds {len(raw) - at} bytes of state, not {sum(sizes)}")
+    blobs, digest = [], hashlib.blake2b(digest_size=16)
+    for size in sizes:
+        blob = bytearray(raw[at : at + size])
+        digest.update(blob)
+        blobs.append(blob)
+        at += size
+    if digest.hexdigest() != header["digest"]:
+        raise Unreadable("its bytes do not match their digest")
+    first, end = header["held"]
+    marks = header["checkpoints"]
+    points = [Checkpoint(n, blob) for n, blob in zip(marks, blobs[1:], strict=True)]
+    return Saved(list(header["tokens"]), blobs[0], Held(first, end), points, header["start"])
+
+
+class DiskCache:
+    """One model instance's states on disk: the index, the writer thread, the bound."""
+
+    def __init__(self, root: Path, compat: dict[str, Any], max_bytes: int) -> None:
+        self.compat = compat
+        self.folder = root / compat_key(compat)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        #: name -> entry, least recently used first (modification time)
+        self._index: dict[str, Entry] = {}
+        self.bytes = 0
+        self.writes = 0
+        self.loads = 0
+        self.dropped = 0
+        self._queue: queue.Queue[Saved | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
+
+    def open(self) -> None:
+        """Read every file's header (deleting what is not ours), then start the writer."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        found: list[tuple[float, Entry]] = []
+        for path in self.folder.iterdir():
+            if path.suffix != SUFFIX:
+                if path.name.endswith(".tmp"):
+                    path.unlink(missing_ok=True)  # a write cut short
+                continue
+            try:
+                with path.open("rb") as f:
+                    head = f.read(len(MAGIC) + 4)
+                    whole = len(head) == len(MAGIC) + 4
+                    length = struct.unpack_from("<I", head, len(MAGIC))[0] if whole else 0
+                    raw = head + f.read(min(length, MOST_HEADER))
+                header, _ = read_header(raw, self.compat)
+                stat = path.stat()
+            except (OSError, Unreadable) as exc:
+                self._discard(path, str(exc))
+                continue
+            entry = Entry(path.name, tuple(header["tokens"]), header["start"], stat.st_size)
+            found.append((stat.st_mtime, entry))
+        for _, entry in sorted(found, key=lambda item: item[0]):
+            self._index[entry.name] = entry
+            self.bytes += entry.size
+        self._writer = threading.Thread(target=self._writing, name="disk-cache", daemon=True)
+        self._writer.start()
+
+    def _discard(self, path: Path, why: str) -> None:
+        log.warning("prompt cache: %s is not used and is deleted: %s", path.name, why)
+        path.unlink(missing_ok=True)
+        self.dropped += 1
+
+    # -- writing ------------------------------------------------------------------------
+    def save(self, saved: Saved) -> None:
+        """Write a state the RAM cache took (later, on the writer thread)."""
+        if self._writer is not None and saved.size <= self.max_bytes:
+            self._queue.put(saved)
+
+    def flush(self) -> None:
+        """Wait until every state asked to be written is."""
+        self._queue.join()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join(timeout=60)
+            self._writer = None
+
+    def _writing(self) -> None:
+        while True:
+            saved = self._queue.get()
+            try:
+                if saved is None:
+                    return
+                self._write(saved)
+            except OSError as exc:  # a full disk: the state stays in RAM only
+                log.warning("prompt cache: a state could not be written: %s", exc)
+            finally:
+                self._queue.task_done()
+
+    def _write(self, saved: Saved) -> None:
+        name = file_name(saved.tokens, saved.start)
+        blob = encode(saved, self.compat)
+        path = self.folder / name
+        tmp = path.with_name(name + ".tmp")
+        with tmp.open("wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+        entry = Entry(name, tuple(saved.tokens), saved.start, len(blob))
+        with self._lock:
+            old = self._index.pop(name, None)
+            self.bytes += entry.size - (old.size if old else 0)
+            self._index[name] = entry
+            # states it holds all of go, as in RAM (ram_cache.put)
+            held = [e for e in self._index.values() if e is not entry and e.start >= saved.start
+                    and common_prefix(list(e.tokens), saved.tokens) == len(e.tokens)]  # fmt: skip
+            for other in held:
+                self._forget(other)
+            while self.bytes > self.max_bytes and self._index:
+                self._forget(next(iter(self._index.values())))
+            self.writes += 1
+
+    def _forget(self, entry: Entry) -> None:
+        """Under the lock: an entry and its file go."""
+        del self._index[entry.name]
+        self.bytes -= entry.size
+        (self.folder / entry.name).unlink(missing_ok=True)
+
+    # -- reading ------------------------------------------------------------------------
+    def candidates(self, tokens: list[int], have: int) -> list[Entry]:
+        """States that hold more of `tokens` than the `have` a sequence holds: a head, or
+        a tail (a conversation's later turns, saved apart) that goes on from one; heads
+        first."""
+        with self._lock:
+            entries = list(self._index.values())
+        out = []
+        for entry in entries:
+            shared = common_prefix(list(entry.tokens), tokens)
+            if shared > max(have, entry.start):
+                out.append(entry)
+        return sorted(out, key=lambda e: (e.start, -len(e.tokens)))
+
+    def load(self, entry: Entry) -> Saved | None:
+        """A state read back (its digest checked), or None: a file that cannot be used is
+        named in the log and deleted. Restoring counts as a use (its time is touched)."""
+        path = self.folder / entry.name
+        try:
+            saved = decode(path.read_bytes(), self.compat)
+            os.utime(path)
+        except (OSError, Unreadable) as exc:
+            with self._lock:
+                if self._index.pop(entry.name, None) is not None:
+                    self.bytes -= entry.size
+            self._discard(path, str(exc))
+            return None
+        with self._lock:
+            if entry.name in self._index:  # to the end: the most recently used
+                self._index[entry.name] = self._index.pop(entry.name)
+        self.loads += 1
+        return saved
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "disk_cache_entries": len(self._index),
+            "disk_cache_bytes": self.bytes,
+            "disk_cache_writes": self.writes,
+            "disk_cache_loads": self.loads,
+        }

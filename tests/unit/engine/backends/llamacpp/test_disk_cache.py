@@ -1,0 +1,127 @@
+"""The disk tier below host RAM: a state written is read back whole, by what it holds;
+files that are not this cache's (another model, build or layout), cut short, or whose bytes
+changed are named in the log and deleted; the folder stays under its bound."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
+from coderai.engine.backends.llamacpp.disk_cache import (
+    DiskCache,
+    Unreadable,
+    compat_key,
+    decode,
+    encode,
+    file_name,
+)
+from coderai.engine.backends.llamacpp.ram_cache import Saved
+
+COMPAT = {"model": "/m/smol.gguf", "size": 100, "mtime_ns": 5, "build": "0.3.36", "kv": "f16"}
+
+
+def state(tokens: list[int], start: int = 0, size: int = 1000) -> Saved:
+    data = bytearray((i * 7) % 256 for i in range(size))
+    points = [Checkpoint(len(tokens) - 1, bytearray(b"window" * 3))]
+    return Saved(tokens, data, Held(start, len(tokens)), points, start)
+
+
+def opened(root: Path, max_bytes: int = 1 << 30, compat: dict[str, object] = COMPAT) -> DiskCache:
+    disk = DiskCache(root, dict(compat), max_bytes)
+    disk.open()
+    return disk
+
+
+def test_a_state_encoded_is_decoded_whole_and_its_file_is_named_by_what_it_holds() -> None:
+    saved = state(list(range(50)), start=10)
+    back = decode(encode(saved, COMPAT), COMPAT)
+    assert back.tokens == saved.tokens and back.start == 10 and back.held == saved.held
+    assert back.data == saved.data
+    assert [(c.tokens, c.data) for c in back.checkpoints] == [(49, bytearray(b"window" * 3))]
+    assert file_name(list(range(50)), 10) == file_name(list(range(50)), 10)
+    assert file_name(list(range(50)), 10) != file_name(list(range(50)), 0)
+
+
+def test_what_is_not_a_whole_state_of_this_cache_cannot_be_decoded() -> None:
+    blob = encode(state([1, 2, 3]), COMPAT)
+    with pytest.raises(Unreadable, match="another model file"):
+        decode(blob, {**COMPAT, "build": "0.3.37"})
+    with pytest.raises(Unreadable, match="not a prompt-cache file"):
+        decode(b"GGUF" + blob, COMPAT)
+    with pytest.raises(Unreadable, match="bytes of state"):
+        decode(blob[:-5], COMPAT)
+    changed = bytearray(blob)
+    changed[-100] ^= 0xFF
+    with pytest.raises(Unreadable, match="digest"):
+        decode(bytes(changed), COMPAT)
+    with pytest.raises(Unreadable, match="cut short"):
+        decode(blob[:20], COMPAT)
+
+
+def test_states_written_are_found_by_a_later_cache_and_read_back(tmp_path: Path) -> None:
+    disk = opened(tmp_path)
+    head, tail = state(list(range(100))), state(list(range(160)), start=100)
+    disk.save(head)
+    disk.save(tail)
+    disk.flush()
+    disk.close()
+    again = opened(tmp_path)  # as after a restart
+    assert len(again) == 2 and again.bytes == disk.bytes
+    prompt = [*range(160), 999]
+    found = again.candidates(prompt, have=0)
+    assert [(e.start, len(e.tokens)) for e in found] == [(0, 100), (100, 160)]
+    loaded = again.load(found[1])
+    assert loaded is not None and loaded.data == tail.data and loaded.start == 100
+    # a sequence that holds all a state gives needs none of it
+    assert again.candidates(prompt, have=160) == []
+    assert again.candidates([5, 6, 7], have=0) == []
+    again.close()
+
+
+def test_foreign_corrupt_and_half_written_files_are_named_and_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    disk = opened(tmp_path)
+    disk.save(state(list(range(40))))
+    disk.save(state(list(range(80))))
+    disk.flush()
+    disk.close()
+    folder = tmp_path / compat_key(COMPAT)
+    files = sorted(folder.iterdir())
+    assert len(files) == 1  # the longer state holds all the shorter one did
+    (folder / "stray.state").write_bytes(encode(state([1, 2]), {**COMPAT, "model": "/other"}))
+    (folder / "half.state.tmp").write_bytes(b"CAIPC1")
+    corrupt = folder / files[0].name
+    with caplog.at_level(logging.WARNING, logger="coderai.engine"):
+        again = opened(tmp_path)
+        assert "stray.state is not used and is deleted: it belongs to another" in caplog.text
+        assert not (folder / "stray.state").exists() and not (folder / "half.state.tmp").exists()
+        (entry,) = again.candidates([*range(80), 1], have=0)
+        raw = bytearray(corrupt.read_bytes())
+        raw[-1] ^= 0xFF
+        corrupt.write_bytes(bytes(raw))
+        assert again.load(entry) is None
+        assert f"{corrupt.name} is not used and is deleted: its bytes do not match" in caplog.text
+    assert not corrupt.exists() and len(again) == 0 and again.bytes == 0
+    again.close()
+
+
+def test_the_folder_stays_under_its_bound_least_recently_used_first(tmp_path: Path) -> None:
+    one = len(encode(state([1]), COMPAT))
+    disk = opened(tmp_path, max_bytes=int(2.5 * one))
+    for i in range(3):
+        disk.save(state([100 + i]))
+        disk.flush()
+        if i == 1:  # the first is used again: the second is now the least recent
+            (first,) = disk.candidates([100, 7], have=0)
+            assert disk.load(first) is not None
+    assert disk.bytes <= disk.max_bytes
+    assert [e.tokens for e in disk.candidates([100, 7], 0) + disk.candidates([102, 7], 0)] == [
+        (100,),
+        (102,),
+    ]
+    assert disk.candidates([101, 7], 0) == []
+    disk.close()
