@@ -84,6 +84,10 @@ class EngineSettings:
     #: secret keys (CURVE); None: a local front, reached over ipc with the run's token
     curve: tuple[bytes, bytes, bytes] | None = None
 
+#: how long a stopping engine waits for its scheduler to keep what its models would lose
+#: (within the front's shutdown grace, after which it is killed)
+PERSIST_SECONDS = 8.0
+
 
 class FleetRoom(NamedTuple):
     """One measure of the fleet under its RAM cap, as the heartbeat reports it (MiB)."""
@@ -186,6 +190,10 @@ class EngineWorker:
             return self._exit_code
         finally:
             self.scheduler.stop()
+            if thread.ident is not None:
+                # its last act keeps what the models would lose (pool.close: the prompt
+                # cache on disk); the thread is a daemon, which the process's end would cut
+                await asyncio.to_thread(thread.join, PERSIST_SECONDS)
             if self._bus is not None:
                 self._bus.close(linger=1000)
             if self._shared_context is None:
