@@ -84,9 +84,11 @@ class EngineSettings:
     #: secret keys (CURVE); None: a local front, reached over ipc with the run's token
     curve: tuple[bytes, bytes, bytes] | None = None
 
+
 #: how long a stopping engine waits for its scheduler to keep what its models would lose
-#: (within the front's shutdown grace, after which it is killed)
-PERSIST_SECONDS = 8.0
+#: (within the supervisor's 5 s between SIGTERM and SIGKILL; the models' own bound is
+#: less: batch.PERSIST_SECONDS)
+PERSIST_SECONDS = 4.0
 
 
 class FleetRoom(NamedTuple):

@@ -209,7 +209,10 @@ class LlamaCppBackend(Backend):
         drafter = Drafter(draft, model, params) if draft is not None else None
         compat = {"model": str(path.resolve()), "size": path.stat().st_size,
                   "mtime_ns": path.stat().st_mtime_ns, "build": llama_cpp.__version__,
-                  "kv": kv, "flash": flash, "swa_full": swa_full}  # fmt: skip
+                  "kv": kv, "flash": flash, "swa_full": swa_full,
+                  # an image's tokens name its bytes, not its embeddings: the projector
+                  # that made them belongs to the state too
+                  "mmproj": _file_identity(options.get("mmproj"))}  # fmt: skip
         disk = _disk_cache(compat, options.get("prompt_cache_disk_mb"))
         instance = LlamaCppBatchInstance(
             model,
@@ -353,6 +356,14 @@ def _speculative(option: object) -> tuple[bool, Path | None]:
         f'speculative must be "ngram" or {{"draft": "<model id>"}}, not {option!r}',
         kind="bad_model",
     )
+
+
+def _file_identity(option: object) -> list[object] | None:
+    """A file's path, size and modification time, or None."""
+    if not isinstance(option, str) or not Path(option).is_file():
+        return None
+    stat = Path(option).stat()
+    return [str(Path(option).resolve()), stat.st_size, stat.st_mtime_ns]
 
 
 def _disk_cache(compat: dict[str, Any], megabytes: object) -> DiskCache | None:

@@ -25,6 +25,7 @@ bench/batch_invariance.py).
 from __future__ import annotations
 
 import codecs
+import logging
 from typing import Any
 
 from coderai.bus.messages import Job
@@ -60,6 +61,10 @@ from coderai.engine.backends.llamacpp.speculation import Speculation
 from coderai.engine.backends.llamacpp.text import Text
 from coderai.engine.backends.llamacpp.vision import Images, Projector
 from coderai.errors import JobError
+
+log = logging.getLogger("coderai.engine")
+#: how long an instance that goes may spend saving its prefixes for the disk
+PERSIST_SECONDS = 3.0
 
 
 class LlamaCppBatchInstance(ModelInstance):
@@ -219,11 +224,16 @@ class LlamaCppBatchInstance(ModelInstance):
         self.planner.release(slot)
 
     def persist(self) -> None:
+        """The engine stops: its prefixes reach the disk, within its stop's time."""
         if self.host is not None:
-            self.host.persist()
+            self.host.persist(PERSIST_SECONDS, wait=True)
 
     def unloaded(self) -> None:
-        self.persist()  # a model swapped out: its prefixes wait on disk for its return
+        if self.host is not None:  # a model swapped out: its prefixes wait on disk
+            try:
+                self.host.persist(PERSIST_SECONDS, wait=False)
+            except Exception:  # what it could not keep is read again: no reason to stay
+                log.exception("model %s: its prefixes could not be saved", self.model_id)
         KERNELS.released(self.model_id)
         ATTENTION.released(self.model_id)
         if self.projector is not None:

@@ -19,6 +19,7 @@ state's bytes, then each checkpoint's bytes in order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -26,6 +27,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,10 @@ MAGIC = b"CAIPC1\n\0"
 SUFFIX = ".state"
 #: a header larger than this is no header of ours
 MOST_HEADER = 64 << 20
+#: states waiting for the writer at most
+QUEUED = 32
+#: the fewest tokens a state read from disk must give (fewer cost less to read again)
+LEAST = 64
 
 
 #: the folder's bound where the entry sets none
@@ -148,8 +154,11 @@ class DiskCache:
         self.writes = 0
         self.loads = 0
         self.dropped = 0
-        self._queue: queue.Queue[Saved | None] = queue.Queue()
+        #: states waiting to be written: bounded, so that a slow disk cannot hold states
+        #: RAM has let go in memory without end (one past it is not written)
+        self._queue: queue.Queue[Saved | None] = queue.Queue(maxsize=QUEUED)
         self._writer: threading.Thread | None = None
+        self._closed = False
 
     def open(self) -> None:
         """Read every file's header (deleting what is not ours), then start the writer."""
@@ -157,8 +166,9 @@ class DiskCache:
         found: list[tuple[float, Entry]] = []
         for path in self.folder.iterdir():
             if path.suffix != SUFFIX:
-                if path.name.endswith(".tmp"):
-                    path.unlink(missing_ok=True)  # a write cut short
+                with contextlib.suppress(OSError):
+                    if path.name.endswith(".tmp") and time.time() - path.stat().st_mtime > 3600:
+                        path.unlink()  # a write cut short (a recent one may be another's)
                 continue
             try:
                 with path.open("rb") as f:
@@ -187,18 +197,30 @@ class DiskCache:
     # -- writing ------------------------------------------------------------------------
     def save(self, saved: Saved) -> None:
         """Write a state the RAM cache took (later, on the writer thread)."""
-        if self._writer is not None and saved.size <= self.max_bytes:
-            self._queue.put(saved)
+        writer = self._writer
+        if self._closed or writer is None or not writer.is_alive() or saved.size > self.max_bytes:
+            return
+        with contextlib.suppress(queue.Full):  # the disk lags: this state stays in RAM only
+            self._queue.put_nowait(saved)
 
-    def flush(self) -> None:
-        """Wait until every state asked to be written is."""
-        self._queue.join()
+    def flush(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until every state asked to be written is; whether
+        they all were."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            writer = self._writer
+            if time.monotonic() >= deadline or writer is None or not writer.is_alive():
+                return not self._queue.unfinished_tasks
+            time.sleep(0.01)
+        return True
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._queue.put(None)
-            self._writer.join(timeout=60)
-            self._writer = None
+        """No more writes: the writer ends once it has written what is queued (the thread
+        keeps this cache alive until then; nothing waits for it)."""
+        if self._writer is not None and not self._closed:
+            self._closed = True
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)
 
     def _writing(self) -> None:
         while True:
@@ -207,7 +229,7 @@ class DiskCache:
                 if saved is None:
                     return
                 self._write(saved)
-            except OSError as exc:  # a full disk: the state stays in RAM only
+            except Exception as exc:  # a full disk, say: the state stays in RAM only
                 log.warning("prompt cache: a state could not be written: %s", exc)
             finally:
                 self._queue.task_done()
@@ -216,8 +238,10 @@ class DiskCache:
         name = file_name(saved.tokens, saved.start)
         blob = encode(saved, self.compat)
         path = self.folder / name
-        tmp = path.with_name(name + ".tmp")
-        with tmp.open("wb") as f:
+        # its own temporary name: another engine may write into this folder too
+        tmp = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # prompts: private
+        with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, path)
         entry = Entry(name, tuple(saved.tokens), saved.start, len(blob))
@@ -241,18 +265,27 @@ class DiskCache:
         (self.folder / entry.name).unlink(missing_ok=True)
 
     # -- reading ------------------------------------------------------------------------
-    def candidates(self, tokens: list[int], have: int) -> list[Entry]:
-        """States that hold more of `tokens` than the `have` a sequence holds: a head, or
-        a tail (a conversation's later turns, saved apart) that goes on from one; heads
-        first."""
+    def candidates(self, tokens: list[int], have: int, most: int) -> list[Entry]:
+        """The states to read for a sequence holding `have` of `tokens`: the one that
+        begins within what it has and gives the most of them, then, in turn, the one that
+        begins within that and gives more (a conversation's later turns, saved apart);
+        each at least `least` tokens more, none over `most` bytes. Heads first."""
         with self._lock:
-            entries = list(self._index.values())
-        out = []
-        for entry in entries:
-            shared = common_prefix(list(entry.tokens), tokens)
-            if shared > max(have, entry.start):
-                out.append(entry)
-        return sorted(out, key=lambda e: (e.start, -len(e.tokens)))
+            entries = [e for e in self._index.values() if e.size <= most]
+        chain: list[Entry] = []
+        reach = have
+        while True:
+            best: tuple[int, Entry] | None = None
+            for entry in entries:
+                if entry.start > reach or entry in chain:
+                    continue
+                shared = min(common_prefix(list(entry.tokens), tokens), len(tokens) - 1)
+                if shared >= reach + LEAST and (best is None or shared > best[0]):
+                    best = (shared, entry)
+            if best is None:
+                return chain
+            chain.append(best[1])
+            reach = best[0]
 
     def load(self, entry: Entry) -> Saved | None:
         """A state read back (its digest checked), or None: a file that cannot be used is
@@ -265,6 +298,8 @@ class DiskCache:
             with self._lock:
                 if self._index.pop(entry.name, None) is not None:
                     self.bytes -= entry.size
+            if isinstance(exc, FileNotFoundError):
+                return None  # another instance sharing the folder let it go: not an error
             self._discard(path, str(exc))
             return None
         with self._lock:

@@ -32,6 +32,9 @@ from coderai.engine.backends.llamacpp.settings import MIN_CHUNK
 #: it all out); where only its cells past the shared ones are, MIN_CHUNK (fewer, such as
 #: the one token a whole prefix taken over leaves, are read again at no cost)
 RAM_TAIL = 256
+#: cells saved per round when an instance goes (persist): its time bound is checked
+#: between rounds
+PERSIST_CELLS = 4096
 
 
 def worth_taking(
@@ -162,20 +165,26 @@ class HostTier:
         """States on disk that hold more of these tokens than the sequence has, and RAM
         does not hold, are read into RAM (recall then restores them as RAM hits)."""
         assert self.disk is not None
-        for entry in self.disk.candidates(tokens, have):
+        for entry in self.disk.candidates(tokens, have, self.ram.max_bytes):
             if not self.ram.holds(list(entry.tokens), entry.start):
                 saved = self.disk.load(entry)
-                if saved is not None:
-                    self.ram.put(saved)
+                if saved is None or not self.ram.put(saved):
+                    return
 
-    def persist(self) -> None:
+    def persist(self, seconds: float, wait: bool) -> None:
         """Before the instance goes (an unload, a shutdown): the prefixes the cache holds
-        are saved, so that they reach the disk, and the disk's writes are waited for."""
+        are saved, the least recently used first, for at most `seconds`, so that they
+        reach the disk; with `wait`, the disk's writes are waited for in that time too
+        (a stopping engine's threads end with it)."""
         if self.disk is None:
             return
+        deadline = time.monotonic() + seconds
         self.new_round()
-        self.park_idle(set())
-        self.disk.flush()
+        more = True
+        while more and time.monotonic() < deadline:
+            _, more = self.park_idle(set(), PERSIST_CELLS)
+        if wait:
+            self.disk.flush(max(0.0, deadline - time.monotonic()))
         self.disk.close()
 
     def _gives(self, saved: Saved, common: int) -> int:

@@ -5,6 +5,7 @@ changed are named in the log and deleted; the folder stays under its bound."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
 from coderai.engine.backends.llamacpp.disk_cache import (
     DiskCache,
+    Entry,
     Unreadable,
     compat_key,
     decode,
@@ -63,21 +65,25 @@ def test_what_is_not_a_whole_state_of_this_cache_cannot_be_decoded() -> None:
 
 def test_states_written_are_found_by_a_later_cache_and_read_back(tmp_path: Path) -> None:
     disk = opened(tmp_path)
-    head, tail = state(list(range(100))), state(list(range(160)), start=100)
+    head, tail = state(list(range(100))), state(list(range(200)), start=100)
     disk.save(head)
     disk.save(tail)
-    disk.flush()
+    assert disk.flush(10)
     disk.close()
     again = opened(tmp_path)  # as after a restart
     assert len(again) == 2 and again.bytes == disk.bytes
-    prompt = [*range(160), 999]
-    found = again.candidates(prompt, have=0)
-    assert [(e.start, len(e.tokens)) for e in found] == [(0, 100), (100, 160)]
+    prompt = [*range(200), 999]
+    found = again.candidates(prompt, 0, 1 << 30)
+    # the head, then the tail that goes on from it
+    assert [(e.start, len(e.tokens)) for e in found] == [(0, 100), (100, 200)]
+    # what RAM could not hold is not read
+    assert again.candidates(prompt, 0, found[1].size - 1) == found[:1]
     loaded = again.load(found[1])
     assert loaded is not None and loaded.data == tail.data and loaded.start == 100
-    # a sequence that holds all a state gives needs none of it
-    assert again.candidates(prompt, have=160) == []
-    assert again.candidates([5, 6, 7], have=0) == []
+    # a sequence that holds nearly all a state gives needs none of it; nor one that
+    # shares a few tokens (a chat template's) with it
+    assert again.candidates(prompt, 160, 1 << 30) == []
+    assert again.candidates([*range(10), 5, 6, 7], 0, 1 << 30) == []
     again.close()
 
 
@@ -87,19 +93,20 @@ def test_foreign_corrupt_and_half_written_files_are_named_and_deleted(
     disk = opened(tmp_path)
     disk.save(state(list(range(40))))
     disk.save(state(list(range(80))))
-    disk.flush()
+    assert disk.flush(10)
     disk.close()
     folder = tmp_path / compat_key(COMPAT)
     files = sorted(folder.iterdir())
     assert len(files) == 1  # the longer state holds all the shorter one did
     (folder / "stray.state").write_bytes(encode(state([1, 2]), {**COMPAT, "model": "/other"}))
     (folder / "half.state.tmp").write_bytes(b"CAIPC1")
+    os.utime(folder / "half.state.tmp", (1, 1))  # long ago: a write cut short, not another's
     corrupt = folder / files[0].name
     with caplog.at_level(logging.WARNING, logger="coderai.engine"):
         again = opened(tmp_path)
         assert "stray.state is not used and is deleted: it belongs to another" in caplog.text
         assert not (folder / "stray.state").exists() and not (folder / "half.state.tmp").exists()
-        (entry,) = again.candidates([*range(80), 1], have=0)
+        (entry,) = again.candidates([*range(80), 1], 0, 1 << 30)
         raw = bytearray(corrupt.read_bytes())
         raw[-1] ^= 0xFF
         corrupt.write_bytes(bytes(raw))
@@ -110,18 +117,30 @@ def test_foreign_corrupt_and_half_written_files_are_named_and_deleted(
 
 
 def test_the_folder_stays_under_its_bound_least_recently_used_first(tmp_path: Path) -> None:
-    one = len(encode(state([1]), COMPAT))
+    talks = [list(range(1000 * i, 1000 * i + 100)) for i in range(3)]
+    one = len(encode(state(talks[0]), COMPAT))
     disk = opened(tmp_path, max_bytes=int(2.5 * one))
-    for i in range(3):
-        disk.save(state([100 + i]))
-        disk.flush()
+
+    def found(talk: list[int]) -> list[Entry]:
+        return disk.candidates([*talk, 7], 0, 1 << 30)
+
+    for i, talk in enumerate(talks):
+        disk.save(state(talk))
+        assert disk.flush(10)
         if i == 1:  # the first is used again: the second is now the least recent
-            (first,) = disk.candidates([100, 7], have=0)
+            (first,) = found(talks[0])
             assert disk.load(first) is not None
     assert disk.bytes <= disk.max_bytes
-    assert [e.tokens for e in disk.candidates([100, 7], 0) + disk.candidates([102, 7], 0)] == [
-        (100,),
-        (102,),
-    ]
-    assert disk.candidates([101, 7], 0) == []
+    assert [len(found(t)) for t in talks] == [1, 0, 1]
     disk.close()
+
+
+def test_a_state_larger_than_the_bound_is_not_written_and_a_lagging_disk_drops_states(
+    tmp_path: Path,
+) -> None:
+    disk = opened(tmp_path, max_bytes=500)
+    disk.save(state(list(range(100))))  # 1,000 bytes of state
+    assert disk.flush(10) and len(disk) == 0
+    disk.close()
+    disk.save(state(list(range(100))))  # closed: nothing is queued
+    assert disk.flush(1)
