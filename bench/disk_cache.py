@@ -14,7 +14,8 @@ message of random sentences) and times, streamed with `max_tokens: 1`, its TTFT:
   folder (the prompt cache on disk at its default);
 - `restart, disk off`: the same with `prompt_cache_disk_mb: 0`: read again from scratch.
 Each kind's hits are checked in /metrics (RAM hits, disk loads). Medians over rounds, and
-each kind's ratio to `cold`.
+each kind's ratio to `cold`. The `ram` server's cache is smaller than the others' (16,384
+cells) so that its eviction happens; the turn it times restores the same tokens.
 
 What it does not show: a larger model (its states are larger and its reads slower, in
 proportion), a disk slower than this machine's, a conversation whose state was split in

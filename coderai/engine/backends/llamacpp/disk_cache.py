@@ -56,12 +56,13 @@ class Unreadable(Exception):
     """A file that is not a state of this cache: why, for the log."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Entry:
-    """A state on disk, as the index knows it (its bytes stay in the file)."""
+    """A state on disk, as the index knows it (its bytes stay in the file); one entry
+    per file, compared by identity."""
 
     name: str
-    tokens: tuple[int, ...]
+    tokens: list[int]
     start: int
     size: int
 
@@ -181,7 +182,7 @@ class DiskCache:
             except (OSError, Unreadable) as exc:
                 self._discard(path, str(exc))
                 continue
-            entry = Entry(path.name, tuple(header["tokens"]), header["start"], stat.st_size)
+            entry = Entry(path.name, header["tokens"], header["start"], stat.st_size)
             found.append((stat.st_mtime, entry))
         for _, entry in sorted(found, key=lambda item: item[0]):
             self._index[entry.name] = entry
@@ -244,14 +245,14 @@ class DiskCache:
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, path)
-        entry = Entry(name, tuple(saved.tokens), saved.start, len(blob))
+        entry = Entry(name, saved.tokens, saved.start, len(blob))
         with self._lock:
             old = self._index.pop(name, None)
             self.bytes += entry.size - (old.size if old else 0)
             self._index[name] = entry
             # states it holds all of go, as in RAM (ram_cache.put)
             held = [e for e in self._index.values() if e is not entry and e.start >= saved.start
-                    and common_prefix(list(e.tokens), saved.tokens) == len(e.tokens)]  # fmt: skip
+                    and common_prefix(e.tokens, saved.tokens) == len(e.tokens)]  # fmt: skip
             for other in held:
                 self._forget(other)
             while self.bytes > self.max_bytes and self._index:
@@ -279,7 +280,7 @@ class DiskCache:
             for entry in entries:
                 if entry.start > reach or entry in chain:
                     continue
-                shared = min(common_prefix(list(entry.tokens), tokens), len(tokens) - 1)
+                shared = min(common_prefix(entry.tokens, tokens), len(tokens) - 1)
                 if shared >= reach + LEAST and (best is None or shared > best[0]):
                     best = (shared, entry)
             if best is None:

@@ -166,7 +166,7 @@ class HostTier:
         does not hold, are read into RAM (recall then restores them as RAM hits)."""
         assert self.disk is not None
         for entry in self.disk.candidates(tokens, have, self.ram.max_bytes):
-            if not self.ram.holds(list(entry.tokens), entry.start):
+            if not self.ram.holds(entry.tokens, entry.start):
                 saved = self.disk.load(entry)
                 if saved is None or not self.ram.put(saved):
                     return
