@@ -7,7 +7,6 @@ The front owns the file; engines receive what they need over the bus.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -15,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from coderai.common.json_files import read_json
-from coderai.common.validation import Strict, file_problem
+from coderai.common.validation import KeepAlive, Strict, file_problem
 from coderai.errors import ConfigError
 
 EngineBackend = Literal["nvidia", "vulkan", "cpu"]
@@ -37,6 +36,10 @@ Parallel = Annotated[int, Field(ge=1, le=4096)]
 Instances = Annotated[int, Field(ge=1, le=64)]
 
 
+#: how requests for a model on several engines choose one (front/dispatch/replicas.py)
+RoutingPolicy = Literal["cache_aware", "round_robin", "least_loaded"]
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -51,7 +54,7 @@ class ServerConfig(Strict):
     #: per engine name, e.g. {"nvidia": 16, "radeon": 2}
     max_parallel_requests_overrides: dict[str, Parallel] = Field(default_factory=dict)
     #: how requests for a model with replicas choose one (front/dispatch/replicas.py)
-    routing: Literal["cache_aware", "round_robin", "least_loaded"] = "cache_aware"
+    routing: RoutingPolicy = "cache_aware"
     #: cache_aware: jobs a conversation's replica may carry beyond the least loaded one's
     #: before the conversation moves there
     routing_load_bound: int = Field(4, ge=0)
@@ -204,14 +207,7 @@ class ModelsConfig(Strict):
     memory_budget_mb: int = Field(0, ge=0)
     #: seconds a model may stay idle before it is unloaded (an entry's keep_alive
     #: overrides it); -1: never, only to make room for another
-    keep_alive: float = -1.0
-
-    @field_validator("keep_alive")
-    @classmethod
-    def _keep_alive_known(cls, seconds: float) -> float:
-        if not math.isfinite(seconds) or (seconds < 0 and seconds != -1):
-            raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
-        return seconds
+    keep_alive: KeepAlive = -1.0
 
 
 class AuthConfig(Strict):

@@ -4,7 +4,6 @@ sent each entry's spec with a job."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,7 +13,7 @@ from coderai.catalogue import model_options
 from coderai.catalogue.file_format import required_capability
 from coderai.catalogue.templatefile import TEMPLATE_OPTION
 from coderai.common.json_files import read_json
-from coderai.common.validation import Strict, file_problem
+from coderai.common.validation import KeepAlive, Strict, file_problem
 from coderai.errors import ConfigError
 
 ModelFormat = Literal["fake", "gguf", "transformers"]
@@ -37,17 +36,10 @@ class ModelEntry(Strict):
     load_mode: Literal["on-request", "load"] = "on-request"
     #: seconds idle before it is unloaded (front/dispatch/idle.py); -1: never; None:
     #: models.keep_alive
-    keep_alive: float | None = None
+    keep_alive: KeepAlive | None = None
     #: never unloaded for idleness nor to make room for another model (an operator's
     #: Unload still takes it)
     keep_loaded: bool = False
-
-    @field_validator("keep_alive")
-    @classmethod
-    def _keep_alive_known(cls, seconds: float | None) -> float | None:
-        if seconds is not None and (not math.isfinite(seconds) or (seconds < 0 and seconds != -1)):
-            raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
-        return seconds
 
     @model_validator(mode="after")
     def _one_placement(self) -> ModelEntry:

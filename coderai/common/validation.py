@@ -3,10 +3,11 @@ not name, and one way to tell a person what pydantic found wrong."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 
 class Strict(BaseModel):
@@ -14,6 +15,16 @@ class Strict(BaseModel):
     otherwise do nothing."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def _keep_alive(seconds: float) -> float:
+    if not math.isfinite(seconds) or (seconds < 0 and seconds != -1):
+        raise ValueError("keep_alive is seconds idle before an unload, or -1 for never")
+    return seconds
+
+
+#: seconds a model may stay idle before it is unloaded (front/dispatch/idle.py); -1: never
+KeepAlive = Annotated[float, AfterValidator(_keep_alive)]
 
 
 def first_problem(exc: ValidationError) -> tuple[list[str], str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from coderai.bus.kinds import ControlAction
+from coderai.bus.messages import ModelSpec
 from coderai.catalogue import entry_estimate
 from coderai.catalogue.entries import Catalogue, ModelEntry, catalogue_from
 from coderai.common.json_files import write_json_atomically
@@ -161,24 +162,32 @@ class AdminRoutes:
             edited = validate(ModelEntry, {**current.model_dump(exclude_defaults=True), **changes})
             return [edited if e is current else e for e in entries]
 
+        before = self._spec_of(model_id)
         saved = await self._change(edit)
-        if "keep_loaded" in changes:
-            self._tell_kept(model_id)
+        after = self._spec_of(model_id)
+        # engines holding the model learn whether it is kept loaded now (their own unloads
+        # for room read it) from its spec again, which loads nothing already loaded; a
+        # spec that changed otherwise is another model, which its first job brings
+        same = (
+            before is not None
+            and after is not None
+            and ModelSpec.parse(before).key() == ModelSpec.parse(after).key()
+        )
+        if "keep_loaded" in changes and same:
+            for record in self.dispatcher.registry.all():
+                if model_id in record.loaded:
+                    self.dispatcher.control(record, ControlAction.LOAD, {"model": after})
         return web.json_response(saved)
 
-    def _tell_kept(self, model_id: str) -> None:
-        """Engines holding the model learn whether it is kept loaded now (their own
-        unloads for room read it): its spec again, which loads nothing already loaded."""
+    def _spec_of(self, model_id: str) -> dict[str, object] | None:
+        """What an engine is sent for the entry now; None if its file cannot be used."""
         entry = self.directory.catalogue.resolve(model_id)
         if entry is None:
-            return
+            return None
         try:
-            spec = self.directory.spec_of(entry)
-        except CoderaiError:  # its file cannot be used: no engine holds it
-            return
-        for record in self.dispatcher.registry.all():
-            if entry.id in record.loaded:
-                self.dispatcher.control(record, ControlAction.LOAD, {"model": spec})
+            return self.directory.spec_of(entry)
+        except CoderaiError:
+            return None
 
     async def remove_model(self, request: web.Request) -> web.Response:
         model_id = request.match_info["id"]

@@ -241,10 +241,8 @@ class Dispatcher:
         engines = self.serving()
         if not compatible(job.capability, engines) and not self._engines_starting():
             raise self._no_engine(job.capability, bool(engines))
-        if job.replicas and self.queue.waiting_for(job.entry.id):
-            self._pump()  # earlier jobs of the model first, where a replica has room
         if not self.queue.waiting_for(job.entry.id):
-            engine, _ = self._place(job)
+            engine = self._place(job)
             if engine is not None:
                 self._dispatch_placed(job, engine)
                 return
@@ -365,27 +363,25 @@ class Dispatcher:
         """Engines that take new jobs."""
         return [e for e in self.registry.all() if not e.draining]
 
-    def _place(self, job: FrontJob) -> tuple[EngineRecord | None, str]:
-        """The engine to dispatch to now, or None to wait for one's credit; and what the
-        job waits for (jobs after it that wait for the same go after it)."""
+    def _place(self, job: FrontJob) -> EngineRecord | None:
+        """The engine to dispatch to now, or None to wait for one's credit."""
         serving = {e.name: e for e in self.serving()}
         able = [serving[n] for n in job.replicas
                 if n in serving and job.capability in serving[n].capabilities]  # fmt: skip
         if len(able) > 1:
             if not any(e.free for e in able):
-                return None, job.entry.id  # every replica is full: nothing to choose yet
+                return None  # every replica is full: nothing to choose yet
             replicas = [Replica(e.name, len(e.jobs), e.free) for e in able]
             settings = self.settings
             chosen_replica = self.replicas.pick(
                 settings.routing, settings.routing_load_bound, job.entry.id, job.affinity, replicas
             )
-            target = serving[chosen_replica.name]
-            # a conversation that waits for its full replica: later jobs of the model that
-            # would go to another may (they wait for another replica)
-            return (target if target.free else None), f"{job.entry.id}\0{target.name}"
+            # where any has room, each policy chooses one that has (replicas.choose)
+            assert chosen_replica.free, "a replica with room was passed over"
+            return serving[chosen_replica.name]
         if able:  # one replica serves: it owns the model while the others are away
             job.owner = able[0].name
-        return self._place_owned(job, serving), job.entry.id
+        return self._place_owned(job, serving)
 
     def _place_owned(self, job: FrontJob, serving: dict[str, EngineRecord]) -> EngineRecord | None:
         chosen = route(
@@ -431,11 +427,9 @@ class Dispatcher:
                 return
             if job.entry.id in blocked:
                 continue
-            engine, waits_for = self._place(job)
-            if waits_for in blocked:  # an earlier job waits for the same replica
-                continue
+            engine = self._place(job)
             if engine is None:
-                blocked.add(waits_for)
+                blocked.add(job.entry.id)
                 continue
             self.queue.dispatched(job)
             self._dispatch_placed(job, engine)

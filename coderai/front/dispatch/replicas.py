@@ -23,10 +23,8 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-Policy = Literal["cache_aware", "round_robin", "least_loaded"]
-POLICIES: tuple[Policy, ...] = ("cache_aware", "round_robin", "least_loaded")
+from coderai.config import RoutingPolicy as Policy
 
 #: conversations remembered per front (least recently routed forgotten first)
 REMEMBERED = 65_536

@@ -154,7 +154,6 @@ class DiskCache:
         self.bytes = 0
         self.writes = 0
         self.loads = 0
-        self.dropped = 0
         #: states waiting to be written: bounded, so that a slow disk cannot hold states
         #: RAM has let go in memory without end (one past it is not written)
         self._queue: queue.Queue[Saved | None] = queue.Queue(maxsize=QUEUED)
@@ -193,7 +192,6 @@ class DiskCache:
     def _discard(self, path: Path, why: str) -> None:
         log.warning("prompt cache: %s is not used and is deleted: %s", path.name, why)
         path.unlink(missing_ok=True)
-        self.dropped += 1
 
     # -- writing ------------------------------------------------------------------------
     def save(self, saved: Saved) -> None:
@@ -203,6 +201,10 @@ class DiskCache:
             return
         with contextlib.suppress(queue.Full):  # the disk lags: this state stays in RAM only
             self._queue.put_nowait(saved)
+
+    def lagging(self) -> bool:
+        """Whether the writer's queue is full (a state saved now would not be written)."""
+        return self._queue.full()
 
     def flush(self, timeout: float) -> bool:
         """Wait (at most `timeout` s) until every state asked to be written is; whether
@@ -278,7 +280,7 @@ class DiskCache:
         while True:
             best: tuple[int, Entry] | None = None
             for entry in entries:
-                if entry.start > reach or entry in chain:
+                if entry.start > reach or len(entry.tokens) < reach + LEAST or entry in chain:
                     continue
                 shared = min(common_prefix(entry.tokens, tokens), len(tokens) - 1)
                 if shared >= reach + LEAST and (best is None or shared > best[0]):

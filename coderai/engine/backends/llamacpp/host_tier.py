@@ -152,24 +152,32 @@ class HostTier:
     # -- recall ------------------------------------------------------------------------------
     def recall(self, seq_id: int, tokens: list[int], have: int) -> int:
         """Go on from a state saved here where that gives more of a sequence's `tokens`
-        than the `have` its cells hold; the tokens its cells hold then."""
-        if self.disk is not None:
-            self._from_disk(tokens, have)
+        than the `have` its cells hold; the tokens its cells hold then. The disk is looked
+        at for what goes on past what RAM gave."""
+        have = self._recall_ram(seq_id, tokens, have)
+        if self.disk is not None and self._from_disk(tokens, have):
+            have = self._recall_ram(seq_id, tokens, have)
+        return have
+
+    def _recall_ram(self, seq_id: int, tokens: list[int], have: int) -> int:
         if self.policy.saves_tails:
             while (more := self._recall_tail(seq_id, tokens, have)) > have:
                 have = more  # a conversation's turns, saved one by one
             return have
         return self._recall_whole(seq_id, tokens, have)
 
-    def _from_disk(self, tokens: list[int], have: int) -> None:
+    def _from_disk(self, tokens: list[int], have: int) -> bool:
         """States on disk that hold more of these tokens than the sequence has, and RAM
-        does not hold, are read into RAM (recall then restores them as RAM hits)."""
+        does not hold, are read into RAM (to be restored as RAM hits); whether any was."""
         assert self.disk is not None
+        read = False
         for entry in self.disk.candidates(tokens, have, self.ram.max_bytes):
             if not self.ram.holds(entry.tokens, entry.start):
                 saved = self.disk.load(entry)
                 if saved is None or not self.ram.put(saved):
-                    return
+                    return read
+                read = True
+        return read
 
     def persist(self, seconds: float, wait: bool) -> None:
         """Before the instance goes (an unload, a shutdown): the prefixes the cache holds
@@ -181,7 +189,9 @@ class HostTier:
         deadline = time.monotonic() + seconds
         self.new_round()
         more = True
-        while more and time.monotonic() < deadline:
+        # what the writer's queue cannot take would be saved for nothing (RAM goes with
+        # the instance)
+        while more and time.monotonic() < deadline and not self.disk.lagging():
             _, more = self.park_idle(set(), PERSIST_CELLS)
         if wait:
             self.disk.flush(max(0.0, deadline - time.monotonic()))

@@ -130,6 +130,7 @@ class OpenAIRoutes:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         req: CompletionRequest = parse(CompletionRequest, await read_json(request))
+        affinity.claim(req.prompt_cache_key, req.user)
         entry = await self.serving.resolve(req.model)
         payloads, echoes = [], []
         for prompt in req.prompts():

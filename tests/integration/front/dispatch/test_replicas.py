@@ -69,6 +69,14 @@ def test_conversations_spread_over_the_replicas_and_each_stays_on_its_own(srv: S
 def test_a_clients_own_key_keeps_its_requests_on_one_replica(srv: Server) -> None:
     seen = {ask(srv, "coder", f"prompt {i}", "x", prompt_cache_key="one-session") for i in range(6)}
     assert len(seen) == 1
+    # completions too: different prompts, one key
+    engines = set()
+    for i in range(6):
+        body = {"model": "coder", "prompt": f"text {i}", "max_tokens": 2, "user": "one-user"}
+        answer = httpx.post(srv.url + "/v1/completions", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        engines.add(answer.headers["X-CoderAI-Engine"])
+    assert len(engines) == 1
 
 
 def test_round_robin_set_live_alternates_whatever_the_conversation(srv: Server) -> None:
