@@ -55,13 +55,18 @@ def allocated(spec_path: str, options: dict[str, Any]) -> int:
     return int(sum(sizes) * (1 << 20))
 
 
+# Without flash_attn the engine times both kernels on the machine (attention.py) and may
+# take either; the estimate assumes the larger buffers of attention without it (the
+# default where no timing is known), so the cases that test that name it: a timing
+# pass under the suite's load once chose flash attention and allocated 19 % less.
 @pytest.mark.parametrize(
     ("model", "options"),
     [
-        ("smollm2", {"n_ctx": 8192}),  # attention scores outgrow the logits
+        # attention scores outgrow the logits
+        ("smollm2", {"n_ctx": 8192, "flash_attn": False}),
         ("smollm2", {"n_ctx": 2048, "kv_cache": "q8_0"}),  # a quantized cache, flash on
-        ("smollm2", {"n_ctx": 4096, "parallel": 1, "prefix_cache_tokens": 0}),
-        ("tiny", {}),
+        ("smollm2", {"n_ctx": 4096, "parallel": 1, "prefix_cache_tokens": 0, "flash_attn": False}),
+        ("tiny", {"flash_attn": False}),
     ],
 )
 def test_the_estimate_is_within_15_percent_of_what_llamacpp_allocates(
