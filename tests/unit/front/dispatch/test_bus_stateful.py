@@ -460,7 +460,7 @@ class BusBooks(RuleBasedStateMachine):
 
 
 BusBooks.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=100,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
