@@ -1,12 +1,13 @@
 """Checks of what arrives on the bus, at the edge (invariant 4): a body against its record's
 declared field types, and the fields whose contents a type cannot say (a node's offered
-models, a heartbeat's cooldown, readings, residents and counters, thermal thresholds).
-Each raises BusProtocolError naming the fault."""
+models, a heartbeat's cooldown, readings, residents, counters and holds, thermal
+thresholds). Each raises BusProtocolError naming the fault."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass
@@ -142,6 +143,36 @@ def model_counters(models: dict[str, Any]) -> dict[str, dict[str, int]]:
         ):
             raise BusProtocolError(f"HEARTBEAT.models[{model!r}] is not a map of counters")
     return models
+
+
+#: what one heartbeat may say an engine holds: per model this many affinities, each a
+#: short hash (front/api/affinity.py makes them; engine/holdings.py sends REPORTED)
+MAX_HELD = 1024
+MAX_AFFINITY = 64
+
+
+def holds_of(
+    holds: dict[str, Any], cut: list[Any], taken: object
+) -> tuple[dict[str, frozenset[str]], frozenset[str], int]:
+    """A HEARTBEAT's holds (model ids to the affinities it holds), holds_cut (model ids)
+    and `taken` (a job id), checked."""
+
+    def model_id(model: object) -> bool:
+        return isinstance(model, str) and 0 < len(model) <= MAX_NAME
+
+    if type(taken) is not int or taken < 0:
+        raise BusProtocolError(f"HEARTBEAT.taken {taken!r} is not a job id")
+    if len(holds) > MAX_OFFERED or not all(
+        model_id(model)
+        and isinstance(held, list)
+        and len(held) <= MAX_HELD
+        and all(isinstance(a, str) and 0 < len(a) <= MAX_AFFINITY for a in held)
+        for model, held in holds.items()
+    ):
+        raise BusProtocolError(f"HEARTBEAT.holds {reprlib.repr(holds)} is malformed")
+    if len(cut) > MAX_OFFERED or not all(model_id(m) for m in cut):
+        raise BusProtocolError(f"HEARTBEAT.holds_cut {reprlib.repr(cut)} is malformed")
+    return {model: frozenset(held) for model, held in holds.items()}, frozenset(cut), taken
 
 
 def check_thermal(thermal: object) -> None:

@@ -73,6 +73,15 @@ class Heartbeat(Message):
     #: {"models": {id: {on, why}}}} (llama.cpp's trial of its CPU kernels, and each
     #: model's flash attention; checked by the front with kernels_of)
     kernels: dict[str, Any] = field(default_factory=dict)
+    #: per model id, the affinities (JOB.affinity) of the conversations it holds the
+    #: prefix of or runs, most recent first (engine/holdings.py); a model that keeps no
+    #: prefix is absent. `holds_cut`: the models it held more conversations of than it
+    #: names. `taken`: the job id of the last JOB it had taken when it told (0: none
+    #: yet), so that the front knows which of its jobs the report counts (all three
+    #: checked by the front with holds_of)
+    holds: dict[str, Any] = field(default_factory=dict)
+    holds_cut: list[Any] = field(default_factory=list)
+    taken: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +313,9 @@ class Job(Message):
     #: a chat job's images, each one's bytes, for a model with a vision projector: the
     #: messages' text holds kinds.IMAGE_MARKER where each goes, in this order
     images: list[bytes] = field(default_factory=list)
+    #: the conversation it belongs to, for a model on several engines ("" for none:
+    #: front/api/affinity.py); the engine names those it holds in its heartbeat (holds)
+    affinity: str = ""
 
 
 @dataclass(frozen=True, slots=True)

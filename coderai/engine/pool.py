@@ -372,6 +372,17 @@ class ModelPool:
                     totals[name] = totals.get(name, 0) + value
         return out
 
+    def leads(self) -> dict[str, set[int]]:
+        """Per resident model whose instances keep prefixes: the leads of those they keep
+        (engine/holdings.py)."""
+        out: dict[str, set[int]] = {}
+        for instances in self.resident.values():
+            for resident in instances:
+                leads = resident.instance.leads()
+                if leads is not None:
+                    out.setdefault(resident.model_id, set()).update(leads)
+        return out
+
     def has_resident(self, key: str) -> bool:
         return bool(self.resident.get(key))
 

@@ -55,6 +55,7 @@ from coderai.engine.commands import (
 )
 from coderai.engine.decoding import structured
 from coderai.engine.decoding.stops import StopMatcher
+from coderai.engine.holdings import Holdings, Report
 from coderai.engine.outbox import Delta, Outbox
 from coderai.engine.pool import ModelPool
 from coderai.errors import JobError
@@ -64,6 +65,9 @@ log = logging.getLogger("coderai.engine")
 ANSWERED = frozenset({JobKind.EMBEDDING, JobKind.TOKENIZE, JobKind.DETOKENIZE})
 #: seconds between copies of the counters the heartbeat reports
 STATS_INTERVAL = 0.2
+#: seconds between copies of what its models hold of each conversation (holds): each
+#: looks through every prefix its caches keep
+HOLDS_INTERVAL = 1.0
 #: seconds between two reports of one prompt's progress while it is read
 PROGRESS_INTERVAL = 0.25
 #: how long the test seam waits for what admission decided to be handed to the socket
@@ -102,6 +106,16 @@ class Scheduler:
         #: read by the heartbeat on another thread (residents_now)
         self._residents: tuple[float, list[dict[str, object]]] = (time.monotonic(), [])
         self._stats_at = 0.0
+        #: per model id, the conversations its jobs came from (holdings.py): kept while
+        #: the engine lives, whatever is loaded (a model loaded again finds on disk what
+        #: it held)
+        self._holdings: dict[str, Holdings] = {}
+        #: the job id of the last JOB taken (0: none since the engine joined its front),
+        #: and what its models held as of then: (taken, {model: Report}), replaced whole,
+        #: read by the heartbeat on another thread
+        self._taken = 0
+        self.holds: tuple[int, dict[str, Report]] = (0, {})
+        self._holds_at = 0.0
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
         #: wait (their clients see a gap, never an error), cancels still apply
@@ -186,6 +200,21 @@ class Scheduler:
                 model["queued"] = model.get("queued", 0) + len(waiting)
         self.stats = stats
         self._residents = (time.monotonic(), self.pool.residents_report())
+        if force or now - self._holds_at >= HOLDS_INTERVAL:
+            self._holds_at = now
+            self.holds = (self._taken, self._holding())
+
+    def _holding(self) -> dict[str, Report]:
+        """Per resident model that keeps prefixes: the conversations of its jobs here,
+        then those whose prefix its caches keep (engine/holdings.py)."""
+        leads = self.pool.leads()
+        running: dict[str, list[str]] = {model: [] for model in leads}
+        for seq in self._jobs.values():
+            model = seq.job.model.get("id")
+            if seq.job.affinity and isinstance(model, str) and model in leads:
+                running[model].append(seq.job.affinity)
+        return {model: self._holdings.get(model, Holdings()).held(present, running[model])
+                for model, present in leads.items()}  # fmt: skip
 
     def residents_now(self) -> list[dict[str, object]]:
         """The resident report with idle times as of now: an idle engine's loop does not
@@ -239,12 +268,16 @@ class Scheduler:
     def _obey(self, command: Command) -> None:
         match command:
             case StartJob(job):
+                self._taken = job.job_id
                 self._start(job)
             case CancelJob(job_id):
                 self._held.discard(job_id)
                 self._cancel(job_id)
             case CancelAll(ended):
                 self._held.clear()
+                # the next JOB comes from a new front, which numbers its jobs anew
+                self._taken = 0
+                self.holds = (0, self.holds[1])
                 for job_id in list(self._jobs):
                     self._cancel(job_id)
                 self._flush()
@@ -371,6 +404,9 @@ class Scheduler:
             return
         if answered:
             return
+        model = seq.job.model.get("id")
+        if isinstance(model, str):  # ModelSpec.parse took the spec: it is
+            self._holdings.setdefault(model, Holdings()).note(seq.job.affinity, seq.lead)
         try:
             structured.prepare(seq, instance)
         except JobError as exc:

@@ -412,6 +412,7 @@ class EngineWorker:
 
     def _heartbeat(self) -> Heartbeat:
         snapshot = self.scheduler.pool.snapshot
+        taken, holds = self.scheduler.holds
         loading = snapshot.progress()
         for model_id, fraction in loading.items():
             log.info("loading model %s: %d%%", model_id, fraction * 100)
@@ -429,6 +430,9 @@ class EngineWorker:
             coming_mb=0.0 if self._room is None else self._room.coming_mb,
             measures=self._measures,
             kernels={k: v for b in self._backends.values() for k, v in b.facts().items()},
+            holds={model: report.names for model, report in holds.items()},
+            holds_cut=[model for model, report in holds.items() if report.cut],
+            taken=taken,
         )
 
     async def _check_thermal(self) -> None:

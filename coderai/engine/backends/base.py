@@ -95,6 +95,9 @@ class Sequence:
     #: set from the event loop's thread when a CANCEL arrives, before the scheduler
     #: thread takes it: a backend in the middle of a long step for it may stop there
     cancelled: bool = False
+    #: its prompt's lead (engine/holdings.py), set as it starts by a backend that keeps
+    #: prefixes (None: it keeps none, or the prompt is shorter than a lead)
+    lead: int | None = None
 
 
 def fit_prompt(seq: Sequence, prompt_tokens: int, context: int) -> None:
@@ -255,6 +258,13 @@ class ModelInstance(abc.ABC):
     def grammar_tokenizer(self) -> Any:
         """llguidance's view of the vocabulary (built once, on first use), or None for a
         model that cannot constrain its output."""
+        return None
+
+    def leads(self) -> set[int] | None:
+        """The leads (engine/holdings.py) of the prefixes its caches keep; None for an
+        instance that keeps no prefix between jobs (the heartbeat then names none of its
+        model's conversations). On the scheduler thread: cheap, and never waiting on a
+        lock another thread holds for long."""
         return None
 
     def stats(self) -> dict[str, int]:

@@ -4,6 +4,9 @@ replicas (front/dispatch/replicas.py): the client's own key where it sends one (
 `metadata.user_id`), set by its route with `claim`; else a hash of the prompt's leading
 block: the system prompt, the tools and the first message after them, which an agent sends
 unchanged at every turn of one conversation (and which begin its cached prefix).
+
+Both are short hashes: a job carries its affinity to the engine, which names those it
+holds in its heartbeat (engine/holdings.py), so the bus never carries a client's own key.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ def claim(*keys: str | None) -> None:
     """The current request's own conversation key: the first of these it sent."""
     for key in keys:
         if key:
-            _CLIENT_KEY.set(f"client:{key}")
+            _CLIENT_KEY.set("client:" + _digest(key))
             return
 
 
@@ -50,7 +53,10 @@ def leading_hash(messages: list[Any], tools: list[Any], prompt: str, prompt_ids:
         lead = prompt_ids[: LEADING_CHARS // 4]
     else:
         return ""
-    text = json.dumps(lead, sort_keys=True, default=str, ensure_ascii=False)
+    return "lead:" + _digest(json.dumps(lead, sort_keys=True, default=str, ensure_ascii=False))
+
+
+def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 

@@ -50,13 +50,14 @@ class Serving:
     ) -> FrontJob:
         """A job for the model, queued or dispatched, and counted in the request's activity."""
         job_id = self.dispatcher.next_job_id()
-        message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind, **fields)
+        replicas = self.directory.replicas_of(entry)
+        belongs = affinity.of(fields) if replicas else ""
+        message = Job(job_id=job_id, model=self.directory.spec_of(entry), kind=kind,
+                      affinity=belongs, **fields)  # fmt: skip
         capability = self.directory.capability_of(entry)
         tenant, weight = activity.share()
-        replicas = self.directory.replicas_of(entry)
         job = FrontJob(job_id, entry, capability, message, self.directory.owner_of(entry),
-                       replicas=replicas, affinity=affinity.of(fields) if replicas else "",
-                       structured=structured,
+                       replicas=replicas, affinity=belongs, structured=structured,
                        wake=wake or asyncio.Event(), tenant=tenant, weight=weight)  # fmt: skip
         self.dispatcher.submit(job)
         activity.attach(job)

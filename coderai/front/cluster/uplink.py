@@ -27,6 +27,7 @@ import psutil
 import zmq
 from pydantic import ValidationError
 
+from coderai.bus.checker import MAX_AFFINITY
 from coderai.bus.codec import decode, encode, unreadable_job_id
 from coderai.bus.curve import load_pair, load_public
 from coderai.bus.kinds import ControlAction, FailKind, FinishReason
@@ -332,11 +333,16 @@ class NodeUplink:
     def _local_job(self, msg: Job) -> FrontJob:
         entry, model, capability, owner = self._resolve(msg.model)
         local_id = self.dispatcher.next_job_id()
-        message = dataclasses.replace(msg, job_id=local_id, model=model)
-        # a head shares its own admission fairly before it sends: its jobs are one tenant here
+        # a head shares its own admission fairly before it sends: its jobs are one tenant
+        # here; a conversation keeps the affinity the head gave it, where it gave one (a
+        # head that runs the model on replicas of its own) of a hash's length
         replicas = self.directory.replicas_of(entry) if owner is not None else ()
-        lead = affinity.leading_hash(message.messages, message.tools, message.prompt,
-                                     message.prompt_ids) if replicas else ""  # fmt: skip
+        lead = ""
+        if replicas:
+            given = msg.affinity if len(msg.affinity) <= MAX_AFFINITY else ""
+            lead = given or affinity.leading_hash(msg.messages, msg.tools, msg.prompt,
+                                                  msg.prompt_ids)  # fmt: skip
+        message = dataclasses.replace(msg, job_id=local_id, model=model, affinity=lead)
         return FrontJob(local_id, entry, capability, message, owner, raw=True,
                         tenant=f"head:{self.head}", replicas=replicas, affinity=lead)  # fmt: skip
 

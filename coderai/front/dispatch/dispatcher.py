@@ -17,6 +17,7 @@ import zmq
 from coderai.bus.checker import (
     cooldown_of,
     gpu_readings,
+    holds_of,
     is_number,
     kernels_of,
     model_counters,
@@ -68,7 +69,7 @@ from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.placement import compatible, route
 from coderai.front.dispatch.queue import JobQueue
 from coderai.front.dispatch.registry import EngineRecord, Offered, Registry, RemoteEngine
-from coderai.front.dispatch.replicas import Replica, ReplicaRouter
+from coderai.front.dispatch.replicas import Replica, ReplicaRouter, Went
 from coderai.front.dispatch.room import RoomKeeper
 from coderai.front.engines.host import EngineHost, Unhosted
 
@@ -371,10 +372,13 @@ class Dispatcher:
         if len(able) > 1:
             if not any(e.free for e in able):
                 return None  # every replica is full: nothing to choose yet
-            replicas = [Replica(e.name, len(e.jobs), e.free) for e in able]
+            model = job.entry.id
+            replicas = [Replica(e.name, len(e.jobs), e.free, job.affinity in e.holds.get(model, ()),
+                                e.holds_count if e.names_all(model) else None, e.epoch)
+                        for e in able]  # fmt: skip
             settings = self.settings
             chosen_replica = self.replicas.pick(
-                settings.routing, settings.routing_load_bound, job.entry.id, job.affinity, replicas
+                settings.routing, settings.routing_load_bound, model, job.affinity, replicas
             )
             # where any has room, each policy chooses one that has (replicas.choose)
             assert chosen_replica.free, "a replica with room was passed over"
@@ -406,15 +410,18 @@ class Dispatcher:
 
     def _dispatch_placed(self, job: FrontJob, engine: EngineRecord) -> None:
         """Dispatch a job where _place chose: a conversation's replica is remembered."""
+        sent_as = self._dispatch(job, engine)
         if job.replicas:
-            self.replicas.dispatched(job.entry.id, job.affinity, engine.name)
-        self._dispatch(job, engine)
+            went = Went(engine.name, engine.epoch, sent_as)
+            self.replicas.dispatched(job.entry.id, job.affinity, went)
 
-    def _dispatch(self, job: FrontJob, engine: EngineRecord) -> None:
+    def _dispatch(self, job: FrontJob, engine: EngineRecord) -> int:
+        """Send a job's JOB to an engine: the number it went to that engine as."""
         engine.jobs[job.id] = job
         job.dispatched = True
         job.wake.set()  # a stream waiting to open may now (stream_io.open_stream)
         self._send_frames(engine, job.frames)
+        return engine.sending(job.id)
 
     def _pump(self) -> None:
         """Dispatch queued jobs to free credit, in the queue's fair-share order (each
@@ -545,6 +552,7 @@ class Dispatcher:
         readings = gpu_readings(msg.gpus)
         residents = residents_of(msg.residents)
         kernels = kernels_of(msg.kernels)
+        holds, cut, taken = holds_of(msg.holds, msg.holds_cut, msg.taken)
         for name in ("wants_mb", "coming_mb", "rss"):
             if not is_number(getattr(msg, name), 0):
                 raise BusProtocolError(f"HEARTBEAT.{name} {getattr(msg, name)!r} is not a size")
@@ -570,6 +578,7 @@ class Dispatcher:
         )  # fmt: skip
         record.rss = int(msg.rss)
         record.kernels = kernels
+        record.told_holds(holds, cut, taken)
 
     def _hello(self, identity: bytes, msg: Hello, key: str | None = None) -> None:
         if key is None and not admission.token_matches(msg.token, self._token):

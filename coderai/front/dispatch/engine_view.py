@@ -54,6 +54,9 @@ class EngineView:
     #: each resident model's idle unload (front/dispatch/idle.py): unix time, None for
     #: none (kept loaded, keep_alive -1, or in use)
     unloads: dict[str, float | None] = field(default_factory=dict)
+    #: per model whose engine tells: how many conversations it holds the prefix of or
+    #: runs, as its last heartbeat said (engine/holdings.py; cache-aware routing)
+    holds: dict[str, int] = field(default_factory=dict)
 
     def vram(self) -> dict[str, Any] | None:
         """VRAM per card and summed, in MiB; None for an engine that reports no card."""
@@ -97,6 +100,7 @@ class EngineView:
             "last_exit": self.last_exit.public() if self.last_exit is not None else None,
             "kernels": self.kernels,
             "unloads": self.unloads,
+            "holds": self.holds,
         }
         if self.pid is not None:
             out["pid"], out["epoch"] = self.pid, self.epoch
@@ -171,5 +175,6 @@ def _on_the_bus(record: EngineRecord, common: dict[str, Any]) -> EngineView:
         gpu_readings=record.gpu_readings,
         remote=record.remote_key is not None,
         kernels=record.kernels,
+        holds={model: len(held) for model, held in record.holds.items()},
         **{**common, "capabilities": tuple(sorted(record.capabilities))},
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -10,6 +11,11 @@ from coderai.front.dispatch.placement import Candidate
 
 if TYPE_CHECKING:
     from coderai.front.dispatch.jobs import FrontJob
+
+
+#: JOBs an engine record remembers the number they were sent as (EngineRecord.sent_as):
+#: more than an engine has taken and not yet told of in one heartbeat
+SENT_REMEMBERED = 4096
 
 
 class Offered(NamedTuple):
@@ -77,10 +83,38 @@ class EngineRecord:
     draining: bool = False
     #: jobs dispatched and not yet ended by DONE/FAIL: the front's side of the credit
     jobs: dict[int, FrontJob] = field(default_factory=dict)
+    #: JOBs sent to it so far, and the number each of the last SENT_REMEMBERED went as
+    sent: int = 0
+    sent_as: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    #: per model, the conversations (affinities) its last heartbeat said it holds the
+    #: prefix of (HEARTBEAT.holds; a model that keeps no prefix is absent), the models it
+    #: held more of than it named, and how many of the JOBs sent to it that report
+    #: counts (None: not known)
+    holds: dict[str, frozenset[str]] = field(default_factory=dict)
+    holds_cut: frozenset[str] = frozenset()
+    holds_count: int | None = None
 
     @property
     def free(self) -> int:
         return max(0, self.slots - len(self.jobs))
+
+    def sending(self, job_id: int) -> int:
+        """A JOB goes to it: the number it is sent as."""
+        self.sent += 1
+        self.sent_as[job_id] = self.sent
+        while len(self.sent_as) > SENT_REMEMBERED:
+            self.sent_as.popitem(last=False)
+        return self.sent
+
+    def told_holds(self, holds: dict[str, frozenset[str]], cut: frozenset[str], taken: int) -> None:
+        """Its heartbeat's holds, told once it had taken JOB `taken` (0: none): the report
+        counts every JOB sent to it up to that one, which the bus delivers in order."""
+        self.holds, self.holds_cut = holds, cut
+        self.holds_count = 0 if taken == 0 else self.sent_as.get(taken)
+
+    def names_all(self, model: str) -> bool:
+        """Whether its last heartbeat named every conversation of a model it holds."""
+        return model in self.holds and model not in self.holds_cut
 
     def candidate(self) -> Candidate:
         return Candidate(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 import pytest
 
-from coderai.bus.checker import cooldown_of, gpu_readings
+from coderai.bus.checker import cooldown_of, gpu_readings, holds_of
 from coderai.bus.codec import MAGIC, decode, encode, encode_body
 from coderai.bus.kinds import MsgType
 from coderai.bus.messages import (
@@ -137,3 +139,32 @@ def test_a_heartbeats_cooldown_is_checked_at_the_edge(cooldown: object) -> None:
 def test_a_heartbeats_gpu_readings_are_checked_at_the_edge(gpus: object) -> None:
     with pytest.raises(BusProtocolError):
         gpu_readings(gpus)
+
+
+@pytest.mark.parametrize(
+    ("holds", "cut", "taken"),
+    [
+        ({"m": "a"}, [], 0),  # not a list
+        ({"m": [1]}, [], 0),  # an affinity that is not a string
+        ({"m": [""]}, [], 0),  # nor empty
+        ({"m": ["x" * 65]}, [], 0),  # nor longer than a hash
+        ({"m": ["a"] * 1025}, [], 0),  # nor more than the bound
+        ({1: ["a"]}, [], 0),  # a model id that is not a string
+        ({"m" * 257: ["a"]}, [], 0),  # nor longer than a name
+        ({"m": ["a"]}, [3], 0),  # a cut model that is not a model id
+        ({"m": ["a"]}, [], -1),  # a job id that is not one
+        ({"m": ["a"]}, [], True),
+        ({"m": ["a"]}, [], 1.5),
+    ],
+)
+def test_a_heartbeats_holds_are_checked_at_the_edge(
+    holds: dict[str, Any], cut: list[Any], taken: object
+) -> None:
+    with pytest.raises(BusProtocolError):
+        holds_of(holds, cut, taken)
+
+
+def test_a_heartbeats_holds_are_kept_as_sets() -> None:
+    assert holds_of({"m": ["a", "b", "a"]}, ["m"], 7) == (
+        {"m": frozenset({"a", "b"})}, frozenset({"m"}), 7)  # fmt: skip
+    assert holds_of({}, [], 0) == ({}, frozenset(), 0)

@@ -6,8 +6,10 @@ import asyncio
 import threading
 
 from coderai.bus.codec import decode
-from coderai.bus.messages import Chunks, Done, EngineConfig, Fail, Job, Message, Tokens
+from coderai.bus.messages import Chunks, Done, EngineConfig, Fail, Job, Message, ModelSpec, Tokens
+from coderai.engine.backends.base import LoadProgress, ModelInstance, Sequence
 from coderai.engine.backends.fake import FakeBackend, fake_tokens
+from coderai.engine.holdings import Report
 from coderai.engine.outbox import Outbox
 from coderai.engine.scheduler import Scheduler
 from tests.support.bus import text_of
@@ -149,3 +151,59 @@ def test_a_detokenize_job_is_answered_with_its_text_or_fails_on_an_unknown_id() 
     (fail,) = [m for m in received if isinstance(m, Fail)]
     assert (fail.job_id, fail.kind) == (2, "bad_request")
     assert "999" in fail.message
+
+
+class _Telling(FakeBackend):
+    """Fake instances of model "told" that keep prefixes: a prompt's lead is its length
+    here, and their caches keep the lead 9; the others keep none, as the fake backend's."""
+
+    def load(self, spec: ModelSpec, progress: LoadProgress) -> ModelInstance:
+        instance = super().load(spec, progress)
+        if spec.id == "told":
+            start = instance.start
+
+            def starting(seq: Sequence) -> None:
+                start(seq)
+                seq.lead = len(seq.job.prompt)
+
+            instance.start = starting  # type: ignore[method-assign]
+            instance.leads = lambda: {9}  # type: ignore[method-assign]
+        return instance
+
+
+def _chat(job_id: int, model_id: str, affinity: str, prompt: str) -> Job:
+    model = {"id": model_id, "path": "", "format": "fake", "options": {"tokens_per_second": 5}}
+    return Job(job_id, model, "completion", prompt, affinity=affinity)
+
+
+def test_the_holds_report_names_running_conversations_first_and_the_last_job_taken() -> None:
+    async def run() -> tuple[tuple[int, dict[str, Report]], tuple[int, dict[str, Report]]]:
+        outbox = Outbox(asyncio.get_running_loop())
+        scheduler = Scheduler({"fake": _Telling()}, outbox, slots=4)
+        thread = threading.Thread(target=scheduler.run, daemon=True)
+        thread.start()
+        sender = asyncio.create_task(outbox.run(lambda frames: asyncio.sleep(0)))
+        scheduler.submit(_chat(5, "told", "running", "a" * 5))
+        scheduler.submit(_chat(9, "told", "cached", "b" * 9))  # its lead is kept as well
+        scheduler.submit(_chat(7, "silent", "unheard", "c" * 9))  # keeps no prefix
+        async with asyncio.timeout(10):
+            while scheduler.holds[0] != 7 or "told" not in scheduler.holds[1]:
+                await asyncio.sleep(0.01)
+        before = scheduler.holds
+        ended = threading.Event()
+        scheduler.cancel_all(ended)  # the front is gone: the next JOB is a new front's
+        await asyncio.to_thread(ended.wait, 5)
+        async with asyncio.timeout(10):
+            while scheduler.holds[0] != 0:
+                await asyncio.sleep(0.01)
+        after = scheduler.holds
+        scheduler.stop()
+        thread.join(5)
+        sender.cancel()
+        return before, after
+
+    before, after = asyncio.run(run())
+    # the taken job is the last one taken, not the highest id
+    assert before == (7, {"told": Report(["running", "cached"], cut=False)})
+    # once the jobs ended, only the conversation whose lead the caches keep
+    assert after == (0, {"told": Report(["cached"], cut=False)})

@@ -60,6 +60,7 @@ from coderai.engine.backends.llamacpp.slot import Slot
 from coderai.engine.backends.llamacpp.speculation import Speculation
 from coderai.engine.backends.llamacpp.text import Text
 from coderai.engine.backends.llamacpp.vision import Images, Projector
+from coderai.engine.holdings import lead_of, leads_of
 from coderai.errors import JobError
 
 log = logging.getLogger("coderai.engine")
@@ -213,6 +214,7 @@ class LlamaCppBatchInstance(ModelInstance):
         seq.state = slot
         self.planner.add(slot)
         self.speculation.started(slot.seq_id)
+        seq.lead = lead_of(tokens)
 
     def release(self, seq: Sequence) -> None:
         slot: Slot | None = seq.state
@@ -257,6 +259,10 @@ class LlamaCppBatchInstance(ModelInstance):
                 self.planner.forget(slot)
             return [exc if seq.state in moved else PENDING for seq in seqs]
         return [produced.get(seq.state, READING if seq.state in moved else PENDING) for seq in seqs]
+
+    def leads(self) -> set[int]:
+        leads = leads_of(self.cache.prefixes.heads())
+        return leads | self.host.leads() if self.host is not None else leads
 
     def stats(self) -> dict[str, int]:
         return {

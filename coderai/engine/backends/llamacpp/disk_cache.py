@@ -11,7 +11,11 @@ layout), the tokens it holds, and a digest of its bytes. A file whose header nam
 something else (a foreign file), that cannot be read, or whose bytes do not match their
 digest (a corrupt one) is named in the log and deleted. The folder is bounded in bytes;
 the least recently used files go first (a file's modification time is touched when it is
-restored).
+restored). A folder none of whose files has been written or restored for STALE_DAYS (a
+model file since changed, an older llama.cpp build: states nothing will read again) is
+deleted whole when a cache opens beside it; an engine that idled that long with the
+folder open finds its files gone as it reads one (it reads the prompt instead), and
+makes the folder again for its next write.
 
 Format: MAGIC, the header's length (4 bytes, little-endian), the header (JSON), the
 state's bytes, then each checkpoint's bytes in order.
@@ -20,11 +24,13 @@ state's bytes, then each checkpoint's bytes in order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import os
 import queue
+import shutil
 import struct
 import threading
 import time
@@ -35,6 +41,7 @@ from typing import Any
 from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
 from coderai.engine.backends.llamacpp.prefix_cache import common_prefix
 from coderai.engine.backends.llamacpp.ram_cache import Saved
+from coderai.engine.holdings import lead_of
 
 log = logging.getLogger("coderai.engine")
 
@@ -50,6 +57,8 @@ LEAST = 64
 
 #: the folder's bound where the entry sets none
 DEFAULT_MB = 4096
+#: a compat folder unused for this long is deleted (see the module's docstring)
+STALE_DAYS = 7
 
 
 class Unreadable(Exception):
@@ -65,6 +74,25 @@ class Entry:
     tokens: list[int]
     start: int
     size: int
+
+    @functools.cached_property
+    def lead(self) -> int | None:
+        """Its lead (engine/holdings.py), where it holds its tokens from the first."""
+        return lead_of(self.tokens) if self.start == 0 else None
+
+
+def stale_folders(root: Path, before: float) -> list[Path]:
+    """The folders under `root` whose newest file (or the folder itself, when empty) was
+    last changed before `before` (unix seconds)."""
+    out = []
+    for folder in root.iterdir():
+        with contextlib.suppress(OSError):  # another engine may be sweeping it now
+            if not folder.is_dir():
+                continue
+            times = [folder.stat().st_mtime] + [f.stat().st_mtime for f in folder.iterdir()]
+            if max(times) < before:
+                out.append(folder)
+    return out
 
 
 def compat_key(compat: dict[str, Any]) -> str:
@@ -159,10 +187,20 @@ class DiskCache:
         self._queue: queue.Queue[Saved | None] = queue.Queue(maxsize=QUEUED)
         self._writer: threading.Thread | None = None
         self._closed = False
+        #: the leads of its states (engine/holdings.py): replaced whole as the index
+        #: changes, read without the lock (the scheduler thread must not wait on the
+        #: writer's)
+        self.leads: frozenset[int] = frozenset()
 
     def open(self) -> None:
-        """Read every file's header (deleting what is not ours), then start the writer."""
+        """Delete stale folders beside this one, read every file's header (deleting what
+        is not ours), then start the writer."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        for stale in stale_folders(self.folder.parent, time.time() - STALE_DAYS * 86400):
+            if stale != self.folder:
+                log.info("prompt cache: %s has not been used for %d days and is deleted",
+                         stale.name, STALE_DAYS)  # fmt: skip
+                shutil.rmtree(stale, ignore_errors=True)
         found: list[tuple[float, Entry]] = []
         for path in self.folder.iterdir():
             if path.suffix != SUFFIX:
@@ -186,6 +224,8 @@ class DiskCache:
         for _, entry in sorted(found, key=lambda item: item[0]):
             self._index[entry.name] = entry
             self.bytes += entry.size
+        with self._lock:
+            self._new_leads()
         self._writer = threading.Thread(target=self._writing, name="disk-cache", daemon=True)
         self._writer.start()
 
@@ -243,6 +283,8 @@ class DiskCache:
         path = self.folder / name
         # its own temporary name: another engine may write into this folder too
         tmp = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        # made again where another engine swept it away as stale while this one idled
+        self.folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # prompts: private
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
@@ -259,6 +301,7 @@ class DiskCache:
                 self._forget(other)
             while self.bytes > self.max_bytes and self._index:
                 self._forget(next(iter(self._index.values())))
+            self._new_leads()
             self.writes += 1
 
     def _forget(self, entry: Entry) -> None:
@@ -301,6 +344,7 @@ class DiskCache:
             with self._lock:
                 if self._index.pop(entry.name, None) is not None:
                     self.bytes -= entry.size
+                    self._new_leads()
             if isinstance(exc, FileNotFoundError):
                 return None  # another instance sharing the folder let it go: not an error
             self._discard(path, str(exc))
@@ -310,6 +354,10 @@ class DiskCache:
                 self._index[entry.name] = self._index.pop(entry.name)
         self.loads += 1
         return saved
+
+    def _new_leads(self) -> None:
+        """Under the lock, after the index changed: the leads it holds, made anew."""
+        self.leads = frozenset(e.lead for e in self._index.values() if e.lead is not None)
 
     def __len__(self) -> int:
         return len(self._index)

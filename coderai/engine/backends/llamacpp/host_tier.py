@@ -267,6 +267,10 @@ class HostTier:
         self.ram.count_hit(hit.tokens, round((time.perf_counter() - began) * 1000))
         return hit.tokens
 
+    def leads(self) -> set[int]:
+        """The leads of the states in RAM and on disk (engine/holdings.py)."""
+        return self.ram.leads() | (self.disk.leads if self.disk is not None else set())
+
     def stats(self) -> dict[str, int]:
         ram = self.ram
         return {

@@ -98,6 +98,10 @@ class PrefixCache:
     def tokens_of(self, seq_id: int) -> list[int]:
         return self._entries[seq_id]
 
+    def heads(self) -> list[list[int]]:
+        """The tokens of every kept entry (each holds its tokens from the first)."""
+        return list(self._entries.values())
+
     def count_hit(self, reused: int) -> None:
         self.hits += 1
         self.reused += reused

@@ -13,6 +13,7 @@ bytes in and out of llama.cpp.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
 from coderai.engine.backends.llamacpp.prefix_cache import common_prefix
+from coderai.engine.holdings import lead_of
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +40,11 @@ class Saved:
     @property
     def size(self) -> int:
         return len(self.data) + sum(len(c.data) for c in self.checkpoints)
+
+    @functools.cached_property
+    def lead(self) -> int | None:
+        """Its lead (engine/holdings.py), where it holds its tokens from the first."""
+        return lead_of(self.tokens) if self.start == 0 else None
 
 
 class RamHit(NamedTuple):
@@ -115,6 +122,10 @@ class RamCache:
     def _rank(self, key: int, gives: int) -> tuple[int, int]:
         """Of two states that give as many tokens, the smaller is restored sooner."""
         return gives, -self._entries[key].size
+
+    def leads(self) -> set[int]:
+        """The leads of the states it keeps (engine/holdings.py)."""
+        return {s.lead for s in self._entries.values() if s.lead is not None}
 
     def holds(self, tokens: list[int], start: int) -> bool:
         """Whether this very state (these tokens, from `start`) is kept."""

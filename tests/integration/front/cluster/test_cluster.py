@@ -72,10 +72,11 @@ class Rig:
         self.cli("keygen", "--out", str(out), head=False)
         return out.with_name(f"{name}.key_secret")
 
-    def engine(self, name: str, secret: Path, netns: str | None = None) -> subprocess.Popen[bytes]:
+    def engine(self, name: str, secret: Path, netns: str | None = None,
+               capabilities: str = "fake") -> subprocess.Popen[bytes]:  # fmt: skip
         log = open(self.srv.workdir / f"engine-{name}.log", "ab")  # noqa: SIM115
         self.logs.append(log)
-        env = {**os.environ, "CODERAI_ENGINE_CAPABILITIES": "fake"}
+        env = {**os.environ, "CODERAI_ENGINE_CAPABILITIES": capabilities}
         proc = subprocess.Popen(
             [*in_netns(netns), sys.executable, "-m", "coderai", "engine", "--name", name,
              "--connect", self.bind,
@@ -118,6 +119,16 @@ class Rig:
     def engines(self) -> dict[str, dict[str, Any]]:
         return {e["name"]: e for e in self.srv.health()["engines"]}
 
+    def close(self) -> None:
+        """Every engine and node it started goes."""
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+        for node in self.nodes:
+            node.stop()
+        for log in self.logs:
+            log.close()
+
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
@@ -129,13 +140,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
         try:
             yield rig
         finally:
-            for proc in rig.procs:
-                proc.kill()
-                proc.wait()
-            for node in rig.nodes:
-                node.stop()
-            for log in rig.logs:
-                log.close()
+            rig.close()
 
 
 def chat(srv: Server, model: str) -> httpx.Response:

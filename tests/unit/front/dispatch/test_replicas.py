@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from coderai.front.api.affinity import leading_hash
 from coderai.front.dispatch.placement import EngineAbility, ModelView, assign_owners
-from coderai.front.dispatch.replicas import REMEMBERED, Replica, ReplicaRouter, choose
+from coderai.front.dispatch.registry import SENT_REMEMBERED, EngineRecord
+from coderai.front.dispatch.replicas import (
+    REMEMBERED,
+    Replica,
+    ReplicaRouter,
+    Went,
+    choose,
+    home_lost,
+)
 
 GGUF = frozenset({"gguf"})
 FOUR = [EngineAbility(f"e{i}", GGUF) for i in range(4)]
@@ -51,8 +59,9 @@ def test_listed_engines_are_used_in_order_and_the_unusable_ones_named() -> None:
 
 
 # -- routing ---------------------------------------------------------------------------------
-def r(name: str, load: int = 0, free: int = 8) -> Replica:
-    return Replica(name, load, free)
+def r(name: str, load: int = 0, free: int = 8, holds: bool = False,
+      told: int | None = None, epoch: int = 1) -> Replica:  # fmt: skip
+    return Replica(name, load, free, holds, told, epoch)
 
 
 def test_cache_aware_keeps_a_conversation_home_until_its_load_passes_the_bound() -> None:
@@ -106,12 +115,12 @@ def test_the_router_remembers_each_conversations_replica_and_spreads_new_ones() 
     homes = []
     for conversation in ("c1", "c2", "c3", "c4"):
         pick = router.pick("cache_aware", 4, "m", conversation, idle)
-        router.dispatched("m", conversation, pick.name)
+        router.dispatched("m", conversation, Went(pick.name, 1, 1))
         homes.append(pick.name)
     assert homes == ["a", "b", "a", "b"]  # nothing runs, yet they spread
     assert router.pick("cache_aware", 4, "m", "c2", idle).name == "b"
     # moved by the load guard, it is remembered where it went
-    router.dispatched("m", "c2", "a")
+    router.dispatched("m", "c2", Went("a", 1, 2))
     assert router.home_of("m", "c2") == "a"
     assert router.pick("cache_aware", 4, "m", "c5", idle).name == "b"  # a: 3 homes, b: 1
 
@@ -119,9 +128,60 @@ def test_the_router_remembers_each_conversations_replica_and_spreads_new_ones() 
 def test_the_router_forgets_the_least_recently_routed_past_its_bound() -> None:
     router = ReplicaRouter()
     for i in range(REMEMBERED + 1):
-        router.dispatched("m", f"c{i}", "a")
+        router.dispatched("m", f"c{i}", Went("a", 1, i + 1))
     assert router.home_of("m", "c0") is None and router.home_of("m", "c1") == "a"
     assert router.pick("cache_aware", 4, "m", "new", [r("a"), r("b")]).name == "b"
+
+
+def test_a_replica_that_holds_the_prefix_wins_over_the_least_loaded_when_near() -> None:
+    def pick(replicas: list[Replica], home: str | None = None) -> str:
+        return choose("cache_aware", replicas, home=home, homes={}, turn=0, bound=4).name
+
+    # no home here (a restarted front, another front's conversation): the holder
+    assert pick([r("a", load=3), r("b", load=0, holds=False), r("c", load=2, holds=True)]) == "c"
+    # of several holders, the least loaded
+    assert pick([r("a", load=3, holds=True), r("b", load=0), r("c", load=2, holds=True)]) == "c"
+    # a holder past the bound, or full while another has room, loses to the least loaded
+    assert pick([r("a", load=5, holds=True), r("b", load=0)]) == "b"
+    assert pick([r("a", load=1, free=0, holds=True), r("b", load=1)]) == "b"
+    # the load guard moves a conversation off its home: to a holder within the bound
+    assert pick([r("a", load=9), r("b", load=0), r("c", load=3, holds=True)], home="a") == "c"
+    # a near home stays home even where another holds the prefix too (it has the latest
+    # turns; the other, perhaps only the shared system prompt)
+    assert pick([r("a", load=2), r("b", load=0, holds=True)], home="a") == "a"
+    # other policies do not look at what is held
+    replicas = [r("a", load=2, holds=True), r("b", load=0)]
+    assert choose("least_loaded", replicas, home=None, homes={}, turn=0, bound=4).name == "b"
+    assert choose("round_robin", replicas, home=None, homes={}, turn=1, bound=4).name == "b"
+
+
+def test_a_home_is_lost_only_once_it_told_of_the_conversations_last_job() -> None:
+    went = Went("a", 1, 7)  # the conversation's last job went to a as its JOB number 7
+    assert not home_lost(r("a", holds=True, told=9), went)  # it holds it
+    assert not home_lost(r("a", told=6), went)  # its report predates the job: not known
+    assert not home_lost(r("a", told=None), went)  # it does not name all, or not known
+    assert home_lost(r("a", told=7), went)  # it had taken the job, and does not name it
+    assert home_lost(r("a", told=12), went)
+    # another incarnation of the engine (restarted): its numbers are not those of `went`
+    assert not home_lost(r("a", told=12, epoch=2), went)
+
+
+def test_the_router_leaves_a_home_that_let_the_prefix_go_for_one_that_holds_it() -> None:
+    router = ReplicaRouter()
+    router.dispatched("m", "c1", Went("a", 1, 3))  # c1's last job: JOB 3 to a
+
+    def pick(*replicas: Replica) -> str:
+        return router.pick("cache_aware", 4, "m", "c1", replicas).name
+
+    # a has not told of JOB 3 yet: home, even with b holding the prefix too
+    assert pick(r("a", told=2), r("b", holds=True)) == "a"
+    # a has told of it, and let it go: b holds it
+    assert pick(r("a", told=5), r("b", load=1, holds=True)) == "b"
+    # nobody holds it: every replica is as cold, and it stays home (a conversation of
+    # short prompts, never named, so does not move at every turn)
+    assert pick(r("a", load=1, told=5), r("b")) == "a"
+    # unless its home is past the load guard
+    assert pick(r("a", load=5, told=5), r("b")) == "b"
 
 
 # -- affinity --------------------------------------------------------------------------------
@@ -132,9 +192,32 @@ def test_a_conversation_keeps_its_affinity_as_it_grows_and_others_differ() -> No
     turn1 = leading_hash([system, first], tools, "", [])
     turn2 = leading_hash([system, first, {"role": "assistant", "content": "ok"},
                           {"role": "user", "content": "and now?"}], tools, "", [])  # fmt: skip
-    assert turn1 == turn2 and len(turn1) == 16
+    assert turn1 == turn2 and len(turn1) == len("lead:") + 16
     other = leading_hash([{"role": "system", "content": "You are agent 2."}, first], tools, "", [])
     assert other != turn1
     assert leading_hash([system, first], [], "", []) != turn1  # the tools are part of it
     assert leading_hash([], [], "x" * 5000, []) == leading_hash([], [], "x" * 4000, [])
     assert leading_hash([], [], "", []) == ""
+
+
+# -- what an engine says it holds --------------------------------------------------------------
+def test_an_engines_holds_report_counts_the_jobs_sent_to_it_up_to_the_one_it_took() -> None:
+    record = EngineRecord(b"a:1", "a", 1, 10, "cpu", frozenset({"gguf"}), 4)
+    none: frozenset[str] = frozenset()
+    record.told_holds({}, none, 0)
+    assert record.holds_count == 0  # it has taken no job: it counts none of them
+    numbers = [record.sending(job_id) for job_id in (11, 12, 15)]
+    assert numbers == [1, 2, 3]
+    record.told_holds({"m": frozenset({"c"}), "n": frozenset({"d"})}, frozenset({"n"}), 12)
+    assert record.holds_count == 2 and record.holds["m"] == frozenset({"c"})
+    # it named all it holds of m; of n, more than it names; of o, nothing (none kept)
+    assert record.names_all("m") and not record.names_all("n") and not record.names_all("o")
+    # a job it took that this front never sent it (one of a front before a restart)
+    record.told_holds({}, none, 99)
+    assert record.holds_count is None
+    for job_id in range(100, 100 + SENT_REMEMBERED):
+        record.sending(job_id)
+    record.told_holds({}, none, 11)  # too long ago to be remembered: not known
+    assert record.holds_count is None
+    record.told_holds({}, none, 100 + SENT_REMEMBERED - 1)
+    assert record.holds_count == 3 + SENT_REMEMBERED

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from coderai.engine.backends.llamacpp.checkpoints import Checkpoint, Held
 from coderai.engine.backends.llamacpp.disk_cache import (
+    STALE_DAYS,
     DiskCache,
     Entry,
     Unreadable,
@@ -144,3 +146,28 @@ def test_a_state_larger_than_the_bound_is_not_written_and_a_lagging_disk_drops_s
     disk.close()
     disk.save(state(list(range(100))))  # closed: nothing is queued
     assert disk.flush(1)
+
+
+def test_a_folder_unused_for_a_week_is_deleted_as_a_cache_opens_beside_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old_build = opened(tmp_path, compat={**COMPAT, "build": "0.3.1"})
+    old_build.save(state(list(range(100))))
+    recent = opened(tmp_path, compat={**COMPAT, "model": "/m/other.gguf"})
+    recent.save(state(list(range(100))))
+    assert old_build.flush(10) and recent.flush(10)
+    old_build.close()
+    recent.close()
+    stale, kept = tmp_path / compat_key(old_build.compat), tmp_path / compat_key(recent.compat)
+    week = time.time() - STALE_DAYS * 86400 - 60
+    for path in [*stale.iterdir(), stale]:  # the folder's own time, and each file's
+        os.utime(path, (week, week))
+    # the kept folder's files are old too, but one was restored (touched) within the week
+    (old_file, *_), fresh = sorted(kept.iterdir()), time.time() - 3600
+    os.utime(kept, (week, week))
+    os.utime(old_file, (fresh, fresh))
+    with caplog.at_level(logging.INFO, logger="coderai.engine"):
+        again = opened(tmp_path)
+    assert not stale.exists() and kept.exists() and (tmp_path / compat_key(COMPAT)).exists()
+    assert f"{stale.name} has not been used for {STALE_DAYS} days and is deleted" in caplog.text
+    again.close()
