@@ -116,6 +116,8 @@ class Scheduler:
         self._taken = 0
         self.holds: tuple[int, dict[str, Report]] = (0, {})
         self._holds_at = 0.0
+        #: a job of a conversation started or ended since the last report
+        self._holds_due = False
         self._stopped = False
         #: paused to cool: no step and no new sequence until it is over; running sequences
         #: wait (their clients see a gap, never an error), cancels still apply
@@ -198,18 +200,20 @@ class Scheduler:
             if waiting:
                 model = stats.setdefault(waiting[0][1].id, {})
                 model["queued"] = model.get("queued", 0) + len(waiting)
+        # what the models hold goes first: a reader that sees a job ended in the counters
+        # sees at least as new a report (a job's start and end make it due at once)
+        if self._holds_due or now - self._holds_at >= HOLDS_INTERVAL:
+            self._holds_at, self._holds_due = now, False
+            self.holds = (self._taken, self._holding())
         self.stats = stats
         self._residents = (time.monotonic(), self.pool.residents_report())
-        if force or now - self._holds_at >= HOLDS_INTERVAL:
-            self._holds_at = now
-            self.holds = (self._taken, self._holding())
 
     def _holding(self) -> dict[str, Report]:
         """Per resident model that keeps prefixes: the conversations of its jobs here,
         then those whose prefix its caches keep (engine/holdings.py)."""
         leads = self.pool.leads()
         running: dict[str, list[str]] = {model: [] for model in leads}
-        for seq in self._jobs.values():
+        for seq in reversed(self._jobs.values()):  # the most recent first
             model = seq.job.model.get("id")
             if seq.job.affinity and isinstance(model, str) and model in leads:
                 running[model].append(seq.job.affinity)
@@ -269,17 +273,20 @@ class Scheduler:
         match command:
             case StartJob(job):
                 self._taken = job.job_id
+                self._holds_due = self._holds_due or bool(job.affinity)
                 self._start(job)
             case CancelJob(job_id):
                 self._held.discard(job_id)
                 self._cancel(job_id)
             case CancelAll(ended):
                 self._held.clear()
-                # the next JOB comes from a new front, which numbers its jobs anew
-                self._taken = 0
-                self.holds = (0, self.holds[1])
                 for job_id in list(self._jobs):
                     self._cancel(job_id)
+                # the next JOB comes from a new front, which numbers its jobs anew: the
+                # report says so at once, without the jobs just ended
+                self._taken = 0
+                self._holds_at, self._holds_due = time.monotonic(), False
+                self.holds = (0, self._holding())
                 self._flush()
                 ended.set()
             case HoldJob(job_id):
@@ -585,6 +592,7 @@ class Scheduler:
 
     def _detach(self, seq: Sequence) -> None:
         del self._jobs[seq.job.job_id]
+        self._holds_due = self._holds_due or bool(seq.job.affinity)
         self._held.discard(seq.job.job_id)
         instance = seq.instance
         if instance is None:

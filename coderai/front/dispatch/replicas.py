@@ -9,10 +9,11 @@ The policy is `server.routing`:
   another has. Past that, or with no home, it goes to the least loaded near replica that
   says it holds the conversation's prefix (engines name those in their heartbeats:
   engine/holdings.py), else to the least loaded (and is remembered there). A home that
-  has told of every job of the conversation sent to it, and does not name it, has let
-  the prefix go: it is no home. A conversation with no home and no holder goes to the
-  least loaded replica, of those the one home to the fewest conversations, so
-  conversations spread evenly before they are busy.
+  has told of every job of the conversation sent to it, named all it holds and not this,
+  has let the prefix go: the conversation goes to a near holder, and stays home where
+  none holds it. A conversation with no home and no holder goes to the least loaded
+  replica, of those the one home to the fewest conversations, so conversations spread
+  evenly before they are busy.
 - `round_robin`: each replica in turn, passing over one without free credit.
 - `least_loaded`: the replica with the fewest jobs.
 "Least loaded" is of the replicas with a free slot where any has one (replicas may have

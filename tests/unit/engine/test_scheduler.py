@@ -204,6 +204,6 @@ def test_the_holds_report_names_running_conversations_first_and_the_last_job_tak
 
     before, after = asyncio.run(run())
     # the taken job is the last one taken, not the highest id
-    assert before == (7, {"told": Report(["running", "cached"], cut=False)})
+    assert before == (7, {"told": Report(["cached", "running"], cut=False)})  # latest first
     # once the jobs ended, only the conversation whose lead the caches keep
     assert after == (0, {"told": Report(["cached"], cut=False)})

@@ -77,8 +77,8 @@ class Entry:
 
     @functools.cached_property
     def lead(self) -> int | None:
-        """Its lead (engine/holdings.py), where it holds its tokens from the first."""
-        return lead_of(self.tokens) if self.start == 0 else None
+        """Its prompt's lead (engine/holdings.py), a tail's too (as in RAM: Saved.lead)."""
+        return lead_of(self.tokens)
 
 
 def stale_folders(root: Path, before: float) -> list[Path]:

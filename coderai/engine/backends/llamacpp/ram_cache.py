@@ -43,8 +43,9 @@ class Saved:
 
     @functools.cached_property
     def lead(self) -> int | None:
-        """Its lead (engine/holdings.py), where it holds its tokens from the first."""
-        return lead_of(self.tokens) if self.start == 0 else None
+        """Its prompt's lead (engine/holdings.py). A tail's too: it is saved only while
+        its head stays in the KV cache or is saved as well."""
+        return lead_of(self.tokens)
 
 
 class RamHit(NamedTuple):
@@ -125,7 +126,7 @@ class RamCache:
 
     def leads(self) -> set[int]:
         """The leads of the states it keeps (engine/holdings.py)."""
-        return {s.lead for s in self._entries.values() if s.lead is not None}
+        return {lead for s in self._entries.values() if (lead := s.lead) is not None}
 
     def holds(self, tokens: list[int], start: int) -> bool:
         """Whether this very state (these tokens, from `start`) is kept."""

@@ -38,9 +38,10 @@ def told(spec: dict[str, Any]) -> list[tuple[int, list[str]]]:
                 done = eng.ended(job_id)
                 assert isinstance(done, Done)
                 assert (done.prompt_tokens >= LEAD) == (affinity != "short")
-                # the report once its job has ended (the loop publishes it as it idles)
-                await eng.until(lambda: eng.scheduler.holds[0] == job_id  # noqa: B023
-                                and not eng.scheduler.stats["tiny"].get("running"))  # fmt: skip
+                # the report once its job has ended: the counters are read first, as the
+                # scheduler publishes the report before them
+                await eng.until(lambda: eng.scheduler.stats.get("tiny", {}).get("running") == 0
+                                and eng.scheduler.holds[0] == job_id)  # noqa: B023  # fmt: skip
                 taken, holds = eng.scheduler.holds
                 assert not holds["tiny"].cut
                 reports.append((taken, holds["tiny"].names))

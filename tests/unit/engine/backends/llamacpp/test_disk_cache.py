@@ -23,6 +23,7 @@ from coderai.engine.backends.llamacpp.disk_cache import (
     file_name,
 )
 from coderai.engine.backends.llamacpp.ram_cache import Saved
+from coderai.engine.holdings import LEAD, lead_of
 
 COMPAT = {"model": "/m/smol.gguf", "size": 100, "mtime_ns": 5, "build": "0.3.36", "kv": "f16"}
 
@@ -171,3 +172,25 @@ def test_a_folder_unused_for_a_week_is_deleted_as_a_cache_opens_beside_it(
     assert not stale.exists() and kept.exists() and (tmp_path / compat_key(COMPAT)).exists()
     assert f"{stale.name} has not been used for {STALE_DAYS} days and is deleted" in caplog.text
     again.close()
+
+
+def test_its_leads_follow_the_index_as_states_are_written_evicted_and_lost(
+    tmp_path: Path,
+) -> None:
+    talks = [list(range(1000 * i, 1000 * i + LEAD + 10)) for i in range(3)]
+    one = len(encode(state(talks[0]), COMPAT))
+    disk = opened(tmp_path, max_bytes=int(2.5 * one))
+    assert disk.leads == frozenset()
+    for talk in talks[:2]:
+        disk.save(state(talk))
+    assert disk.flush(10)
+    assert disk.leads == {lead_of(talks[0]), lead_of(talks[1])}
+    disk.save(state(talks[2]))  # past the bound: the least recently used goes
+    assert disk.flush(10)
+    assert disk.leads == {lead_of(talks[1]), lead_of(talks[2])}
+    (entry,) = disk.candidates([*talks[1], 7], 0, 1 << 30)
+    (tmp_path / compat_key(COMPAT) / entry.name).write_bytes(b"CAIPC1")  # it goes bad
+    assert disk.load(entry) is None
+    assert disk.leads == {lead_of(talks[2])}
+    disk.close()
+    assert opened(tmp_path).leads == {lead_of(talks[2])}  # read back as a cache opens

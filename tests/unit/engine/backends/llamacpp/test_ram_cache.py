@@ -5,6 +5,7 @@ from __future__ import annotations
 from coderai.engine.backends.llamacpp.checkpoints import Held
 from coderai.engine.backends.llamacpp.host_tier import RAM_TAIL, worth_taking
 from coderai.engine.backends.llamacpp.ram_cache import RamCache, Saved
+from coderai.engine.holdings import LEAD, lead_of
 
 
 def saved(tokens: list[int], size: int = 10) -> Saved:
@@ -73,3 +74,13 @@ def test_a_saved_tail_past_a_few_shared_tokens_is_what_they_lead_on_to() -> None
     assert not ram.continues(talk, 100, 199)  # restored up to 199, it cannot begin
     assert not ram.continues(talk[:200] + [-1] * 800, 100, 200)  # another conversation
     assert not ram.continues(talk, 100, 800)  # it holds nothing past that
+
+
+def test_the_states_leads_are_their_prompts_a_tails_too() -> None:
+    cache = RamCache(10_000)
+    long, other = list(range(LEAD + 10)), list(range(1, LEAD + 11))
+    cache.put(saved(long))
+    tail = Saved(other, b"x" * 10, Held(100, len(other)), start=100)  # its head is elsewhere
+    cache.put(tail)
+    cache.put(saved(list(range(5000, 5000 + LEAD - 1))))  # shorter than a lead: none
+    assert cache.leads() == {lead_of(long), lead_of(other)}
