@@ -3,8 +3,9 @@ and not) to every described route, each answer checked for no server error, a st
 content type, headers and body the description allows, and a 405 with its Allow header
 for a method a route lacks.
 
-Bounded for CI (examples per route, a fixed seed, so a run repeats exactly); the long
-run, with the same command (tests/support/fuzz.py), is bench/api_fuzz.py.
+Bounded for CI (examples per route, a fixed seed, so a run repeats exactly, and no
+coverage phase: tests/support/fuzz.py says why); the long run, with the same command and
+every phase, is bench/api_fuzz.py.
 
 Left out, and why:
 - the admin routes that change the fleet: models, settings and engine actions. A
@@ -43,7 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_generated_requests_get_described_answers_and_no_server_error(
     server: Server, tmp_path: Path
 ) -> None:
-    command = st_command(server.url, examples=4, seed=1)
+    command = st_command(server.url, examples=8, seed=1, phases="examples,fuzzing")
     run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=280)
     summary = run.stdout[run.stdout.find("=== SUMMARY") :]
     assert run.returncode == 0, run.stdout[-8000:]
