@@ -207,8 +207,7 @@ class LlamaCppBackend(Backend):
             else int(options["draft_length"]),
         )
         drafter = Drafter(draft, model, params) if draft is not None else None
-        compat = {"model": str(path.resolve()), "size": path.stat().st_size,
-                  "mtime_ns": path.stat().st_mtime_ns, "build": llama_cpp.__version__,
+        compat = {"model": _file_identity(path), "build": llama_cpp.__version__,
                   "kv": kv, "flash": flash, "swa_full": swa_full,
                   # an image's tokens name its bytes, not its embeddings: the projector
                   # that made them belongs to the state too
@@ -359,8 +358,8 @@ def _speculative(option: object) -> tuple[bool, Path | None]:
 
 
 def _file_identity(option: object) -> list[object] | None:
-    """A file's path, size and modification time, or None."""
-    if not isinstance(option, str) or not Path(option).is_file():
+    """A file's path, size and modification time, or None (no such file)."""
+    if not isinstance(option, str | Path) or not Path(option).is_file():
         return None
     stat = Path(option).stat()
     return [str(Path(option).resolve()), stat.st_size, stat.st_mtime_ns]

@@ -13,7 +13,7 @@ from coderai.errors import EngineFailed, InvalidRequest, ShuttingDown
 from coderai.front.dispatch.dispatcher import Dispatcher
 from coderai.front.dispatch.jobs import FrontJob
 from coderai.front.dispatch.output import CallPiece, Piece
-from tests.support.bus import TOKEN, Peer
+from tests.support.bus import TOKEN, Peer, bus, until
 from tests.support.bus import job as make_job
 
 
@@ -251,3 +251,48 @@ def test_a_heartbeats_room_figures_are_checked_and_kept_with_their_arrival_time(
     (wants, room, at), (wants_after, room_after, at_after) = seen[8], seen[9]
     assert (wants, room) == (300.0, -20.5) and at > 0
     assert (wants_after, room_after) == (0.0, None) and at_after >= at
+
+
+def test_what_replicas_say_they_hold_routes_a_conversation_once_it_is_known(
+    tmp_path: Path,
+) -> None:
+    """Heartbeats' holds reach the router: a home's report that cuts its list keeps it
+    home; one that counts the conversation's last JOB, names all and not it sends the
+    conversation to the replica that names it."""
+
+    async def scenario() -> list[str]:
+        async with bus(tmp_path) as (dispatcher, endpoint):
+            peers = {name: Peer(endpoint, name, slots=2) for name in ("a", "b")}
+            for peer in peers.values():
+                await peer.join()
+            records = {r.name: r for r in dispatcher.registry.all()}
+            entry = ModelEntry(id="m", format="fake")
+            went: list[str] = []
+
+            async def turn(job_id: int) -> None:
+                message = Job(job_id, entry.spec("fake"), "completion", "hi", affinity="c1")
+                dispatcher.submit(FrontJob(job_id, entry, "fake", message,
+                                           replicas=("a", "b"), affinity="c1"))  # fmt: skip
+                name = next(n for n, r in records.items() if job_id in r.jobs)
+                went.append(name)
+                assert await peers[name].job_ids(1) == [job_id]
+                await peers[name].send(Done(job_id, "stop", 1, 1))
+                await until(lambda: not records[name].jobs, 5)
+
+            async def tell(name: str, held: list[str], cut: list[str], taken: int) -> None:
+                beat = Heartbeat("ready", holds={"m": held}, holds_cut=cut, taken=taken)
+                await peers[name].send(beat)
+                await until(lambda: records[name].holds_cut == frozenset(cut)
+                            and records[name].holds.get("m") == frozenset(held), 5)  # fmt: skip
+
+            await turn(1)  # new: the first of two idle replicas
+            await tell("b", ["c1"], [], 0)  # b holds it too (it ran it before, say)
+            await tell("a", [], ["m"], 1)  # a names only some of what it holds: not known
+            await turn(2)
+            await tell("a", [], [], 2)  # a took JOB 2, names all it holds, not c1: let go
+            await turn(3)
+            for peer in peers.values():
+                peer.close()
+            return went
+
+    assert asyncio.run(scenario()) == ["a", "a", "b"]
